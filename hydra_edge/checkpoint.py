@@ -1,0 +1,159 @@
+"""Checkpoints: our own self-describing files, the official HydraViT release and timm/DeiT layouts.
+
+Loading is a pure filter (timm's ``checkpoint_filter_fn`` habit): unwrap the container, strip
+prefixes, check every key and shape against the model, and only then copy, so a bad file never
+leaves a half-loaded model behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+
+from .atomic import atomic_path
+from .config import HydraConfig
+from .errors import CheckpointError
+from .model import HydraViT
+from .slicing import subnetwork_name, weight_index
+
+FORMAT_VERSION = 1
+_PREFIXES = ("module.", "_orig_mod.")  # DDP and torch.compile wrappers
+
+
+def read_file(path: str | Path) -> dict[str, Any]:
+    """Read a checkpoint file without executing code (weights_only), or fail with one line."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    try:
+        # timm training checkpoints carry their argparse namespace under 'args'.
+        with torch.serialization.safe_globals([argparse.Namespace]):
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises many types for a non-checkpoint; all mean the same here
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(f"{path} is not a PyTorch checkpoint ({reason[:120]})") from None
+    if not isinstance(obj, dict):
+        raise CheckpointError(f"{path} holds a {type(obj).__name__}, not a checkpoint dictionary")
+    return obj
+
+
+def state_dict_of(obj: Mapping[str, Any], path: str | Path, ema: bool = False) -> dict[str, torch.Tensor]:
+    """Unwrap ``state_dict_ema`` / ``state_dict`` / ``model`` / ``module`` and strip wrapper prefixes."""
+    order = ("state_dict_ema", "state_dict", "model", "module") if ema else ("state_dict", "model", "module")
+    for key in order:
+        if isinstance(obj.get(key), Mapping):
+            obj = obj[key]
+            break
+    state = {}
+    for name, value in obj.items():
+        if not isinstance(value, torch.Tensor):
+            continue
+        for prefix in _PREFIXES:
+            if name.startswith(prefix):
+                name = name[len(prefix):]
+        state[name] = value
+    if "patch_embed.proj.weight" not in state:
+        raise CheckpointError(
+            f"{path} is not a ViT checkpoint: no 'patch_embed.proj.weight' in it "
+            "(expected a hydra-edge, official HydraViT or timm/DeiT file)"
+        )
+    return state
+
+
+def infer_config(state: Mapping[str, torch.Tensor], path: str | Path, head_dim: int = 64) -> HydraConfig:
+    """Rebuild the config of a foreign (timm/DeiT/official HydraViT) checkpoint from its shapes."""
+    try:
+        D, C, P, _ = state["patch_embed.proj.weight"].shape
+        tokens = state["pos_embed"].shape[1]
+        depth = 1 + max(int(n.split(".")[1]) for n in state if n.startswith("blocks."))
+        mlp_ratio = state["blocks.0.mlp.fc1.weight"].shape[0] // D
+        num_classes = state["head.weight"].shape[0]
+    except (KeyError, ValueError) as e:
+        raise CheckpointError(f"{path} is missing key {e} needed to read the model's shape") from None
+    grid = round((tokens - 1) ** 0.5)
+    if D % head_dim or grid * grid != tokens - 1:
+        raise CheckpointError(
+            f"{path}: width {D} and {tokens} tokens do not fit a ViT with heads of {head_dim} and a cls token"
+        )
+    num_heads = D // head_dim
+    return HydraConfig(
+        img_size=grid * P, patch_size=P, in_chans=C, num_classes=num_classes, depth=depth,
+        num_heads=num_heads, head_dim=head_dim, mlp_ratio=mlp_ratio,
+        heads=tuple(range(min(3, num_heads), num_heads + 1)),
+    )
+
+
+def _check(expected: Mapping[str, torch.Size], state: Mapping[str, torch.Tensor], path: str | Path) -> None:
+    """Fail on the first missing, misshapen or unexpected key, naming it."""
+    for name, shape in expected.items():
+        if name not in state:
+            raise CheckpointError(f"{path} lacks key {name!r} (expected shape {tuple(shape)})")
+        if state[name].shape != shape:
+            raise CheckpointError(
+                f"{path}: key {name!r} has shape {tuple(state[name].shape)}, the model expects {tuple(shape)}"
+            )
+    extra = [n for n in state if n not in expected]
+    if extra:
+        raise CheckpointError(f"{path} has key {extra[0]!r} that this model does not have (a distilled DeiT?)")
+
+
+def load_state(model: HydraViT, state: Mapping[str, torch.Tensor], path: str | Path = "<state>") -> None:
+    """Copy a full-width state dict into ``model`` after checking all of it."""
+    params = dict(model.named_parameters())
+    _check({n: p.shape for n, p in params.items()}, state, path)
+    with torch.no_grad():
+        for name, param in params.items():
+            param.copy_(state[name])
+
+
+def load_checkpoint(path: str | Path, ema: bool = False, head_dim: int = 64) -> HydraViT:
+    """Load any supported checkpoint into a new ``HydraViT``.
+
+    Our own files carry their config; foreign ones (official release, timm, DeiT) are read by
+    shape with ``head_dim`` per head (64 for the ViT-B family). ``ema`` prefers ``state_dict_ema``.
+    """
+    obj = read_file(path)
+    state = state_dict_of(obj, path, ema=ema)
+    if isinstance(obj.get("config"), Mapping):
+        cfg = HydraConfig.from_dict(dict(obj["config"]))
+    else:
+        cfg = infer_config(state, path, head_dim)
+    model = HydraViT(cfg)
+    load_state(model, state, path)
+    return model
+
+
+def init_heads_from(model: HydraViT, path: str | Path, ema: bool = False) -> int:
+    """Initialise the first heads of ``model`` from a narrower ViT (DeiT-tiny fills heads 1-3).
+
+    Every parameter's slice for k heads (``slicing.weight_index``) is overwritten by the narrow
+    checkpoint's tensor; the rest of the model keeps its weights. Returns k.
+    """
+    state = state_dict_of(read_file(path), path, ema=ema)
+    width = state["cls_token"].shape[-1] if "cls_token" in state else -1
+    k, rest = divmod(width, model.config.head_dim)
+    if rest or not 1 <= k <= model.config.num_heads:
+        raise CheckpointError(
+            f"{path}: width {width} is not a whole number of {model.config.head_dim}-wide heads "
+            f"up to {model.config.num_heads}"
+        )
+    targets = {}
+    for name, param in model.named_parameters():
+        sub = subnetwork_name(name, k)
+        if sub is not None:
+            targets[sub] = (param, weight_index(name, model.config, k))
+    _check({sub: param[idx].shape for sub, (param, idx) in targets.items()}, state, path)
+    with torch.no_grad():
+        for sub, (param, idx) in targets.items():
+            param[idx] = state[sub].to(param.dtype)
+    return k
+
+
+def save_checkpoint(model: HydraViT, path: str | Path, **extra: Any) -> None:
+    """Write a checkpoint with the config inside; ``extra`` (optimizer, history, data) rides along."""
+    obj = {"hydra_edge": FORMAT_VERSION, "config": model.config.to_dict(), "state_dict": model.state_dict(), **extra}
+    with atomic_path(path) as tmp:
+        torch.save(obj, tmp)

@@ -1,0 +1,115 @@
+"""Model configuration: one frozen dataclass, presets as data (timm's habit)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from .errors import HydraEdgeError
+
+
+@dataclass(frozen=True)
+class HydraConfig:
+    """Sizes of a full-width HydraViT; subnetwork k uses the first ``k`` heads.
+
+    Width is ``head_dim * num_heads``; subnetwork k has width ``head_dim * k``.
+    """
+
+    img_size: int = 224
+    patch_size: int = 16
+    in_chans: int = 3
+    num_classes: int = 1000
+    depth: int = 12
+    num_heads: int = 12
+    head_dim: int = 64
+    mlp_ratio: int = 4
+    eps: float = 1e-6  # timm's ViT LayerNorm eps, which the official release was trained with
+    heads: tuple[int, ...] = field(default=tuple(range(3, 13)))  # head counts trained and served
+    separate_heads: bool = False  # one classifier per head count (the paper's ablation)
+
+    def __post_init__(self) -> None:
+        if self.img_size % self.patch_size:
+            raise HydraEdgeError(
+                f"img_size {self.img_size} is not a multiple of patch_size {self.patch_size}"
+            )
+        object.__setattr__(self, "heads", tuple(sorted(set(int(k) for k in self.heads))))
+        bad = [k for k in self.heads if not 1 <= k <= self.num_heads]
+        if bad or not self.heads:
+            raise HydraEdgeError(
+                f"head counts {list(self.heads)} must lie in 1..{self.num_heads}; "
+                f"pass e.g. --heads 3-{self.num_heads}"
+            )
+
+    @property
+    def embed_dim(self) -> int:
+        return self.head_dim * self.num_heads
+
+    @property
+    def num_patches(self) -> int:
+        return (self.img_size // self.patch_size) ** 2
+
+    def width(self, k: int) -> int:
+        """Embedding width of subnetwork ``k``."""
+        self.check_heads(k)
+        return self.head_dim * k
+
+    def check_heads(self, k: int) -> None:
+        if not 1 <= k <= self.num_heads:
+            raise HydraEdgeError(
+                f"head count {k} is out of range: this model has 1..{self.num_heads} heads"
+            )
+
+    def narrowed(self, k: int) -> "HydraConfig":
+        """The config of subnetwork ``k`` as a full model of its own (a plain ViT of k heads)."""
+        self.check_heads(k)
+        return replace(self, num_heads=k, heads=(k,), separate_heads=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["heads"] = list(self.heads)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "HydraConfig":
+        known = {f for f in cls.__dataclass_fields__}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise HydraEdgeError(f"unknown config fields {unknown}; is this checkpoint from a newer hydra-edge?")
+        d = dict(d)
+        if "heads" in d:
+            d["heads"] = tuple(d["heads"])
+        return cls(**d)
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # The paper's model: ViT-B/16, 224 px, ImageNet-1k; k=3/6/12 have DeiT-tiny/small/base shapes.
+    "b16": dict(),
+    # Small enough to train on scikit-learn's 8x8 digits in seconds on a CPU: 12 heads of width 8.
+    "digits": dict(img_size=8, patch_size=2, in_chans=1, num_classes=10, depth=4, head_dim=8),
+}
+
+
+def preset(name: str, **overrides: Any) -> HydraConfig:
+    """Build a config from a named preset, with keyword overrides."""
+    if name not in PRESETS:
+        raise HydraEdgeError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+    return HydraConfig(**{**PRESETS[name], **overrides})
+
+
+def parse_heads(text: str, num_heads: int) -> tuple[int, ...]:
+    """Parse ``"3-12"``, ``"3,6,12"`` or ``"3-6,12"`` into sorted head counts."""
+    heads: set[int] = set()
+    try:
+        for part in text.split(","):
+            part = part.strip()
+            if "-" in part:
+                lo, hi = (int(v) for v in part.split("-", 1))
+                heads.update(range(lo, hi + 1))
+            elif part:
+                heads.add(int(part))
+    except ValueError:
+        raise HydraEdgeError(f"cannot read head counts {text!r}: use a range like 3-12 or a list like 3,6,12") from None
+    bad = sorted(k for k in heads if not 1 <= k <= num_heads)
+    if bad or not heads:
+        raise HydraEdgeError(f"head counts {sorted(heads) or text!r} out of range: this model has 1..{num_heads} heads")
+    return tuple(sorted(heads))

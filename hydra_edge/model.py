@@ -1,0 +1,70 @@
+"""HydraViT: one ViT whose first k heads form a working subnetwork for every k."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.func import functional_call
+
+from .config import HydraConfig, preset
+from .errors import HydraEdgeError
+from .slicing import slice_state
+from .vit import VisionTransformer
+
+
+class HydraViT(VisionTransformer):
+    """A full-width ViT (timm key layout) that runs any of its subnetworks.
+
+    ``model(x, heads=k)`` runs subnetwork k by slicing the full weights (gradients reach the
+    shared weights, which is how stochastic head sampling trains them); ``model.subnetwork(k)``
+    copies those slices into a standalone dense ViT for export.
+    """
+
+    def __init__(self, cfg: HydraConfig) -> None:
+        super().__init__(cfg)
+        self.init_weights()
+        # Dense k-head ViTs on the meta device: structure only, run with sliced weights.
+        # A plain dict so they are neither parameters nor part of the state dict.
+        self._skeletons: dict[int, VisionTransformer] = {}
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> "HydraViT":
+        """``HydraViT.from_preset("b16")``: the paper's ViT-B/16; ``"digits"``: the built-in data's."""
+        return cls(preset(name, **overrides))
+
+    def _skeleton(self, k: int) -> VisionTransformer:
+        if k not in self._skeletons:
+            with torch.device("meta"):
+                self._skeletons[k] = VisionTransformer(self.config.narrowed(k))
+        return self._skeletons[k]
+
+    def _check_served(self, k: int) -> None:
+        self.config.check_heads(k)
+        if self.config.separate_heads and k not in self.config.heads:
+            raise HydraEdgeError(
+                f"this model has classifiers only for head counts {list(self.config.heads)}, not {k}"
+            )
+
+    def forward(self, x: torch.Tensor, heads: int | None = None) -> torch.Tensor:
+        """Logits of subnetwork ``heads`` (default: the largest served head count)."""
+        k = max(self.config.heads) if heads is None else int(heads)
+        self._check_served(k)
+        params = slice_state(dict(self.named_parameters()), self.config, k)
+        return functional_call(self._skeleton(k), params, (x,), strict=True)
+
+    @torch.no_grad()
+    def subnetwork(self, k: int) -> VisionTransformer:
+        """A standalone dense ViT of ``k`` heads with copied weights and no slicing ops."""
+        self._check_served(k)
+        sub = VisionTransformer(self.config.narrowed(k))
+        state = slice_state(dict(self.named_parameters()), self.config, k)
+        sub.load_state_dict({n: t.detach().clone() for n, t in state.items()}, strict=True)
+        return sub.eval()
+
+    def save(self, path: str | Path, **extra: Any) -> None:
+        """Save a self-describing checkpoint (config inside), atomically."""
+        from .checkpoint import save_checkpoint
+
+        save_checkpoint(self, path, **extra)

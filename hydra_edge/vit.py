@@ -1,0 +1,103 @@
+"""A plain, dense Vision Transformer with timm's key layout.
+
+This is what a subnetwork *is*: ``HydraViT.subnetwork(k)`` returns one of these, of width
+``head_dim * k``, with copied weights and no slicing left, so every exporter sees an ordinary ViT.
+Attention is written out (no fused SDPA) so that every converter lowers it the same way.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+from .config import HydraConfig
+
+
+class PatchEmbed(nn.Module):
+    def __init__(self, cfg: HydraConfig) -> None:
+        super().__init__()
+        self.proj = nn.Conv2d(cfg.in_chans, cfg.embed_dim, cfg.patch_size, stride=cfg.patch_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x).flatten(2).transpose(1, 2)  # (B, patches, D)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: HydraConfig) -> None:
+        super().__init__()
+        self.num_heads, self.head_dim = cfg.num_heads, cfg.head_dim
+        self.qkv = nn.Linear(cfg.embed_dim, 3 * cfg.embed_dim)
+        self.proj = nn.Linear(cfg.embed_dim, cfg.embed_dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, N, D = x.shape
+        qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)  # (B, heads, N, head_dim)
+        attn = (q * self.head_dim**-0.5) @ k.transpose(-2, -1)  # (B, heads, N, N)
+        x = attn.softmax(dim=-1) @ v  # (B, heads, N, head_dim)
+        return self.proj(x.transpose(1, 2).reshape(B, N, D))
+
+
+class Mlp(nn.Module):
+    def __init__(self, cfg: HydraConfig) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(cfg.embed_dim, cfg.mlp_ratio * cfg.embed_dim)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(cfg.mlp_ratio * cfg.embed_dim, cfg.embed_dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: HydraConfig) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(cfg.embed_dim, eps=cfg.eps)
+        self.attn = Attention(cfg)
+        self.norm2 = nn.LayerNorm(cfg.embed_dim, eps=cfg.eps)
+        self.mlp = Mlp(cfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class VisionTransformer(nn.Module):
+    """ViT with a cls token, learned position embedding and cls-token pooling (DeiT without distillation)."""
+
+    def __init__(self, cfg: HydraConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        D = cfg.embed_dim
+        self.patch_embed = PatchEmbed(cfg)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, D))
+        self.pos_embed = nn.Parameter(torch.zeros(1, cfg.num_patches + 1, D))
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.depth))
+        self.norm = nn.LayerNorm(D, eps=cfg.eps)
+        if cfg.separate_heads:
+            self.heads = nn.ModuleDict({str(k): nn.Linear(cfg.head_dim * k, cfg.num_classes) for k in cfg.heads})
+        else:
+            self.head = nn.Linear(D, cfg.num_classes)
+
+    def init_weights(self) -> None:
+        """timm's ViT initialisation: truncated normal linears, tiny cls token."""
+        nn.init.trunc_normal_(self.pos_embed, std=0.02)
+        nn.init.normal_(self.cls_token, std=1e-6)
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.trunc_normal_(m.weight, std=0.02)
+                nn.init.zeros_(m.bias)
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.patch_embed(x)  # (B, patches, D)
+        x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), dim=1) + self.pos_embed
+        for block in self.blocks:
+            x = block(x)
+        return self.norm(x)  # (B, patches + 1, D)
+
+    def forward_head(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(x[:, 0])  # (B, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x))
