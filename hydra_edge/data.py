@@ -101,8 +101,7 @@ class ImageFolder(Dataset):
 
 
 def _scan(root: Path, classes: list[str] | None = None) -> tuple[list[tuple[Path, int]], list[str]]:
-    found = sorted(d.name for d in root.iterdir() if d.is_dir())
-    classes = classes or found
+    classes = classes or _class_dirs(root)
     files = [
         (f, i)
         for i, c in enumerate(classes)
@@ -145,3 +144,21 @@ def as_arrays(dataset: Dataset, limit: int | None = None) -> tuple[np.ndarray, n
     n = len(dataset) if limit is None else min(limit, len(dataset))
     xs, ys = zip(*(dataset[i] for i in range(n)))
     return torch.stack(xs).numpy().astype(np.float32), np.array([int(y) for y in ys], dtype=np.int64)
+
+
+def data_classes(source: str) -> list[str]:
+    """Class names of a data source, known before the model is built (sizes its classifier)."""
+    if source == "digits":
+        return [str(d) for d in range(10)]
+    root = Path(source)
+    if not root.is_dir():
+        raise HydraEdgeError(f"data {source!r} is neither 'digits' nor a folder; give a class-per-folder directory")
+    scan = root / "train" if (root / "train").is_dir() else root
+    classes = _class_dirs(scan)
+    if not classes:
+        raise HydraEdgeError(f"no class folders under {scan}: expected one sub-folder of images per class")
+    return classes
+
+
+def _class_dirs(root: Path) -> list[str]:
+    return sorted(d.name for d in root.iterdir() if d.is_dir())

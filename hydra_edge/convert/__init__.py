@@ -1,0 +1,7 @@
+"""Conversion: one subnetwork per head count -> a verified artefact per target variant, plus a manifest.
+
+Reads as the pipeline: ``targets`` (what a device wants) -> ``<format>`` exporters (``tflite``,
+``executorch``, ``onnx``; one function each, heavy imports inside) -> ``verify`` (run in the
+device's own runtime via ``hydra_edge.runtime.engines``) -> ``manifest`` (versioned, atomic)
+-> ``pipeline`` (incremental, resumable, parallel) -> ``command`` (the click command).
+"""

@@ -1,0 +1,98 @@
+"""``hydra-edge convert``: the click command; the work is in ``pipeline``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from ..errors import HydraEdgeError
+from .pipeline import ConvertOptions, ConvertResult, convert as run_convert
+
+
+class _Progress:
+    """A rich progress display, one row per artefact: file, stage, seconds, size."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.progress = Progress(
+            TextColumn("{task.description}"), BarColumn(bar_width=12), TextColumn("{task.fields[stage]}"),
+            TimeElapsedColumn(), TextColumn("{task.fields[size]}"), console=Console(stderr=True),
+        )
+        self.rows: dict[str, int] = {}
+
+    def __call__(self, file: str, stage: str, size: int | None) -> None:
+        if file not in self.rows:
+            self.rows[file] = self.progress.add_task(file, total=1, stage=stage, size="")
+        final = stage == "done" or stage.startswith(("skipped", "FAILED"))
+        self.progress.update(self.rows[file], stage=stage, completed=1 if final else 0,
+                             size=f"{size / 2**20:.2f} MiB" if size else "")
+        if final:
+            self.progress.stop_task(self.rows[file])
+
+
+def _log_line(file: str, stage: str, size: int | None) -> None:
+    """Without a terminal (CI, pipes): one line per finished artefact instead of a live display."""
+    if stage == "done" or stage.startswith(("skipped", "FAILED")):
+        click.echo(f"{file}: {stage}" + (f" ({size / 2**20:.2f} MiB)" if size else ""), err=True)
+
+
+def _summary(result: ConvertResult) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{result.out}/manifest.json")
+    for col in ("artefact", "MiB", "top-1 %", "fp32 %", "drop p.p.", "agree %", "convert s"):
+        table.add_column(col, justify="left" if col == "artefact" else "right")
+    fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
+    for a in result.manifest.artefacts:
+        acc = a.accuracy
+        table.add_row(a.file, f"{a.bytes / 2**20:.2f}", fmt(acc["top1"], ".2f"), fmt(acc["fp32_top1"], ".2f"),
+                      fmt(acc["drop_pp"], ".2f"), f"{acc['agreement']:.1f}", f"{a.convert_seconds:.1f}")
+    Console().print(table)
+    click.echo(f"{len(result.converted)} converted, {len(result.skipped)} unchanged, {len(result.failed)} failed")
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--checkpoint", "-c", required=True, type=click.Path(path_type=Path), envvar="HYDRA_EDGE_CHECKPOINT",
+              help="HydraViT checkpoint (hydra-edge, official release or timm layout).")
+@click.option("--target", "-t", required=True, help="Profile name in targets/ (rpi, jetson, android) or a .toml path.")
+@click.option("--out", "-o", required=True, type=click.Path(path_type=Path), help="Bundle folder to write.")
+@click.option("--heads", default=None, help="Head counts: 3-12 or 3,6,12 (default: every one the checkpoint serves).")
+@click.option("--quant", default=None, help="Override the profile's quantisation (e.g. fp32, int8-dynamic).")
+@click.option("--max-drop", default=1.0, show_default=True, type=float,
+              help="Fail an artefact whose top-1 falls more than this many p.p. below fp32.")
+@click.option("--jobs", "-j", default=1, show_default=True, type=int, help="Convert head counts in parallel processes.")
+@click.option("--data", default=None, help="Verify on this data ('digits' or a folder) instead of the checkpoint's.")
+@click.option("--eval-limit", default=1000, show_default=True, type=int, help="Held-out images per artefact check.")
+@click.option("--optional", is_flag=True, help="Also convert the profile's optional artefacts.")
+@click.option("--force", is_flag=True, help="Re-convert artefacts even when nothing changed.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress display.")
+def convert(checkpoint: Path, target: str, out: Path, heads: str | None, quant: str | None, max_drop: float,
+            jobs: int, data: str | None, eval_limit: int, optional: bool, force: bool, quiet: bool) -> None:
+    """Convert each subnetwork to the target's artefacts, verify them, write a manifest.
+
+    Re-running is incremental: unchanged artefacts are skipped, an interrupted run resumes.
+
+    \b
+    Example:
+      hydra-edge convert -c runs/digits/model.pt --target rpi --out bundles/rpi
+      hydra-edge convert -c model.pt --target jetson --heads 3,6,12 --jobs 2 --out bundles/jetson
+    """
+    opts = ConvertOptions(checkpoint=checkpoint, target=target, out=out, heads=heads, quant=quant, max_drop=max_drop,
+                          jobs=jobs, data=data, eval_limit=eval_limit, optional=optional, force=force)
+    progress = None if quiet or not sys.stderr.isatty() else _Progress()
+    try:
+        if progress:
+            with progress.progress:
+                result = run_convert(opts, progress)
+        else:
+            result = run_convert(opts, _log_line)
+    except HydraEdgeError as e:
+        raise click.ClickException(str(e)) from None
+    _summary(result)
+    if result.failed:
+        raise click.ClickException("; ".join(result.failed))

@@ -1,0 +1,41 @@
+"""Accuracy per head count: the number every later stage (conversion, lookup table) trades against latency."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from .config import HydraConfig
+from .model import HydraViT
+from .sizes import subnet_size
+
+
+@torch.no_grad()
+def accuracy_per_heads(
+    model: HydraViT, dataset: Dataset, heads: Iterable[int], batch_size: int = 256
+) -> dict[int, float]:
+    """Top-1 accuracy (%) of each subnetwork on ``dataset``, one pass over the data."""
+    heads = list(heads)
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    correct = dict.fromkeys(heads, 0)
+    total = 0
+    for x, y in DataLoader(dataset, batch_size=batch_size):
+        x, y = x.to(device), y.to(device)
+        total += len(y)
+        for k in heads:
+            correct[k] += (model(x, heads=k).argmax(-1) == y).sum().item()
+    model.train(was_training)
+    return {k: 100.0 * correct[k] / max(total, 1) for k in heads}
+
+
+def accuracy_rows(cfg: HydraConfig, accuracy: dict[int, float]) -> list[dict]:
+    """Accuracy joined with each subnetwork's size: the table users read and plot."""
+    return [
+        {"heads": k, "width": s.width, "params": s.params, "gmacs": s.gmacs, "top1": accuracy[k]}
+        for k in sorted(accuracy)
+        for s in [subnet_size(cfg, k)]
+    ]

@@ -1,0 +1,167 @@
+"""Device-side artefact runners: one small engine per format, numpy in, numpy out.
+
+This module is what a board or phone runs, so it imports numpy only; each runtime is imported
+lazily when its format is loaded. The host's conversion check (``hydra_edge.convert.verify``)
+loads artefacts through these same engines, so what was verified is what the device runs.
+
+``FORMATS`` is the one table of artefact formats, keyed by name; the converter finds its
+exporter for a format by the same name (``hydra_edge.convert.<name>``).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import HydraEdgeError
+
+Step = Callable[[np.ndarray], np.ndarray]  # one (1, C, H, W) float32 image -> (1, classes) logits
+
+
+@dataclass(frozen=True)
+class Format:
+    """An artefact format as data: its file suffix and the runtime (pip name, import name) that runs it."""
+
+    name: str
+    suffix: str
+    runtime: str  # the pip distribution a device installs
+    module: str  # what the engine imports
+    loader: Callable[[Path, int], Step]
+
+
+@dataclass
+class Engine:
+    """A loaded artefact. ``run`` takes a batch and feeds it one image at a time, as the device does."""
+
+    path: Path
+    format: Format
+    threads: int
+    step: Step
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        """Logits (B, classes) float32 for images (B, C, H, W); artefacts are exported for batch 1."""
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        return np.concatenate([self.step(x[i : i + 1]) for i in range(len(x))]).astype(np.float32)
+
+
+def _load_tflite(path: Path, threads: int) -> Step:
+    # ai-edge-litert, never tflite-runtime: the latter silently miscomputes dynamic-range int8 layers.
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=str(path), num_threads=threads)
+    runner = interpreter.get_signature_runner()
+    (name,) = interpreter.get_signature_list()["serving_default"]["inputs"]
+    return lambda x: next(iter(runner(**{name: x}).values()))
+
+
+def _load_onnx(path: Path, threads: int) -> Step:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    return lambda x: session.run(None, {name: x})[0]
+
+
+def _load_pte(path: Path, threads: int) -> Step:
+    # executorch's Python bindings take and return torch tensors, so this one engine needs torch
+    # (executorch.runtime imports it anyway); the conversion to numpy stays at this boundary.
+    import torch
+    from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
+    from executorch.runtime import Runtime
+
+    _unsafe_reset_threadpool(threads)
+    method = Runtime.get().load_program(str(path)).load_method("forward")
+    return lambda x: method.execute([torch.from_numpy(x)])[0].numpy()
+
+
+FORMATS: dict[str, Format] = {
+    "tflite": Format("tflite", ".tflite", runtime="ai-edge-litert", module="ai_edge_litert", loader=_load_tflite),
+    "executorch": Format("executorch", ".pte", runtime="executorch", module="executorch", loader=_load_pte),
+    "onnx": Format("onnx", ".onnx", runtime="onnxruntime", module="onnxruntime", loader=_load_onnx),
+}
+
+
+def format_of(path: str | Path) -> Format:
+    """The format of an artefact file, from its suffix."""
+    suffix = Path(path).suffix.lower()
+    for fmt in FORMATS.values():
+        if fmt.suffix == suffix:
+            return fmt
+    known = ", ".join(f.suffix for f in FORMATS.values())
+    raise HydraEdgeError(f"{path}: unknown artefact type {suffix!r}; expected one of {known}")
+
+
+def load(path: str | Path, threads: int = 1, format: str | None = None) -> Engine:
+    """Load an artefact into its runtime; ``format`` overrides the suffix (for files still being written)."""
+    path = Path(path)
+    if format is not None and format not in FORMATS:
+        raise HydraEdgeError(f"unknown format {format!r}; choose one of {sorted(FORMATS)}")
+    fmt = FORMATS[format] if format else format_of(path)
+    if not path.is_file():
+        raise HydraEdgeError(f"artefact {path} does not exist")
+    try:
+        step = fmt.loader(path, max(1, int(threads)))
+    except ImportError as e:
+        raise HydraEdgeError(f"cannot run {path.name}: {e}; install it with `pip install {fmt.runtime}`") from None
+    return Engine(path=path, format=fmt, threads=threads, step=step)
+
+
+def runtime_version(name: str) -> str | None:
+    """Installed version of the runtime of format ``name`` (None if not installed)."""
+    try:
+        return importlib.metadata.version(FORMATS[name].runtime)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Golden pairs: a device checks these before any of its timings count.
+
+
+@dataclass(frozen=True)
+class GoldenCheck:
+    """How an engine's outputs on the golden inputs compare with the reference outputs."""
+
+    ok: bool
+    max_abs_diff: float
+    top1_agreement: float
+    tolerance: dict[str, float]
+
+    def describe(self) -> str:
+        return (
+            f"max |diff| {self.max_abs_diff:.4g} (allowed {self.tolerance['max_abs_diff']:.4g}), "
+            f"top-1 agreement {self.top1_agreement:.0%} (needed {self.tolerance['min_top1_agreement']:.0%})"
+        )
+
+
+def compare(outputs: np.ndarray, reference: np.ndarray) -> tuple[float, float]:
+    """Largest absolute difference and the fraction of rows with the same arg-max."""
+    outputs, reference = np.asarray(outputs, np.float32), np.asarray(reference, np.float32)
+    if outputs.shape != reference.shape:
+        return float("inf"), 0.0
+    diff = float(np.abs(outputs - reference).max()) if outputs.size else 0.0
+    agree = float((outputs.argmax(-1) == reference.argmax(-1)).mean()) if outputs.size else 1.0
+    return diff, agree
+
+
+def load_golden(path: str | Path) -> dict[str, Any]:
+    """A golden ``.npz``: ``inputs`` (N, C, H, W), ``reference`` (fp32 logits), ``outputs`` (the host's)."""
+    try:
+        with np.load(path) as z:
+            return {name: z[name] for name in z.files}
+    except (OSError, ValueError) as e:
+        raise HydraEdgeError(f"cannot read golden pair {path}: {e}; re-run hydra-edge convert") from None
+
+
+def check_golden(engine: Engine, golden: dict[str, Any], tolerance: dict[str, float]) -> GoldenCheck:
+    """Run the golden inputs and compare with the fp32 reference under the manifest's tolerance."""
+    diff, agree = compare(engine.run(golden["inputs"]), golden["reference"])
+    ok = diff <= tolerance["max_abs_diff"] and agree >= tolerance["min_top1_agreement"]
+    return GoldenCheck(ok=ok, max_abs_diff=diff, top1_agreement=agree, tolerance=dict(tolerance))

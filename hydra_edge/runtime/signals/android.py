@@ -1,0 +1,108 @@
+"""Android signals as text: ``dumpsys thermalservice``, ``dumpsys battery`` and ``getprop``.
+
+A stock phone has no Python, so these parsers run on the host over text fetched with
+``adb shell``; on a rooted phone with Python they run on the device just the same.
+"""
+
+import re
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+from ._text import COLON_LINES, integer, number, pairs
+
+# PowerManager.THERMAL_STATUS_* by value.
+THERMAL_STATUS_NAMES = ("NONE", "LIGHT", "MODERATE", "SEVERE", "CRITICAL", "EMERGENCY", "SHUTDOWN")
+
+# BatteryManager.BATTERY_STATUS_* by value, spelt as sysfs spells them so both sources agree.
+_BATTERY_STATUS = {1: "Unknown", 2: "Charging", 3: "Discharging", 4: "Not charging", 5: "Full"}
+# The ``<source> powered: true`` lines of dumpsys battery, in the order BatteryService checks them.
+_PLUG_SOURCES = (("AC powered", "ac"), ("USB powered", "usb"),
+                 ("Wireless powered", "wireless"), ("Dock powered", "dock"))
+
+# android.os.Temperature.toString(): Temperature{mValue=41.5, mType=0, mName=CPU0, mStatus=0}
+_TEMPERATURE = re.compile(r"Temperature\{mValue=([^,]+), mType=-?\d+, mName=([^,}]+)")
+_GETPROP = re.compile(r"^\[([^\]]+)\]: \[(.*)\]\s*$", re.MULTILINE)
+
+
+def thermal_status_name(status: Optional[int]) -> Optional[str]:
+    """``NONE`` .. ``SHUTDOWN`` for 0 .. 6; None for anything else."""
+    in_range = status is not None and 0 <= status < len(THERMAL_STATUS_NAMES)
+    return THERMAL_STATUS_NAMES[status] if in_range else None
+
+
+@dataclass(frozen=True)
+class AndroidThermal:
+    """``dumpsys thermalservice``: the framework's thermal status and its sensors in °C."""
+
+    status: Optional[int]
+    temperatures_c: Dict[str, float]
+    status_override: Optional[bool]
+
+    @property
+    def status_name(self) -> Optional[str]:
+        return thermal_status_name(self.status)
+
+
+def parse_thermalservice(text: Optional[str]) -> Optional[AndroidThermal]:
+    """Parse ``dumpsys thermalservice``; None when the text has neither a status nor a sensor.
+
+    The dump lists cached temperatures first and then, if the HAL is up, a fresh read from the
+    HAL; the later reading of a sensor wins. ``status_override`` is true while
+    ``cmd thermalservice override-status`` is in force: the status is a test's, not the phone's.
+    """
+    fields = pairs(COLON_LINES, text)
+    temperatures = {}
+    for value, name in _TEMPERATURE.findall(text or ""):
+        celsius = number(value)
+        if celsius is not None:
+            temperatures[name.strip()] = celsius
+    status = integer(fields.get("Thermal Status"))
+    if status is None and not temperatures:
+        return None
+    override = fields.get("IsStatusOverride")
+    return AndroidThermal(status, temperatures, None if override is None else override == "true")
+
+
+@dataclass(frozen=True)
+class AndroidBattery:
+    """``dumpsys battery``: level in %, status as sysfs names it, what it is plugged into, °C."""
+
+    level: Optional[int]
+    status: Optional[str]
+    plugged: Optional[str]
+    temperature_c: Optional[float]
+
+    @property
+    def charging(self) -> Optional[bool]:
+        return None if self.status is None else self.status == "Charging"
+
+
+def parse_battery(text: Optional[str]) -> Optional[AndroidBattery]:
+    """Parse ``dumpsys battery``; None when there is no level in it.
+
+    ``plugged`` is ``ac``, ``usb``, ``wireless`` or ``dock``, ``unplugged`` when every source
+    says false, None when the dump has no such lines. Temperature is printed in tenths of °C.
+    """
+    fields = pairs(COLON_LINES, text)
+    level = integer(fields.get("level"))
+    if level is None:
+        return None
+    status = integer(fields.get("status"))
+    return AndroidBattery(
+        level=level,
+        status=_BATTERY_STATUS.get(status, "Unknown") if status is not None else None,
+        plugged=_plugged(fields),
+        temperature_c=number(fields.get("temperature"), 0.1),
+    )
+
+
+def _plugged(fields: Dict[str, str]) -> Optional[str]:
+    present = [(fields[key], name) for key, name in _PLUG_SOURCES if key in fields]
+    if not present:
+        return None
+    return next((name for value, name in present if value == "true"), "unplugged")
+
+
+def parse_getprop(text: Optional[str]) -> Dict[str, str]:
+    """``getprop`` output (``[ro.product.model]: [Pixel 7]``) as a dict."""
+    return pairs(_GETPROP, text)

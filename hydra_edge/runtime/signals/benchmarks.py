@@ -1,0 +1,178 @@
+"""Latency statistics: summarising our own timings, and parsing the native runners' output.
+
+A stock phone has no Python, so there the timings come from TFLite's ``benchmark_model`` or
+ExecuTorch's ``executor_runner``; both are read into the same ``LatencyStats`` (in ms) that the
+Python runner computes, so the lookup table never knows which produced a row.
+"""
+
+import math
+import re
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any, Dict, List, Optional, Sequence
+
+from ._text import EQUALS_TOKENS, NUMBER, integer, number, pairs
+
+TRIM_FRACTION = 0.1  # trimmed mean drops 10% at each end: one-off stalls, not the model
+
+
+@dataclass(frozen=True)
+class LatencyStats:
+    """Latency over ``count`` runs, in ms. A native runner may leave some fields None."""
+
+    count: int
+    mean_ms: float
+    std_ms: Optional[float] = None
+    min_ms: Optional[float] = None
+    max_ms: Optional[float] = None
+    p50_ms: Optional[float] = None
+    p90_ms: Optional[float] = None
+    p99_ms: Optional[float] = None
+    trimmed_mean_ms: Optional[float] = None
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0..100) by linear interpolation, as numpy's default computes it."""
+    position = (len(sorted_values) - 1) * q / 100.0
+    low, high = math.floor(position), math.ceil(position)
+    weight = position - low
+    return sorted_values[low] * (1.0 - weight) + sorted_values[high] * weight
+
+
+def trimmed_mean(sorted_values: Sequence[float], fraction: float = TRIM_FRACTION) -> float:
+    """Mean after cutting ``int(fraction * n)`` values at each end (as scipy's ``trim_mean``)."""
+    cut = int(fraction * len(sorted_values))
+    return statistics.fmean(sorted_values[cut:len(sorted_values) - cut])
+
+
+def summarize_latencies(seconds: Sequence[float]) -> LatencyStats:
+    """Summarise per-run latencies given in seconds into ms.
+
+    ``std_ms`` is the population standard deviation, as benchmark_model reports it, so the
+    Python and native rows compare like with like.
+    """
+    if not seconds:
+        raise ValueError("summarize_latencies needs at least one latency")
+    ms = sorted(value * 1e3 for value in seconds)
+    return LatencyStats(
+        count=len(ms),
+        mean_ms=statistics.fmean(ms),
+        std_ms=statistics.pstdev(ms),
+        min_ms=ms[0],
+        max_ms=ms[-1],
+        p50_ms=percentile(ms, 50),
+        p90_ms=percentile(ms, 90),
+        p99_ms=percentile(ms, 99),
+        trimmed_mean_ms=trimmed_mean(ms),
+    )
+
+
+@dataclass(frozen=True)
+class NativeBenchmark:
+    """What a native runner printed: steady-state latency plus start-up costs and memory."""
+
+    tool: str
+    succeeded: bool
+    latency: Optional[LatencyStats]
+    init_ms: Optional[float] = None
+    first_ms: Optional[float] = None
+    warmup_mean_ms: Optional[float] = None
+    memory_init_mb: Optional[float] = None
+    memory_overall_mb: Optional[float] = None
+    memory_peak_mb: Optional[float] = None
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+def _line_after(text: str, marker: str) -> Optional[str]:
+    """The rest of the first line that contains ``marker``, or None."""
+    match = re.search(re.escape(marker) + r"(.*)", text)
+    return match.group(1) if match else None
+
+
+# benchmark_model -----------------------------------------------------------------------------
+# Each "Running benchmark for at least ..." run (warm-up, then the measured one) ends with one
+# Stat line in µs: "count=50 first=1234 curr=1200 min=1100 max=1300 avg=1200.5 std=30", or
+# "count=50 curr=1200(all same)" when every run took the same time. It prints no percentiles
+# (tensorflow/core/util/stats_calculator.h, Stat::OutputToStream), so those stay None.
+_TFLITE_RUN = "Running benchmark for at least"
+_TFLITE_TIMINGS = "Inference timings in us:"
+_TFLITE_TIMING = re.compile(r"([A-Za-z][\w ()]*?):\s*([^,\s]+)")
+
+
+def _tflite_stat(run_output: str) -> Optional[LatencyStats]:
+    stat_line = next((line for line in run_output.splitlines() if "count=" in line), "")
+    fields = pairs(EQUALS_TOKENS, stat_line)
+    count = integer(fields.get("count"))
+    if not count:
+        return None
+    us = {key: number(value, 1e-3) for key, value in fields.items()}
+    if us.get("avg") is None:  # the "(all same)" form
+        us.update(avg=us.get("curr"), min=us.get("curr"), max=us.get("curr"), std=0.0)
+    if us["avg"] is None:
+        return None
+    return LatencyStats(count=count, mean_ms=us["avg"], std_ms=us.get("std"),
+                        min_ms=us.get("min"), max_ms=us.get("max"))
+
+
+def parse_benchmark_model(text: str) -> NativeBenchmark:
+    """Parse TFLite ``benchmark_model`` output (stdout and stderr together).
+
+    The latency is the second run's Stat line (the first is the warm-up); the summary line
+    ``Inference timings in us: Init: .., First inference: .., Warmup (avg): ..`` gives the
+    start-up costs, and ``--report_peak_memory_footprint`` adds the peak memory line.
+    """
+    runs = text.split(_TFLITE_RUN)[1:]
+    timings = pairs(_TFLITE_TIMING, _line_after(text, _TFLITE_TIMINGS))
+    memory = pairs(EQUALS_TOKENS, _line_after(text, "Memory footprint delta from the start"))
+    return NativeBenchmark(
+        tool="benchmark_model",
+        succeeded=bool(timings),
+        latency=_tflite_stat(runs[1]) if len(runs) > 1 else None,
+        init_ms=number(timings.get("Init"), 1e-3),
+        first_ms=number(timings.get("First inference"), 1e-3),
+        warmup_mean_ms=number(timings.get("Warmup (avg)"), 1e-3),
+        memory_init_mb=number(memory.get("init")),
+        memory_overall_mb=number(memory.get("overall")),
+        memory_peak_mb=number(_line_after(text, "Overall peak memory footprint (MB)")),
+    )
+
+
+# executor_runner -----------------------------------------------------------------------------
+# examples/portable/executor_runner logs (ET_LOG, "I 00:00:00.001234 executorch:file:line] ..."):
+#   "Model loaded in 12.345000 ms."               (newer builds)
+#   "Iteration 3 of 10: 11.230000 ms"             (newer builds, one per --num_executions)
+#   "Model executed successfully 10 time(s) in 112.300000 ms."  or, in old builds, just
+#   "Model executed successfully."
+_ET_LOADED = re.compile(rf"Model loaded in ({NUMBER}) ms")
+_ET_ITERATION = re.compile(rf"Iteration \d+ of \d+: ({NUMBER}) ms")
+_ET_DONE = re.compile(rf"Model executed successfully(?: (\d+) time\(s\) in ({NUMBER}) ms)?")
+
+
+def parse_executor_runner(text: str) -> NativeBenchmark:
+    """Parse ExecuTorch ``executor_runner`` output (its log goes to stderr).
+
+    Per-iteration lines give full statistics; without them the total over N executions gives
+    the mean only; an old runner that prints neither gives ``latency=None``.
+    """
+    iterations_ms = [float(value) for value in _ET_ITERATION.findall(text)]
+    done = _ET_DONE.search(text)
+    loaded = _ET_LOADED.search(text)
+    return NativeBenchmark(
+        tool="executor_runner",
+        succeeded=done is not None,
+        latency=_executorch_latency(iterations_ms, done),
+        init_ms=float(loaded.group(1)) if loaded else None,
+        first_ms=iterations_ms[0] if iterations_ms else None,
+    )
+
+
+def _executorch_latency(iterations_ms: List[float], done: Optional["re.Match[str]"]
+                        ) -> Optional[LatencyStats]:
+    if iterations_ms:
+        return summarize_latencies([value * 1e-3 for value in iterations_ms])
+    if done is None or done.group(1) is None or int(done.group(1)) == 0:
+        return None
+    count = int(done.group(1))
+    return LatencyStats(count=count, mean_ms=float(done.group(2)) / count)

@@ -1,0 +1,210 @@
+"""Linux board signals: sysfs thermal zones and power supplies, Raspberry Pi ``vcgencmd``,
+Jetson ``tegrastats``.
+
+Every path is taken under a ``root`` (default ``/``) so tests, and a host reading a mounted
+board image, can point elsewhere. Units follow the kernel ABI (Documentation/ABI/testing/
+sysfs-class-thermal and sysfs-class-power): temperatures in m°C (power supply ``temp`` in
+tenths of °C), power in µW, current in µA, voltage in µV.
+"""
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from ._text import EQUALS_TOKENS, NUMBER, integer, number, pairs, read_text
+
+MILLI = 1e-3
+MICRO = 1e-6
+
+
+def _index(path: Path) -> int:
+    """The number in ``thermal_zone12`` / ``trip_point_3_temp``, so that 10 sorts after 9."""
+    match = re.search(r"\d+", path.name)
+    return int(match.group()) if match else -1
+
+
+@dataclass(frozen=True)
+class TripPoint:
+    """A temperature at which the kernel acts (``passive`` throttles, ``critical`` shuts down)."""
+
+    temp_c: float
+    type: Optional[str]
+
+
+@dataclass(frozen=True)
+class ThermalZone:
+    """One ``/sys/class/thermal/thermal_zoneN``; ``temp_c`` is None if the sensor will not read."""
+
+    zone: str
+    name: str
+    temp_c: Optional[float]
+    trip_points: Tuple[TripPoint, ...] = ()
+
+
+def read_thermal_zones(root: str = "/") -> List[ThermalZone]:
+    """Every thermal zone under ``root`` in index order; an empty list where there are none."""
+    base = Path(root, "sys/class/thermal")
+    return [_read_zone(path) for path in sorted(base.glob("thermal_zone*"), key=_index)]
+
+
+def _read_zone(path: Path) -> ThermalZone:
+    trips = []
+    for temp_file in sorted(path.glob("trip_point_*_temp"), key=_index):
+        temp_c = number(read_text(temp_file), MILLI)
+        if temp_c is not None:
+            trip_type = read_text(temp_file.with_name(temp_file.name.replace("_temp", "_type")))
+            trips.append(TripPoint(temp_c, trip_type))
+    return ThermalZone(
+        zone=path.name,
+        name=read_text(path / "type") or path.name,
+        temp_c=number(read_text(path / "temp"), MILLI),
+        trip_points=tuple(trips),
+    )
+
+
+@dataclass(frozen=True)
+class PowerSupply:
+    """One ``/sys/class/power_supply/<name>``: a battery, or a Mains/USB input."""
+
+    name: str
+    type: Optional[str]
+    status: Optional[str]
+    capacity: Optional[int]
+    online: Optional[bool]
+    power_w: Optional[float]
+    temp_c: Optional[float]
+
+    @property
+    def charging(self) -> Optional[bool]:
+        return None if self.status is None else self.status == "Charging"
+
+
+def read_power_supplies(root: str = "/") -> List[PowerSupply]:
+    """Every power supply under ``root``, sorted by name; an empty list where there are none."""
+    base = Path(root, "sys/class/power_supply")
+    return [_read_supply(path) for path in sorted(base.glob("*"))]
+
+
+def _read_supply(path: Path) -> PowerSupply:
+    online = integer(read_text(path / "online"))
+    return PowerSupply(
+        name=path.name,
+        type=read_text(path / "type"),
+        status=read_text(path / "status"),
+        capacity=integer(read_text(path / "capacity")),
+        online=None if online is None else online == 1,
+        power_w=_supply_power_w(path),
+        temp_c=number(read_text(path / "temp"), 0.1),
+    )
+
+
+def _supply_power_w(path: Path) -> Optional[float]:
+    """``power_now`` when the driver has it, else ``current_now * voltage_now``.
+
+    Absolute values: the sign of ``current_now`` means charge or discharge depending on the
+    driver, and the switcher only wants the magnitude.
+    """
+    power = number(read_text(path / "power_now"), MICRO)
+    if power is not None:
+        return abs(power)
+    current = number(read_text(path / "current_now"), MICRO)
+    voltage = number(read_text(path / "voltage_now"), MICRO)
+    return None if current is None or voltage is None else abs(current * voltage)
+
+
+def parse_measure_temp(text: Optional[str]) -> Optional[float]:
+    """°C from ``vcgencmd measure_temp`` (``temp=48.3'C``)."""
+    return number(pairs(EQUALS_TOKENS, text).get("temp"))
+
+
+# get_throttled bit i is the condition now; bit i + 16 says it has happened since boot.
+THROTTLE_FLAGS = ("under_voltage", "arm_freq_capped", "throttled", "soft_temp_limit")
+_SINCE_BOOT_SHIFT = 16
+
+
+@dataclass(frozen=True)
+class Throttling:
+    """The decoded ``vcgencmd get_throttled`` word; ``raw`` keeps the bits not named here."""
+
+    raw: int
+    under_voltage: bool
+    arm_freq_capped: bool
+    throttled: bool
+    soft_temp_limit: bool
+    under_voltage_occurred: bool
+    arm_freq_capped_occurred: bool
+    throttled_occurred: bool
+    soft_temp_limit_occurred: bool
+
+    @classmethod
+    def from_raw(cls, raw: int) -> "Throttling":
+        flags = {}
+        for bit, name in enumerate(THROTTLE_FLAGS):
+            flags[name] = bool(raw >> bit & 1)
+            flags[f"{name}_occurred"] = bool(raw >> (bit + _SINCE_BOOT_SHIFT) & 1)
+        return cls(raw=raw, **flags)
+
+    @property
+    def any_now(self) -> bool:
+        """True if any limit is active right now: the latency being measured is not the board's."""
+        return any(getattr(self, name) for name in THROTTLE_FLAGS)
+
+
+def parse_get_throttled(text: Optional[str]) -> Optional[Throttling]:
+    """Decode ``vcgencmd get_throttled`` (``throttled=0x50000``)."""
+    raw = integer(pairs(EQUALS_TOKENS, text).get("throttled"))
+    return None if raw is None else Throttling.from_raw(raw)
+
+
+# tegrastats names its sensors and rails per module, so these patterns are generic:
+# ``cpu@54.9C`` / ``CPU@27.5C``, and ``VDD_IN 4673mW/4673mW`` (Orin, Xavier) or
+# ``POM_5V_IN 1004/1004`` (Nano: mW without the unit). The lookahead keeps ``RAM 2272/7620MB`` out.
+_TEGRA_MEMORY = re.compile(r"\b(RAM|SWAP) (\d+)/(\d+)MB")
+_TEGRA_TEMP = re.compile(rf"(\w+)@({NUMBER})C\b")
+_TEGRA_RAIL = re.compile(r"\b([A-Z][A-Z0-9_]*) (\d+)(?:mW)?/(\d+)(?:mW)?(?=\s|$)")
+_TEGRA_SENSOR_OFF = -256.0  # what tegrastats prints for a powered-down sensor (cv0@-256C)
+# The rail that feeds the whole module, where the module has one (AGX Orin has none: its rails
+# are per domain, and their sum is not the board's draw).
+_TEGRA_INPUT_RAILS = ("VDD_IN", "POM_5V_IN")
+
+
+@dataclass(frozen=True)
+class TegraStats:
+    """One ``tegrastats`` sample: memory in MB, sensors in °C, rails now and averaged in mW."""
+
+    ram_used_mb: Optional[int]
+    ram_total_mb: Optional[int]
+    swap_used_mb: Optional[int]
+    swap_total_mb: Optional[int]
+    temps_c: Dict[str, float]
+    power_mw: Dict[str, float]
+    power_avg_mw: Dict[str, float]
+
+    def input_power_w(self) -> Optional[float]:
+        """The module's input power in W, or None where tegrastats has no whole-module rail."""
+        rail = next((name for name in _TEGRA_INPUT_RAILS if name in self.power_mw), None)
+        return None if rail is None else self.power_mw[rail] * MILLI
+
+
+def parse_tegrastats(text: Optional[str]) -> Optional[TegraStats]:
+    """Parse the last non-empty line of ``tegrastats`` output (the newest sample)."""
+    lines = [line for line in (text or "").splitlines() if line.strip()]
+    if not lines:
+        return None
+    line = lines[-1]
+    memory = {kind: (int(used), int(total)) for kind, used, total in _TEGRA_MEMORY.findall(line)}
+    temps = {name: float(value) for name, value in _TEGRA_TEMP.findall(line)}
+    rails = _TEGRA_RAIL.findall(line)
+    if not (memory or temps or rails):
+        return None
+    ram, swap = memory.get("RAM", (None, None)), memory.get("SWAP", (None, None))
+    return TegraStats(
+        ram_used_mb=ram[0],
+        ram_total_mb=ram[1],
+        swap_used_mb=swap[0],
+        swap_total_mb=swap[1],
+        temps_c={name: value for name, value in temps.items() if value > _TEGRA_SENSOR_OFF},
+        power_mw={name: float(now) for name, now, _ in rails},
+        power_avg_mw={name: float(avg) for name, _, avg in rails},
+    )

@@ -1,0 +1,116 @@
+"""An Android phone over adb, through the real ``adb`` client.
+
+Commands go through ``adb shell`` with the shell protocol (exit codes and stderr kept apart,
+Android 7+), files through ``adb push``/``adb pull`` (the sync protocol). ``-P PORT`` picks the
+adb server, so a test or a second user can own theirs; ``ANDROID_SERIAL`` is honoured.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Mapping
+
+from .base import ErrorRule, Launch, Transport, match_error, remote_command
+from .errors import (
+    ConnectionLostError,
+    DeviceNotFoundError,
+    DeviceUnauthorizedError,
+    TransportError,
+    UnreachableError,
+)
+
+DEFAULT_BASE_DIR = "/data/local/tmp/hydra-edge"  # the one place a shell user may write and exec
+INSTALL_HINT = "install the Android platform tools (apt-get install adb)"
+
+ADB_RULES = (
+    ErrorRule(r"unauthorized", DeviceUnauthorizedError,
+              "{device} has not authorised this computer; unlock it and accept the 'Allow USB debugging?' "
+              "prompt, then try again"),
+    ErrorRule(r"device '[^']*' not found|device not found|no devices/emulators found", DeviceNotFoundError,
+              "adb device {serial} is not connected (see `adb{port_flag} devices`); plug it in, "
+              "or for a network device run `adb{port_flag} connect HOST:PORT` first"),
+    ErrorRule(r"offline|still connecting|still authorizing", DeviceNotFoundError,
+              "{device} is offline; reconnect it (`adb{port_flag} reconnect`) and try again"),
+    ErrorRule(r"more than one device", DeviceNotFoundError,
+              "several adb devices are attached; pass a serial or set ANDROID_SERIAL"),
+    ErrorRule(r"cannot connect to daemon|failed to start daemon|daemon not running", UnreachableError,
+              "cannot reach an adb server on port {adb_port}; start one with `adb{port_flag} start-server`"),
+    ErrorRule(r"protocol fault|error: closed|connection reset|broken pipe", ConnectionLostError,
+              "the adb connection to {device} dropped"),
+)
+
+
+def _client_lines(stderr: str) -> str:
+    """The lines the adb client itself wrote, not the device command's stderr."""
+    marks = ("error:", "adb: error:", "adb: ", "* daemon", "cannot connect to daemon")
+    return "\n".join(line for line in stderr.splitlines() if line.lower().startswith(marks))
+
+
+class AdbTransport(Transport):
+    """A phone reached through an adb server; remote paths are the phone's own."""
+
+    def __init__(self, serial: str | None = None, *, adb_port: int | None = None,
+                 remote_dir: str = DEFAULT_BASE_DIR, adb: str = "adb") -> None:
+        self._adb_cmd = [adb, *(["-P", str(adb_port)] if adb_port else [])]
+        self.adb_port = adb_port
+        self.base_dir = remote_dir
+        self.serial: str | None = None  # None only while looking for the one attached device
+        self.serial = serial or os.environ.get("ANDROID_SERIAL") or self._only_device()
+
+    @property
+    def device_id(self) -> str:  # type: ignore[override]
+        return f"adb:{self.serial}" if self.serial else "adb"
+
+    def _adb(self, *args: str) -> Launch:
+        serial = ["-s", self.serial] if self.serial else []
+        return Launch([*self._adb_cmd, *serial, *args], install_hint=INSTALL_HINT)
+
+    def _error_fields(self) -> dict[str, object]:
+        return {"device": self.device_id, "serial": self.serial or "", "adb_port": self.adb_port or 5037,
+                "port_flag": f" -P {self.adb_port}" if self.adb_port else ""}
+
+    def _client_error(self, returncode: int, stderr: str) -> TransportError | None:
+        if returncode == 0:
+            return None
+        return match_error(ADB_RULES, _client_lines(stderr), self._error_fields())
+
+    def _only_device(self) -> str:
+        """With no serial given, the one attached device; several or none is an error."""
+        rc, out, err = self._run_client(self._adb("devices"), ["adb", "devices"], timeout=60)
+        rows = [line.split() for line in out.decode(errors="replace").splitlines()[1:] if line.strip()]
+        serials = [row[0] for row in rows if len(row) >= 2]
+        if len(serials) == 1:
+            return serials[0]
+        if not serials:
+            raise DeviceNotFoundError(f"no adb device is connected (see `adb{self._error_fields()['port_flag']} "
+                                      "devices`); plug one in or pass a serial")
+        raise DeviceNotFoundError(f"several adb devices are connected ({', '.join(serials)}); "
+                                  "pass a serial or set ANDROID_SERIAL")
+
+    def _launch(self, argv: list[str], cwd: str | None, env: Mapping[str, str] | None) -> Launch:
+        # adb joins its arguments with spaces and hands them to the phone's shell, like ssh:
+        # one pre-quoted line keeps every argument intact.
+        return self._adb("shell", remote_command(argv, cwd, env))
+
+    def connect(self) -> None:
+        """Check the device is online and authorised, and that it reports exit codes."""
+        rc, out, err = self._run_client(self._adb("features"), ["adb", "features"], timeout=60)
+        if rc != 0:
+            raise TransportError(f"cannot talk to {self.device_id}: {err.strip() or f'adb exited {rc}'}")
+        if "shell_v2" not in out.decode(errors="replace").split():
+            raise TransportError(f"{self.device_id} is too old for hydra-edge: its adb has no shell "
+                                 "protocol (exit codes), which needs Android 7 or newer")
+
+    def _upload(self, local: Path, remote: str) -> None:
+        self._sync("push", str(local), remote, remote, f"copying {local} to")
+
+    def _download(self, remote: str, local: Path) -> None:
+        self._sync("pull", remote, str(local), remote, "copying from")
+
+    def _sync(self, verb: str, src: str, dst: str, remote: str, doing: str) -> None:
+        """``adb push``/``adb pull``; they print their errors on stdout as often as on stderr."""
+        rc, out, err = self._run_client(self._adb(verb, src, dst), ["adb", verb, src, dst])
+        if rc != 0:
+            said = out.decode(errors="replace") + err
+            raise self._client_error(rc, said) or self._transfer_error(said, remote, doing)

@@ -1,0 +1,450 @@
+"""One way to reach a device: run a command, copy files both ways, check what arrived.
+
+Every transport (this machine, ssh, adb) is a local client program that runs one remote shell
+command per call, so the shared machinery lives here: quoting an argv for the remote shell,
+running the client with timeouts and Ctrl-C handling, streaming output lines, turning client
+error text into one-line ``TransportError``s, and verifying every copy by sha256 computed on
+the device. A subclass only says how to launch its client and how to copy a file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+import re
+import shlex
+import signal
+import subprocess
+import threading
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Iterator, Mapping, NamedTuple, Sequence
+
+from ..atomic import atomic_path
+from .errors import (
+    IntegrityError,
+    NoSpaceError,
+    RemoteCommandError,
+    RemoteFileNotFoundError,
+    ToolMissingError,
+    TransportError,
+    TransportInterrupted,
+    TransportTimeout,
+)
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_SHA256 = re.compile(r"[0-9a-f]{64}\Z")
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a finished device command left behind."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+class Launch(NamedTuple):
+    """How to start the local client process that runs one command on the device."""
+
+    argv: list[str]
+    cwd: str | None = None
+    env: dict[str, str] | None = None
+    install_hint: str = ""  # said when argv[0] is missing here, e.g. "apt-get install adb"
+
+
+@dataclass(frozen=True)
+class ErrorRule:
+    """Client error text (a regex) that means a specific, fixable failure.
+
+    ``message`` is formatted with the transport's ``_error_fields()`` plus the regex's named
+    groups, so one table per client gives every failure one clear line.
+    """
+
+    pattern: str
+    error: type[TransportError]
+    message: str
+
+
+def match_error(rules: Sequence[ErrorRule], text: str, fields: Mapping[str, object]) -> TransportError | None:
+    """The error for the first rule whose pattern occurs in ``text``, else None."""
+    for rule in rules:
+        found = re.search(rule.pattern, text, re.IGNORECASE | re.MULTILINE)
+        if found:
+            return rule.error(rule.message.format(**{**fields, **found.groupdict()}))
+    return None
+
+
+# File-copy failures look alike across clients (they are the device's errno strings).
+TRANSFER_RULES = (
+    ErrorRule(r"No space left on device|ENOSPC|disk quota exceeded", NoSpaceError,
+              "no space left on {device} for {path}; free some space or choose another remote dir"),
+    ErrorRule(r"No such file or directory|does not exist", RemoteFileNotFoundError,
+              "{path} does not exist on {device}"),
+)
+
+
+def remote_command(argv: Sequence[str], cwd: str | None = None, env: Mapping[str, str] | None = None) -> str:
+    """One POSIX shell command line that runs ``argv`` exactly, every word quoted.
+
+    Remote shells (sh, bash, Android's mksh) re-parse the line, so nothing in an argument
+    (spaces, quotes, ``$``, backticks, ``;``) may reach them unquoted.
+    """
+    line = shlex.join(check_argv(argv))
+    if env:
+        bad = [k for k in env if not _ENV_NAME.match(k)]
+        if bad:
+            raise ValueError(f"not an environment variable name: {bad[0]!r}")
+        line = "env " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items()) + " " + line
+    if cwd is not None:
+        line = f"cd {shlex.quote(cwd)} && {line}"
+    return line
+
+
+def check_argv(argv: Sequence[str]) -> list[str]:
+    """Reject a command given as one string: it would be quoted as a single word (or char by char)."""
+    if isinstance(argv, (str, bytes)) or not argv:
+        raise TypeError("argv must be a non-empty list of strings, e.g. ['ls', '-l', path]")
+    return [str(a) for a in argv]
+
+
+def sha256_file(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def shown(argv: Sequence[str], limit: int = 120) -> str:
+    """A command as a user would type it, cut short for one-line messages."""
+    text = shlex.join(argv)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _safe_path(path: str) -> str:
+    """Keep a relative path that starts with '-' from being read as an option."""
+    return "./" + path if path.startswith("-") else path
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop a client process and whatever it started, and reap it.
+
+    Clients run in their own process group (so Ctrl-C reaches only us, and we decide how to
+    stop); the remote side sees its connection close.
+    """
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if proc.poll() is not None:
+            break
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            continue
+    proc.wait()
+
+
+class Transport(ABC):
+    """A device reachable by one client program; thread-safe per instance.
+
+    Each call starts its own client process and shares no mutable state, so a fleet can drive
+    several transports (or one) from threads. Remote paths are POSIX paths on the device;
+    ``base_dir`` is where this toolkit keeps its files there.
+    """
+
+    device_id: str  # e.g. "ssh:pi@10.0.0.7:22", "adb:R58M12345", "local:myhost"
+    base_dir: str
+
+    def __str__(self) -> str:
+        return self.device_id
+
+    def __enter__(self) -> "Transport":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- what a subclass provides -------------------------------------------------------
+
+    @abstractmethod
+    def _launch(self, argv: list[str], cwd: str | None, env: Mapping[str, str] | None) -> Launch:
+        """The local process that runs ``argv`` on the device."""
+
+    def _client_error(self, returncode: int, stderr: str) -> TransportError | None:
+        """A failure of the client itself (connection, auth), told apart from the command's own."""
+        return None
+
+    def _error_fields(self) -> dict[str, object]:
+        """Values the error-rule messages may name ({device}, {host}, {port}, ...)."""
+        return {"device": self.device_id}
+
+    def connect(self) -> None:
+        """Fail now, with a clear message, if the device cannot be reached."""
+        self.run(["true"])
+
+    def close(self) -> None:
+        """Release connections and temp files; the device's files stay."""
+
+    def _upload(self, local: Path, remote: str) -> None:
+        """Copy a file to the device (default: stream it into ``cat`` over the command channel)."""
+        with open(local, "rb") as src:
+            rc, _, err = self._execute(["sh", "-c", 'cat > "$1"', "sh", remote], stdin=src)
+        if rc != 0:
+            raise self._transfer_error(err, remote, f"copying {local} to")
+
+    def _download(self, remote: str, local: Path) -> None:
+        """Copy a file from the device (default: ``cat`` it into the local file)."""
+        with open(local, "wb") as dst:
+            rc, _, err = self._execute(["cat", _safe_path(remote)], stdout=dst)
+        if rc != 0:
+            raise self._transfer_error(err, remote, "copying from")
+
+    # --- commands -------------------------------------------------------------------------
+
+    def run(self, argv: Sequence[str], timeout: float | None = None, check: bool = True,
+            cwd: str | None = None, env: Mapping[str, str] | None = None) -> Result:
+        """Run ``argv`` on the device and wait; with ``check`` a non-zero exit raises.
+
+        ``cwd`` is a device directory to run in; ``env`` adds environment variables.
+        """
+        argv = check_argv(argv)
+        rc, out, err = self._execute(argv, cwd=cwd, env=env, timeout=timeout)
+        result = Result(rc, out.decode(errors="replace"), err)
+        if check and rc != 0:
+            raise self._command_failed(argv, result)
+        return result
+
+    def stream(self, argv: Sequence[str], timeout: float | None = None, check: bool = True,
+               cwd: str | None = None, env: Mapping[str, str] | None = None) -> "Stream":
+        """Start ``argv`` on the device; iterate the returned ``Stream`` for stdout lines as they come.
+
+        For long runs (the calibration runner prints one JSON line per measurement). Use it as a
+        context manager so leaving early stops the command.
+        """
+        argv = check_argv(argv)
+        proc = self._popen(self._launch(argv, cwd, env), subprocess.DEVNULL, subprocess.PIPE)
+        return Stream(self, argv, proc, timeout, check)
+
+    def _popen(self, launch: Launch, stdin: int | IO[bytes], stdout: int | IO[bytes]) -> subprocess.Popen:
+        try:
+            return subprocess.Popen(launch.argv, cwd=launch.cwd, env=launch.env,
+                                    stdin=stdin, stdout=stdout, stderr=subprocess.PIPE,
+                                    start_new_session=True)
+        except FileNotFoundError:
+            raise ToolMissingError(f"`{launch.argv[0]}` is not installed on this machine; "
+                                   f"{launch.install_hint}") from None
+
+    def _execute(self, argv: list[str], cwd: str | None = None, env: Mapping[str, str] | None = None,
+                 timeout: float | None = None, stdin: int | IO[bytes] = subprocess.DEVNULL,
+                 stdout: int | IO[bytes] = subprocess.PIPE) -> tuple[int, bytes, str]:
+        """Run one device command to the end: (exit code, stdout bytes, stderr text)."""
+        return self._run_client(self._launch(argv, cwd, env), argv, timeout, stdin, stdout)
+
+    def _run_client(self, launch: Launch, argv: Sequence[str], timeout: float | None = None,
+                    stdin: int | IO[bytes] = subprocess.DEVNULL,
+                    stdout: int | IO[bytes] = subprocess.PIPE) -> tuple[int, bytes, str]:
+        """Run a client process to the end; ``argv`` names what it does in messages."""
+        proc = self._popen(launch, stdin, stdout)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _stop(proc)
+            raise TransportTimeout(f"`{shown(argv)}` did not finish within {timeout:g} s on "
+                                   f"{self.device_id}; stopped it") from None
+        except KeyboardInterrupt:
+            _stop(proc)
+            raise TransportInterrupted(f"interrupted while `{shown(argv)}` ran on {self.device_id}") from None
+        err_text = err.decode(errors="replace")
+        failure = self._client_error(proc.returncode, err_text)
+        if failure is not None:
+            raise failure
+        return proc.returncode, out or b"", err_text
+
+    def _command_failed(self, argv: Sequence[str], result: Result) -> RemoteCommandError:
+        said = (result.stderr.strip() or result.stdout.strip()).splitlines()
+        detail = f": {said[-1]}" if said else ""
+        return RemoteCommandError(f"`{shown(argv)}` exited with {result.returncode} on "
+                                  f"{self.device_id}{detail}", result)
+
+    def _transfer_error(self, stderr: str, path: str, doing: str) -> TransportError:
+        found = match_error(TRANSFER_RULES, stderr, {**self._error_fields(), "path": path})
+        if found is not None:
+            return found
+        lines = stderr.strip().splitlines()
+        return TransportError(f"{doing} {path} on {self.device_id} failed: "
+                              f"{lines[-1] if lines else 'no error text'}")
+
+    # --- files ----------------------------------------------------------------------------
+
+    def remote_path(self, *parts: str) -> str:
+        """A path under ``base_dir`` on the device."""
+        return posixpath.join(self.base_dir, *parts)
+
+    def exists(self, remote: str) -> bool:
+        return self.run(["test", "-e", _safe_path(remote)], check=False).returncode == 0
+
+    def mkdir(self, remote: str) -> None:
+        """Create a device directory and its parents (no error if it exists)."""
+        self.run(["mkdir", "-p", _safe_path(remote)])
+
+    def free_bytes(self, remote_dir: str) -> int:
+        """Bytes available to us in the file system holding ``remote_dir``."""
+        result = self.run(["df", "-Pk", _safe_path(remote_dir)])
+        # POSIX format: FS, 1024-blocks, Used, Available, Capacity%, Mounted on; names may hold spaces,
+        # so anchor on the Capacity column.
+        fields = result.stdout.strip().splitlines()[-1].split()
+        for i, field in enumerate(fields):
+            if i >= 1 and field.endswith("%") and fields[i - 1].isdigit():
+                return int(fields[i - 1]) * 1024
+        raise TransportError(f"cannot read free space of {remote_dir} on {self.device_id} "
+                             f"from `df -Pk`: {result.stdout.strip()!r}")
+
+    def sha256(self, remote: str) -> str:
+        """sha256 of a device file, computed on the device (``sha256sum``, or toybox's on Android)."""
+        result = None
+        for tool in (["sha256sum"], ["toybox", "sha256sum"]):
+            result = self.run([*tool, _safe_path(remote)], check=False)
+            digest = result.stdout.split()[0] if result.stdout.split() else ""
+            if result.returncode == 0 and _SHA256.match(digest):
+                return digest
+            if result.returncode not in (126, 127):  # the tool exists and failed: say why
+                break
+        raise self._transfer_error(result.stderr if result else "", remote, "hashing")
+
+    def push(self, local: str | Path, remote: str) -> None:
+        """Copy a local file to ``remote`` (parents created) and prove it arrived intact.
+
+        The file lands beside its target under a temporary name, its sha256 is computed on the
+        device and compared, and only then is it renamed into place; a bad copy is removed and
+        raises ``IntegrityError``, so the device never holds a half or corrupted file by its
+        real name.
+        """
+        local = Path(local)
+        if not local.is_file():
+            raise TransportError(f"cannot push {local}: not a file on this machine")
+        want, size = sha256_file(local), local.stat().st_size
+        parent, name = posixpath.split(remote)
+        parent = parent or "."
+        self.mkdir(parent)
+        free = self.free_bytes(parent)
+        if size > free:
+            raise NoSpaceError(f"no space on {self.device_id} for {remote}: it needs {_mib(size)}, "
+                               f"{parent} has {_mib(free)} free; free some space or choose another remote dir")
+        part = posixpath.join(parent, f".{name}.hydra-part")
+        try:
+            self._upload(local, part)
+            got = self.sha256(part)
+            if got != want:
+                raise IntegrityError(f"pushing {local} to {remote} on {self.device_id} corrupted it "
+                                     f"(sha256 {got[:12]}... on the device, {want[:12]}... here); push again")
+            self.run(["mv", "-f", _safe_path(part), _safe_path(remote)])
+        except BaseException:
+            self._discard(part)
+            raise
+
+    def pull(self, remote: str, local: str | Path) -> Path:
+        """Copy a device file here atomically, checked against the device's sha256."""
+        local = Path(local)
+        with atomic_path(local) as tmp:
+            self._download(remote, tmp)
+            want, got = self.sha256(remote), sha256_file(tmp)
+            if got != want:
+                raise IntegrityError(f"pulling {remote} from {self.device_id} corrupted it "
+                                     f"(sha256 {want[:12]}... there, {got[:12]}... here); pull again")
+        return local
+
+    def _discard(self, remote: str) -> None:
+        """Best-effort removal after a failed push; the original failure is what matters."""
+        try:
+            self.run(["rm", "-f", _safe_path(remote)], check=False, timeout=30)
+        except TransportError:
+            pass
+
+
+class Stream:
+    """Stdout lines of a running device command, yielded as they arrive.
+
+    After the loop ends, ``returncode`` and ``stderr`` hold the outcome; with ``check`` a
+    non-zero exit raises ``RemoteCommandError``, a dropped connection the transport's error,
+    Ctrl-C ``TransportInterrupted``. Leaving a ``with`` block early stops the command.
+    """
+
+    def __init__(self, transport: Transport, argv: list[str], proc: subprocess.Popen,
+                 timeout: float | None, check: bool) -> None:
+        self.returncode: int | None = None
+        self.stderr = ""
+        self._transport, self._argv, self._proc, self._check = transport, argv, proc, check
+        self._err_chunks: list[bytes] = []
+        self._err_reader = threading.Thread(target=self._read_stderr, daemon=True)
+        self._err_reader.start()  # a full stderr pipe would otherwise stall the command
+        self._timed_out = threading.Event()
+        self._timer = threading.Timer(timeout, self._time_out) if timeout is not None else None
+        if self._timer:
+            self._timer.daemon = True
+            self._timer.start()
+        self._timeout = timeout
+
+    def _read_stderr(self) -> None:
+        assert self._proc.stderr is not None
+        for chunk in iter(lambda: self._proc.stderr.read1(65536), b""):
+            self._err_chunks.append(chunk)
+
+    def _time_out(self) -> None:
+        self._timed_out.set()
+        _stop(self._proc)
+
+    def __enter__(self) -> "Stream":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __iter__(self) -> Iterator[str]:
+        assert self._proc.stdout is not None
+        try:
+            for raw in self._proc.stdout:
+                yield raw.decode(errors="replace").rstrip("\r\n")
+            self._proc.wait()
+        except KeyboardInterrupt:
+            self.close()
+            raise TransportInterrupted(f"interrupted while `{shown(self._argv)}` ran on "
+                                       f"{self._transport.device_id}") from None
+        self._finish()
+
+    def _finish(self) -> None:
+        self.close()
+        if self._timed_out.is_set():
+            raise TransportTimeout(f"`{shown(self._argv)}` did not finish within {self._timeout:g} s on "
+                                   f"{self._transport.device_id}; stopped it")
+        rc = self._proc.returncode
+        failure = self._transport._client_error(rc, self.stderr)
+        if failure is not None:
+            raise failure
+        self.returncode = rc
+        if self._check and rc != 0:
+            raise self._transport._command_failed(self._argv, Result(rc, "", self.stderr))
+
+    def close(self) -> None:
+        """Stop the command if it still runs and collect its stderr."""
+        if self._timer:
+            self._timer.cancel()
+        _stop(self._proc)
+        self._err_reader.join(timeout=5)
+        self.stderr = b"".join(self._err_chunks).decode(errors="replace")
+        for pipe in (self._proc.stdout, self._proc.stderr):
+            if pipe:
+                pipe.close()

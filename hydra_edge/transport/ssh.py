@@ -1,0 +1,189 @@
+"""A Linux board over ssh, through the real OpenSSH client.
+
+The real client is used (not a Python ssh library) so that the user's ~/.ssh/config aliases,
+keys, agents, jump hosts and known_hosts behave exactly as they do by hand. Host-key checking
+stays strict and batch mode stays on: a calibration run must never hang on a prompt or trust
+a board it has not seen. One master connection per transport (ControlMaster, in a private
+temp dir) makes each later command cost one round trip instead of a handshake.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from .base import ErrorRule, Launch, Transport, match_error, remote_command
+from .errors import (
+    AuthenticationError,
+    ConnectionLostError,
+    HostKeyError,
+    ToolMissingError,
+    TransportError,
+    UnreachableError,
+)
+
+SSH_EXIT_ERROR = 255  # ssh's own failures; a remote command's exit code passes through otherwise
+MASTER_IDLE_S = 120  # a master left behind by a crashed run exits on its own after this
+
+SSH_RULES = (
+    ErrorRule(r"REMOTE HOST IDENTIFICATION HAS CHANGED|Host key .* has changed", HostKeyError,
+              "the ssh host key of {host} has CHANGED (a reinstalled board, or someone in between); "
+              "if expected, run `ssh-keygen -R {keyhost}` then add the new key with "
+              "`ssh-keyscan -p {port} {host} >> {known_hosts}`"),
+    ErrorRule(r"Host key verification failed|host key is known for|no .* host key is known", HostKeyError,
+              "the ssh host key of {host} is not in known_hosts; after checking its fingerprint add it "
+              "with `ssh-keyscan -p {port} {host} >> {known_hosts}` or connect once by hand "
+              "with `ssh -p {port} {login}`"),
+    ErrorRule(r"Permission denied \((?P<methods>[^)]*)\)|Too many authentication failures|"
+              r"(?P<bad>remote username contains invalid characters)", AuthenticationError,
+              "{device} refused to log in as {user!r}; check the user name, identity file and "
+              "authorized_keys on the board"),
+    ErrorRule(r"Could not resolve hostname", UnreachableError,
+              "cannot resolve the host name {host!r}; check the spelling or your ssh config"),
+    ErrorRule(r"Connection refused", UnreachableError,
+              "{host} refused the connection on port {port}; is sshd running there and is the port right?"),
+    ErrorRule(r"connect to host .*(timed out|No route to host|Network is unreachable)|"
+              r"Connection timed out during banner exchange|Operation timed out", UnreachableError,
+              "cannot reach {host} on port {port} (timed out or no route); is the board on and on this network?"),
+    ErrorRule(r"closed by remote host|Connection reset|Broken pipe|not responding|Connection closed by",
+              ConnectionLostError, "the ssh connection to {device} dropped"),
+)
+
+
+@dataclass(frozen=True)
+class SshTarget:
+    """Who and where: ``user@host:port`` split up; ``user``/``port`` None leave it to ssh config."""
+
+    host: str
+    user: str | None = None
+    port: int | None = None
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        text = f"{self.user}@{host}" if self.user else host
+        return f"{text}:{self.port}" if self.port else text
+
+
+def parse_target(spec: str, port: int | None = None) -> SshTarget:
+    """Read ``user@host[:port]``, ``[v6addr]:port`` or a bare ssh-config alias.
+
+    The user is everything before the last '@', so odd user names survive; it is handed to
+    ssh as its own argument and never pasted into a command line.
+    """
+    user, at, rest = spec.rpartition("@")
+    bracketed = re.fullmatch(r"\[([^\]]+)\](?::(\d+))?", rest)
+    if bracketed:
+        host, found_port = bracketed.group(1), bracketed.group(2)
+    elif rest.count(":") == 1:
+        host, found_port = rest.split(":")
+    else:
+        host, found_port = rest, None
+    if not host or (found_port is not None and not found_port.isdigit()) or (at and not user):
+        raise UnreachableError(f"cannot read ssh target {spec!r}; expected user@host[:port] or an ssh config alias")
+    return SshTarget(host, user or None, int(found_port) if found_port else port)
+
+
+def _ssh_value(path: str | Path) -> str:
+    """A file path as an ssh ``-o`` value: '%' is a token there, and spaces need quotes."""
+    text = str(path).replace("%", "%%")
+    return f'"{text}"' if " " in text else text
+
+
+class SshTransport(Transport):
+    """A board reached by ``ssh``; each command is one quoted shell line on the board."""
+
+    def __init__(self, spec: str, *, port: int | None = None, identity_file: str | Path | None = None,
+                 known_hosts: str | Path | None = None, ssh_config: str | Path | None = None,
+                 connect_timeout: float = 10.0, remote_dir: str = "hydra-edge",
+                 reuse_connection: bool = True, ssh: str = "ssh") -> None:
+        self.target = parse_target(spec, port)
+        self.device_id = f"ssh:{self.target}"
+        self.base_dir = remote_dir  # relative: in the login user's home, where ssh commands start
+        options = ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+                   "-o", f"ConnectTimeout={max(1, round(connect_timeout))}",
+                   "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"]
+        if ssh_config is not None:
+            options = ["-F", str(ssh_config), *options]
+        if identity_file is not None:
+            options += ["-o", f"IdentityFile={_ssh_value(identity_file)}", "-o", "IdentitiesOnly=yes"]
+        if known_hosts is not None:
+            options += ["-o", f"UserKnownHostsFile={_ssh_value(known_hosts)}"]
+        if self.target.port is not None:
+            options += ["-p", str(self.target.port)]
+        if self.target.user is not None:
+            options += ["-l", self.target.user]
+        self._ssh = ssh
+        self._known_hosts = known_hosts  # named in host-key messages
+        self._control_dir = tempfile.mkdtemp(prefix="hydra-ssh-") if reuse_connection else None
+        if self._control_dir:
+            options += ["-o", f"ControlPath={_ssh_value(Path(self._control_dir) / '%C')}"]
+        self._options = options
+        self._lock = threading.Lock()  # one master start at a time
+
+    def _ssh_argv(self, *extra: str) -> list[str]:
+        return [self._ssh, *self._options, *extra]
+
+    def _launch(self, argv: list[str], cwd: str | None, env: Mapping[str, str] | None) -> Launch:
+        # ControlMaster=no: use the master if it is up, else connect directly; never become one,
+        # since a backgrounded master would hold this call's pipes open.
+        mux = ["-o", "ControlMaster=no"] if self._control_dir else []
+        return Launch(self._ssh_argv(*mux, "-T", "--", self.target.host, remote_command(argv, cwd, env)),
+                      install_hint="install openssh-client (apt-get install openssh-client)")
+
+    def _error_fields(self) -> dict[str, object]:
+        port = self.target.port or 22
+        return {"device": self.device_id, "host": self.target.host, "port": port,
+                "user": self.target.user or "(from ssh config)", "login": str(SshTarget(self.target.host, self.target.user)),
+                "known_hosts": self._known_hosts or "~/.ssh/known_hosts",
+                "keyhost": self.target.host if port == 22 else f"[{self.target.host}]:{port}"}
+
+    def _client_error(self, returncode: int, stderr: str) -> TransportError | None:
+        if returncode != SSH_EXIT_ERROR:
+            return None
+        return match_error(SSH_RULES, stderr, self._error_fields())
+
+    def connect(self) -> None:
+        """Log in once (starting the shared master connection) so failures surface here."""
+        if not self._control_dir:
+            return super().connect()
+        with self._lock, tempfile.TemporaryFile() as err:
+            # The master forks into the background and keeps its stderr; a file, unlike a pipe,
+            # lets us read what the foreground said without waiting for the master to exit.
+            argv = self._ssh_argv("-o", "ControlMaster=auto", "-o", f"ControlPersist={MASTER_IDLE_S}",
+                                  "-T", "--", self.target.host, "true")
+            rc = self._start_master(argv, err)
+            err.seek(0)
+            text = err.read().decode(errors="replace")
+        failure = self._client_error(rc, text)
+        if failure is not None:
+            raise failure
+        if rc != 0:
+            raise UnreachableError(f"cannot log in to {self.device_id}: {text.strip() or f'ssh exited {rc}'}")
+
+    def _start_master(self, argv: list[str], err: object) -> int:
+        try:
+            return subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=err, timeout=120).returncode
+        except FileNotFoundError:
+            raise ToolMissingError(f"`{self._ssh}` is not installed on this machine; "
+                                   "install openssh-client (apt-get install openssh-client)") from None
+        except subprocess.TimeoutExpired:
+            raise UnreachableError(f"logging in to {self.device_id} took over 120 s; giving up") from None
+
+    def close(self) -> None:
+        """Stop the master connection and remove its socket dir."""
+        if not self._control_dir:
+            return
+        try:
+            subprocess.run(self._ssh_argv("-O", "exit", "--", self.target.host), stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=15)
+        except (OSError, subprocess.TimeoutExpired):
+            pass  # no master (never connected) or no ssh: nothing to stop
+        shutil.rmtree(self._control_dir, ignore_errors=True)
+        self._control_dir = None

@@ -1,0 +1,23 @@
+"""Shared fixtures: small models and checkpoints with the exact key layouts of timm/DeiT and the release."""
+
+from __future__ import annotations
+
+import torch
+import pytest
+
+from hydra_edge import HydraViT
+from hydra_edge.config import HydraConfig
+
+torch.set_num_threads(1)  # tiny models: one thread is fastest and keeps the shared machine usable
+
+
+@pytest.fixture
+def digits_model() -> HydraViT:
+    torch.manual_seed(0)
+    return HydraViT.from_preset("digits")
+
+
+@pytest.fixture
+def b16_like() -> HydraConfig:
+    """ViT-B/16 widths (12 heads of 64) on a 32 px image with one block: real key shapes, quick to build."""
+    return HydraConfig(img_size=32, depth=1, num_classes=10)

@@ -1,0 +1,619 @@
+"""Device-side signals: fake sysfs trees, real-format tool output, and the stdlib-only promise."""
+
+import ast
+import json
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hydra_edge.errors import HydraEdgeError
+from hydra_edge.runtime.signals import (
+    COMMANDS, DeviceState, Throttling, android_device_info, parse_battery, parse_benchmark_model,
+    parse_executor_runner, parse_get_throttled, parse_getprop, parse_measure_temp,
+    parse_tegrastats, parse_thermalservice, read_device_info, read_power_supplies, read_state,
+    read_thermal_zones, run_command, signals_from_profile, summarize_latencies,
+    thermal_status_name)
+
+SIGNALS_DIR = Path(__file__).resolve().parents[1] / "hydra_edge" / "runtime" / "signals"
+
+# --- real-format samples ----------------------------------------------------------------------
+
+# Orin Nano, as in shared/DEVICES.md with the elided fields filled in.
+TEGRA_ORIN_NANO = (
+    "RAM 2272/7620MB (lfb 4x4MB) SWAP 0/3810MB (cached 0MB) CPU [2%@729,1%@729,0%@729,0%@729,"
+    "off,off] EMC_FREQ 0%@2133 GR3D_FREQ 0%@[305] cpu@54.9C soc2@55.6C gpu@55.5C tj@56.7C "
+    "soc0@54.4C soc1@55.0C VDD_IN 4673mW/4673mW VDD_CPU_GPU_CV 527mW/527mW VDD_SOC 1428mW/1410mW")
+# Jetson Nano (JetPack 4): upper-case sensors, rails without a unit, IRAM.
+TEGRA_NANO = (
+    "RAM 1216/3964MB (lfb 387x4MB) SWAP 0/1982MB (cached 0MB) IRAM 0/252kB(lfb 252kB) "
+    "CPU [3%@102,2%@102,0%@102,0%@102] EMC_FREQ 0%@204 GR3D_FREQ 0%@76 APE 25 PLL@25C "
+    "CPU@27.5C PMIC@100C GPU@27C AO@34C thermal@27.5C POM_5V_IN 1004/1004 POM_5V_GPU 0/0 "
+    "POM_5V_CPU 123/118")
+# AGX Orin (JetPack 5): timestamp, powered-down sensors at -256C, no whole-module rail.
+TEGRA_AGX_ORIN = (
+    "08-22-2023 10:15:33 RAM 3052/30536MB (lfb 6543x4MB) SWAP 0/15268MB (cached 0MB) "
+    "CPU [1%@729,0%@729,0%@729,0%@729] EMC_FREQ 0%@2133 GR3D_FREQ 0%@[0,0] VIC_FREQ 115 APE 174 "
+    "cv0@-256C cpu@46.5C soc2@43.187C soc0@43.437C cv1@-256C gpu@-256C tj@46.5C soc1@42.937C "
+    "cv2@-256C VDD_GPU_SOC 2387mW/2387mW VDD_CPU_CV 398mW/398mW VIN_SYS_5V0 2323mW/2323mW "
+    "VDDQ_VDD2_1V8AO 301mW/301mW")
+
+THERMALSERVICE = """\
+IsStatusOverride: false
+ThermalEventListeners:
+\tcallbacks: 1
+\tkilled: false
+\tbroadcasts count: -1
+ThermalStatusListeners:
+\tcallbacks: 3
+\tkilled: false
+\tbroadcasts count: -1
+Thermal Status: 2
+Cached temperatures:
+\tTemperature{mValue=38.1, mType=3, mName=VIRTUAL-SKIN, mStatus=0}
+\tTemperature{mValue=44.2, mType=0, mName=cpu0, mStatus=1}
+HAL Ready: true
+HAL connection:
+\tThermalHAL AIDL 1  connected: yes
+Current temperatures from HAL:
+\tTemperature{mValue=33.5, mType=2, mName=battery, mStatus=0}
+\tTemperature{mValue=45.8, mType=0, mName=cpu0, mStatus=1}
+\tTemperature{mValue=41.0, mType=1, mName=gpu0, mStatus=0}
+\tTemperature{mValue=NaN, mType=9, mName=npu0, mStatus=0}
+\tTemperature{mValue=38.4, mType=3, mName=VIRTUAL-SKIN, mStatus=0}
+Current cooling devices from HAL:
+\tCoolingDevice{mValue=0, mType=2, mName=thermal-cpufreq-0}
+Temperature static thresholds from HAL:
+\tTemperatureThreshold{mType=0, mName=cpu0, mHotThrottlingThresholds=[NaN, NaN, NaN, 85.0, 95.0, \
+105.0, 115.0], mColdThrottlingThresholds=[NaN, NaN, NaN, NaN, NaN, NaN, NaN]}
+"""
+
+BATTERY_CHARGING = """\
+Current Battery Service state:
+  AC powered: false
+  USB powered: true
+  Wireless powered: false
+  Dock powered: false
+  Max charging current: 500000
+  Max charging voltage: 5000000
+  Charge counter: 3526000
+  status: 2
+  health: 2
+  present: true
+  level: 78
+  scale: 100
+  voltage: 4123
+  temperature: 312
+  technology: Li-ion
+  Charging state: 1
+  Charging policy: 1
+"""
+
+# After `dumpsys battery unplug` and `dumpsys battery set level 15` (Android 9: no Dock line).
+BATTERY_UNPLUGGED = """\
+Current Battery Service state:
+  (UPDATES STOPPED -- use 'reset' to restart)
+  AC powered: false
+  USB powered: false
+  Wireless powered: false
+  Max charging current: 0
+  status: 3
+  health: 2
+  present: true
+  level: 15
+  scale: 100
+  voltage: 3702
+  temperature: 287
+  technology: Li-ion
+"""
+
+GETPROP = """\
+[ro.build.version.release]: [14]
+[ro.build.version.sdk]: [34]
+[ro.product.cpu.abi]: [arm64-v8a]
+[ro.product.manufacturer]: [Google]
+[ro.product.model]: [Pixel 7]
+[ro.soc.model]: [GS201]
+"""
+
+BENCHMARK_MODEL = """\
+INFO: STARTING!
+INFO: Log parameter values verbosely: [0]
+INFO: Num threads: [4]
+INFO: Graph: [/data/local/tmp/vit_h6_xnnpack_fp32.tflite]
+INFO: #threads used for CPU inference: [4]
+INFO: Loaded model /data/local/tmp/vit_h6_xnnpack_fp32.tflite
+INFO: Initialized TensorFlow Lite runtime.
+INFO: Created TensorFlow Lite XNNPACK delegate for CPU.
+INFO: The input model file size (MB): 22.1427
+INFO: Initialized session in 85.123ms.
+INFO: Running benchmark for at least 1 iterations and at least 0.5 seconds but terminate if \
+exceeding 150 seconds.
+INFO: count=21 first=31245 curr=23412 min=23011 max=31245 avg=23890.2 std=1702
+
+INFO: Running benchmark for at least 50 iterations and at least 1 seconds but terminate if \
+exceeding 150 seconds.
+INFO: count=50 first=23501 curr=23398 min=22987 max=25120 avg=23456.7 std=412
+
+INFO: Inference timings in us: Init: 85123, First inference: 31245, Warmup (avg): 23890.2, \
+Inference (avg): 23456.7
+INFO: Note: as the benchmark tool itself affects memory footprint, the following is only \
+APPROXIMATE to the actual memory footprint of the model at runtime. Take the information at \
+your discretion.
+INFO: Memory footprint delta from the start of the tool (MB): init=45.2109 overall=52.8867
+INFO: Overall peak memory footprint (MB) via periodic monitoring: 61.3281
+INFO: Memory status at the end of exeution:
+INFO: - VmRSS              : 63 MB
+"""
+
+EXECUTOR_RUNNER = """\
+I 00:00:00.000612 executorch:executor_runner.cpp:178] Model file vit_h6.pte is loaded.
+I 00:00:00.000650 executorch:executor_runner.cpp:188] Using method forward
+I 00:00:00.000655 executorch:executor_runner.cpp:235] Setting up CPU planned buffer 0, size 1204224.
+I 00:00:00.081234 executorch:executor_runner.cpp:281] Model loaded in 80.571000 ms.
+I 00:00:00.112001 executorch:executor_runner.cpp:455] Iteration 1 of 5: 30.702000 ms
+I 00:00:00.134101 executorch:executor_runner.cpp:455] Iteration 2 of 5: 22.100000 ms
+I 00:00:00.156001 executorch:executor_runner.cpp:455] Iteration 3 of 5: 21.900000 ms
+I 00:00:00.178401 executorch:executor_runner.cpp:455] Iteration 4 of 5: 22.400000 ms
+I 00:00:00.200101 executorch:executor_runner.cpp:455] Iteration 5 of 5: 21.700000 ms
+I 00:00:00.200150 executorch:executor_runner.cpp:470] Model executed successfully 5 time(s) in \
+118.802000 ms.
+I 00:00:00.200160 executorch:executor_runner.cpp:474] 1 outputs: 
+OutputX 0: tensor(sizes=[1, 10], [0.12, -0.3, ...])
+"""
+
+PI_CPUINFO = "".join(
+    f"processor\t: {i}\nBogoMIPS\t: 108.00\nCPU implementer\t: 0x41\nCPU part\t: 0xd08\n\n"
+    for i in range(4)) + "Hardware\t: BCM2835\nModel\t\t: Raspberry Pi 4 Model B Rev 1.4\n"
+
+
+# --- fake sysfs -------------------------------------------------------------------------------
+
+def write_tree(root: Path, files: dict) -> Path:
+    for relative, content in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content)
+    return root
+
+
+TZ = "sys/class/thermal/"
+PS = "sys/class/power_supply/"
+BOARD = {
+    TZ + "thermal_zone0/type": "cpu-thermal\n",
+    TZ + "thermal_zone0/temp": "48312\n",
+    TZ + "thermal_zone0/trip_point_0_temp": "80000\n",
+    TZ + "thermal_zone0/trip_point_0_type": "passive\n",
+    TZ + "thermal_zone0/trip_point_1_temp": "110000\n",
+    TZ + "thermal_zone0/trip_point_1_type": "critical\n",
+    TZ + "thermal_zone1/type": "gpu-thermal\n",
+    TZ + "thermal_zone1/temp": "51000\n",
+    TZ + "thermal_zone2/type": "cpu-thermal\n",  # a second zone with the same name
+    TZ + "thermal_zone2/temp": "47000\n",
+    TZ + "thermal_zone3/type": "soc0-thermal\n",  # no temp file: a sensor that will not read
+    TZ + "thermal_zone10/type": "tj-thermal\n",
+    TZ + "thermal_zone10/temp": "53500\n",
+    PS + "BAT0/type": "Battery\n",
+    PS + "BAT0/status": "Discharging\n",
+    PS + "BAT0/capacity": "76\n",
+    PS + "BAT0/current_now": "-1200000\n",
+    PS + "BAT0/voltage_now": "7600000\n",
+    PS + "BAT0/temp": "291\n",
+    PS + "AC/type": "Mains\n",
+    PS + "AC/online": "0\n",
+}
+
+
+@pytest.fixture
+def board(tmp_path: Path) -> Path:
+    return write_tree(tmp_path, BOARD)
+
+
+def fake_runner(outputs: dict):
+    """A runner answering known argv with canned text, None (command missing) otherwise."""
+    calls = []
+
+    def run(argv):
+        calls.append(tuple(argv))
+        return outputs.get(tuple(argv))
+
+    run.calls = calls
+    return run
+
+
+# --- sysfs ------------------------------------------------------------------------------------
+
+def test_thermal_zones_are_read_in_index_order_with_trip_points(board: Path):
+    zones = read_thermal_zones(str(board))
+    assert [z.zone for z in zones] == [f"thermal_zone{i}" for i in (0, 1, 2, 3, 10)]
+    cpu = zones[0]
+    assert (cpu.name, cpu.temp_c) == ("cpu-thermal", pytest.approx(48.312))
+    assert [(t.temp_c, t.type) for t in cpu.trip_points] == [(80.0, "passive"), (110.0, "critical")]
+    assert zones[3].name == "soc0-thermal" and zones[3].temp_c is None
+    assert zones[1].trip_points == ()
+
+
+def test_power_supplies_give_capacity_status_and_measured_power(board: Path):
+    ac, battery = read_power_supplies(str(board))
+    assert (battery.type, battery.status, battery.capacity) == ("Battery", "Discharging", 76)
+    assert battery.power_w == pytest.approx(1.2 * 7.6)
+    assert battery.temp_c == pytest.approx(29.1)
+    assert (ac.type, ac.online, ac.capacity, ac.power_w) == ("Mains", False, None, None)
+
+
+def test_power_now_is_preferred_over_current_times_voltage(tmp_path: Path):
+    write_tree(tmp_path, {PS + "battery/type": "Battery", PS + "battery/power_now": "5500000",
+                          PS + "battery/current_now": "1", PS + "battery/voltage_now": "1"})
+    assert read_power_supplies(str(tmp_path))[0].power_w == pytest.approx(5.5)
+
+
+def test_sysfs_state_from_a_board(board: Path):
+    state = read_state({"thermal": "sysfs", "battery": "sysfs"}, root=str(board),
+                       run=fake_runner({}))
+    assert state.thermal_zones == {"cpu-thermal": pytest.approx(48.312), "gpu-thermal": 51.0,
+                                   "cpu-thermal/thermal_zone2": 47.0, "tj-thermal": 53.5}
+    assert state.max_temp_c == 53.5
+    assert (state.battery_capacity, state.battery_status, state.charging) == (76, "Discharging",
+                                                                              False)
+    assert state.power_w == pytest.approx(9.12)
+    assert state.battery_temp_c == pytest.approx(29.1)
+
+
+def test_sysfs_state_follows_files_that_change(board: Path):
+    signals = {"thermal": "sysfs", "battery": "sysfs"}
+    (board / PS / "BAT0/status").write_text("Charging\n")
+    (board / TZ / "thermal_zone1/temp").write_text("88500\n")
+    state = read_state(signals, root=str(board), run=fake_runner({}))
+    assert state.charging is True and state.max_temp_c == 88.5
+
+
+def test_thermal_zones_key_keeps_only_named_sensors(board: Path):
+    state = read_state({"thermal": "sysfs", "thermal_zones": ["gpu-thermal"]}, root=str(board))
+    assert state.thermal_zones == {"gpu-thermal": 51.0}
+
+
+def test_missing_everything_gives_none_not_a_crash(tmp_path: Path):
+    signals = {"thermal": "sysfs", "battery": "sysfs", "vcgencmd": True, "tegrastats": True}
+    run = fake_runner({})
+    state = read_state(signals, root=str(tmp_path / "no-such-root"), run=run)
+    assert state.thermal_zones == {} and state.max_temp_c is None
+    assert all(getattr(state, name) is None for name in (
+        "battery_capacity", "battery_status", "charging", "battery_temp_c", "power_w",
+        "throttling", "android_thermal_status", "tegrastats"))
+    assert set(run.calls) == {tuple(COMMANDS[k]) for k in ("measure_temp", "get_throttled",
+                                                           "tegrastats")}
+
+
+def test_battery_without_any_readable_attribute(tmp_path: Path):
+    write_tree(tmp_path, {PS + "BAT1/type": "Battery"})
+    state = read_state({"battery": "sysfs"}, root=str(tmp_path))
+    assert (state.battery_capacity, state.battery_status, state.charging, state.power_w) == (
+        None, None, None, None)
+
+
+# --- Raspberry Pi -----------------------------------------------------------------------------
+
+def test_vcgencmd_temperature():
+    assert parse_measure_temp("temp=48.3'C\n") == pytest.approx(48.3)
+    assert parse_measure_temp("VCHI initialization failed\n") is None
+    assert parse_measure_temp(None) is None
+
+
+def test_get_throttled_decodes_now_and_since_boot_bits():
+    past = parse_get_throttled("throttled=0x50000\n")
+    assert past.raw == 0x50000
+    assert past.under_voltage_occurred and past.throttled_occurred
+    assert not (past.arm_freq_capped_occurred or past.soft_temp_limit_occurred)
+    assert not past.any_now
+    now = parse_get_throttled("throttled=0xe000e")
+    assert (now.under_voltage, now.arm_freq_capped, now.throttled, now.soft_temp_limit) == (
+        False, True, True, True)
+    assert now.any_now and now.soft_temp_limit_occurred and not now.under_voltage_occurred
+    assert parse_get_throttled("throttled=0x0") == Throttling.from_raw(0)
+    assert parse_get_throttled("error=1") is None
+
+
+def test_pi_state_joins_sysfs_and_vcgencmd(board: Path):
+    run = fake_runner({tuple(COMMANDS["measure_temp"]): "temp=49.1'C\n",
+                       tuple(COMMANDS["get_throttled"]): "throttled=0x50005\n"})
+    state = read_state({"thermal": "sysfs", "vcgencmd": True}, root=str(board), run=run)
+    assert state.thermal_zones["vcgencmd"] == pytest.approx(49.1)
+    assert state.thermal_zones["gpu-thermal"] == 51.0
+    assert state.throttling.under_voltage and state.throttling.throttled
+    assert state.battery_capacity is None
+
+
+# --- Jetson -----------------------------------------------------------------------------------
+
+def test_tegrastats_orin_nano_line():
+    stats = parse_tegrastats(TEGRA_ORIN_NANO)
+    assert (stats.ram_used_mb, stats.ram_total_mb, stats.swap_used_mb, stats.swap_total_mb) == (
+        2272, 7620, 0, 3810)
+    assert stats.temps_c == {"cpu": 54.9, "soc2": 55.6, "gpu": 55.5, "tj": 56.7, "soc0": 54.4,
+                             "soc1": 55.0}
+    assert stats.power_mw == {"VDD_IN": 4673.0, "VDD_CPU_GPU_CV": 527.0, "VDD_SOC": 1428.0}
+    assert stats.power_avg_mw["VDD_SOC"] == 1410.0
+    assert stats.input_power_w() == pytest.approx(4.673)
+
+
+def test_tegrastats_nano_line_with_unitless_rails():
+    stats = parse_tegrastats(TEGRA_NANO)
+    assert (stats.ram_used_mb, stats.ram_total_mb) == (1216, 3964)
+    assert stats.temps_c["CPU"] == 27.5 and stats.temps_c["PMIC"] == 100.0
+    assert stats.power_mw == {"POM_5V_IN": 1004.0, "POM_5V_GPU": 0.0, "POM_5V_CPU": 123.0}
+    assert stats.power_avg_mw["POM_5V_CPU"] == 118.0
+    assert "IRAM" not in stats.power_mw and "RAM" not in stats.power_mw
+    assert stats.input_power_w() == pytest.approx(1.004)
+
+
+def test_tegrastats_agx_orin_drops_powered_down_sensors_and_has_no_input_rail():
+    stats = parse_tegrastats("garbage first line\n" + TEGRA_AGX_ORIN + "\n")
+    assert stats.temps_c == {"cpu": 46.5, "soc2": 43.187, "soc0": 43.437, "tj": 46.5,
+                             "soc1": 42.937}
+    assert set(stats.power_mw) == {"VDD_GPU_SOC", "VDD_CPU_CV", "VIN_SYS_5V0", "VDDQ_VDD2_1V8AO"}
+    assert stats.input_power_w() is None
+    assert parse_tegrastats("") is None and parse_tegrastats("sh: tegrastats: not found") is None
+
+
+def test_jetson_state_takes_power_from_the_input_rail(tmp_path: Path):
+    run = fake_runner({tuple(COMMANDS["tegrastats"]): TEGRA_ORIN_NANO + "\n"})
+    state = read_state({"battery": "sysfs", "tegrastats": True}, root=str(tmp_path), run=run)
+    assert state.power_w == pytest.approx(4.673)
+    assert state.tegrastats.temps_c["tj"] == 56.7
+    assert state.thermal_zones == {}
+
+
+# --- Android ----------------------------------------------------------------------------------
+
+def test_thermalservice_status_and_fresh_hal_temperatures():
+    thermal = parse_thermalservice(THERMALSERVICE)
+    assert (thermal.status, thermal.status_name, thermal.status_override) == (2, "MODERATE",
+                                                                              False)
+    assert thermal.temperatures_c == {"VIRTUAL-SKIN": 38.4, "cpu0": 45.8, "battery": 33.5,
+                                      "gpu0": 41.0}
+    overridden = parse_thermalservice("IsStatusOverride: true\nThermal Status: 4\n")
+    assert overridden.status_name == "CRITICAL" and overridden.status_override is True
+    assert parse_thermalservice("Can't find service: thermalservice") is None
+
+
+def test_thermal_status_names():
+    names = [thermal_status_name(i) for i in range(7)]
+    assert names == ["NONE", "LIGHT", "MODERATE", "SEVERE", "CRITICAL", "EMERGENCY", "SHUTDOWN"]
+    assert thermal_status_name(7) is None and thermal_status_name(-1) is None
+    assert thermal_status_name(None) is None
+
+
+def test_dumpsys_battery_charging_over_usb():
+    battery = parse_battery(BATTERY_CHARGING)
+    assert (battery.level, battery.status, battery.plugged) == (78, "Charging", "usb")
+    assert battery.charging is True
+    assert battery.temperature_c == pytest.approx(31.2)
+
+
+def test_dumpsys_battery_unplugged():
+    battery = parse_battery(BATTERY_UNPLUGGED)
+    assert (battery.level, battery.status, battery.plugged, battery.charging) == (
+        15, "Discharging", "unplugged", False)
+    assert battery.temperature_c == pytest.approx(28.7)
+    assert parse_battery("  level: 50\n").plugged is None
+    assert parse_battery("") is None and parse_battery(None) is None
+
+
+def test_android_state_over_an_injected_runner():
+    run = fake_runner({tuple(COMMANDS["thermalservice"]): THERMALSERVICE,
+                       tuple(COMMANDS["battery"]): BATTERY_CHARGING})
+    state = read_state({"thermal": "dumpsys", "battery": "dumpsys"}, run=run)
+    assert state.android_thermal_status == 2
+    assert state.android_thermal_status_name == "MODERATE"
+    assert state.max_temp_c == 45.8
+    assert (state.battery_capacity, state.battery_status, state.charging) == (78, "Charging", True)
+    assert state.battery_temp_c == pytest.approx(31.2)
+    assert state.power_w is None
+
+
+def test_getprop_and_android_device_info():
+    props = parse_getprop(GETPROP)
+    assert props["ro.product.model"] == "Pixel 7"
+    info = android_device_info(props)
+    assert (info.model, info.cpu_model, info.arch, info.os) == ("Pixel 7", "GS201", "arm64-v8a",
+                                                                "Android 14")
+    assert (info.kernel, info.python, info.cores) == (None, None, None)
+    assert android_device_info({}).os is None
+
+
+# --- the [signals] table ----------------------------------------------------------------------
+
+def test_unknown_signal_value_is_a_profile_error():
+    with pytest.raises(HydraEdgeError, match=r"thermal = 'sysf'.*'sysfs'"):
+        read_state({"thermal": "sysf"}, run=fake_runner({}))
+    with pytest.raises(HydraEdgeError, match=r"vcgencmd = \['yes'\].*True or false"):
+        read_state({"vcgencmd": ["yes"]}, run=fake_runner({}))
+
+
+def test_switched_off_and_foreign_keys_are_skipped(board: Path):
+    run = fake_runner({})
+    state = read_state({"thermal": "sysfs", "vcgencmd": False, "tegrastats": None,
+                        "power_mode": "nvpmodel"}, root=str(board), run=run)
+    assert run.calls == [] and state.max_temp_c == 53.5
+
+
+def test_state_round_trips_through_json(board: Path):
+    run = fake_runner({tuple(COMMANDS["get_throttled"]): "throttled=0x50000",
+                       tuple(COMMANDS["tegrastats"]): TEGRA_NANO,
+                       tuple(COMMANDS["thermalservice"]): "Thermal Status: 3"})
+    state = read_state({"thermal": "sysfs", "battery": "sysfs", "vcgencmd": True,
+                        "tegrastats": True}, root=str(board), run=run)
+    state = DeviceState(**{**vars(state), "android_thermal_status": 3})
+    data = json.loads(json.dumps(state.to_dict()))
+    assert data["max_temp_c"] == 53.5 and data["android_thermal_status_name"] == "SEVERE"
+    assert data["throttling"]["throttled_occurred"] is True
+    assert DeviceState.from_dict(data) == state
+
+
+# The [signals] tables of targets/rpi.toml, android.toml and jetson.toml as written there.
+PROFILE_TABLES = {
+    "rpi": {"files": {"temperature_mC": "/sys/class/thermal/thermal_zone0/temp",
+                      "governor": "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"},
+            "commands": {"throttled": "vcgencmd get_throttled",
+                         "temperature": "vcgencmd measure_temp",
+                         "arm_clock": "vcgencmd measure_clock arm"}},
+    "android": {"files": {"temperature_mC": "/sys/class/thermal/thermal_zone0/temp"},
+                "commands": {"thermal": "dumpsys thermalservice", "battery": "dumpsys battery",
+                             "cpu_info": "dumpsys cpuinfo"}},
+    "jetson": {"files": {"temperature_mC": "/sys/devices/virtual/thermal/thermal_zone0/temp",
+                         "power_mode": "/etc/nvpmodel.conf"},
+               "commands": {"tegrastats": "tegrastats --interval 500",
+                            "power_mode": "nvpmodel -q"}},
+}
+
+
+def test_target_profile_tables_map_onto_signals():
+    assert signals_from_profile(PROFILE_TABLES["rpi"]) == {"thermal": "sysfs", "vcgencmd": True}
+    assert signals_from_profile(PROFILE_TABLES["android"]) == {"thermal": "dumpsys",
+                                                               "battery": "dumpsys"}
+    assert signals_from_profile(PROFILE_TABLES["jetson"]) == {"thermal": "sysfs",
+                                                              "tegrastats": True}
+    assert signals_from_profile({"thermal": "sysfs"}) == {}
+
+
+def test_read_state_takes_a_profile_table_as_written(board: Path):
+    run = fake_runner({tuple(COMMANDS["get_throttled"]): "throttled=0x4"})
+    state = read_state(PROFILE_TABLES["rpi"], root=str(board), run=run)
+    assert state.throttling.soft_temp_limit and state.max_temp_c == 53.5
+    flat_wins = read_state({**PROFILE_TABLES["rpi"], "vcgencmd": False}, root=str(board),
+                           run=fake_runner({}))
+    assert flat_wins.throttling is None and flat_wins.max_temp_c == 53.5
+
+
+def test_run_command_returns_stdout_or_none():
+    assert run_command([sys.executable, "-c", "print('hi')"]) == "hi\n"
+    assert run_command([sys.executable, "-c", "import sys; sys.exit(3)"]) is None
+    assert run_command(["hydra-edge-no-such-command"]) is None
+    assert run_command([sys.executable, "-c", "import time; time.sleep(5)"], timeout_s=0.2) is None
+
+
+# --- device info ------------------------------------------------------------------------------
+
+def test_device_info_on_a_raspberry_pi_tree(tmp_path: Path):
+    write_tree(tmp_path, {
+        "proc/device-tree/model": "Raspberry Pi 4 Model B Rev 1.4\x00",
+        "proc/cpuinfo": PI_CPUINFO,
+        "proc/sys/kernel/osrelease": "6.6.20+rpt-rpi-v8\n",
+        "etc/os-release": 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nNAME="Debian GNU/Linux"'
+                          '\nVERSION_ID="12"\nID=debian\n',
+    })
+    info = read_device_info(str(tmp_path))
+    assert info.model == "Raspberry Pi 4 Model B Rev 1.4"
+    assert info.cpu_model == "Cortex-A72"
+    assert info.os == "Debian GNU/Linux 12 (bookworm)"
+    assert info.kernel == "6.6.20+rpt-rpi-v8"
+    assert (info.arch, info.python) == (platform.machine(), platform.python_version())
+    assert info.to_dict()["model"] == info.model
+
+
+def test_device_info_names_big_little_cores_and_x86(tmp_path: Path):
+    big_little = "".join(f"processor\t: {i}\nCPU part\t: {'0xd05' if i < 4 else '0xd0b'}\n\n"
+                         for i in range(8))
+    write_tree(tmp_path / "phone", {"proc/cpuinfo": big_little,
+                                    "sys/firmware/devicetree/base/model": "Rockchip RK3588\x00"})
+    write_tree(tmp_path / "pc", {"proc/cpuinfo": "processor\t: 0\nmodel name\t: AMD EPYC 7B13\n",
+                                 "sys/class/dmi/id/product_name": "Google Compute Engine\n"})
+    phone = read_device_info(str(tmp_path / "phone"))
+    assert (phone.model, phone.cpu_model) == ("Rockchip RK3588", "Cortex-A55 + Cortex-A76")
+    pc = read_device_info(str(tmp_path / "pc"))
+    assert (pc.model, pc.cpu_model) == ("Google Compute Engine", "AMD EPYC 7B13")
+
+
+def test_device_info_with_nothing_to_read(tmp_path: Path):
+    info = read_device_info(str(tmp_path))
+    assert (info.model, info.cpu_model, info.os, info.kernel) == (None, None, None, None)
+
+
+# --- latency ----------------------------------------------------------------------------------
+
+def test_summarize_latencies_in_ms():
+    stats = summarize_latencies([v / 1000 for v in (5, 3, 9, 1, 100, 2, 8, 4, 7, 6)])
+    assert stats.count == 10
+    assert (stats.min_ms, stats.max_ms) == (pytest.approx(1.0), pytest.approx(100.0))
+    assert stats.mean_ms == pytest.approx(14.5)
+    assert stats.std_ms == pytest.approx(28.605069, rel=1e-6)
+    assert stats.p50_ms == pytest.approx(5.5)
+    assert stats.p90_ms == pytest.approx(18.1)
+    assert stats.p99_ms == pytest.approx(91.81)
+    assert stats.trimmed_mean_ms == pytest.approx(5.5)  # the 1 ms and the 100 ms are cut
+    one = summarize_latencies([0.02])
+    assert (one.mean_ms, one.p99_ms, one.std_ms, one.trimmed_mean_ms) == (20.0, 20.0, 0.0, 20.0)
+    with pytest.raises(ValueError):
+        summarize_latencies([])
+
+
+def test_benchmark_model_output():
+    result = parse_benchmark_model(BENCHMARK_MODEL)
+    assert result.succeeded and result.tool == "benchmark_model"
+    latency = result.latency
+    assert latency.count == 50
+    assert latency.mean_ms == pytest.approx(23.4567)
+    assert (latency.min_ms, latency.max_ms, latency.std_ms) == (
+        pytest.approx(22.987), pytest.approx(25.12), pytest.approx(0.412))
+    assert latency.p50_ms is None
+    assert result.init_ms == pytest.approx(85.123)
+    assert result.first_ms == pytest.approx(31.245)
+    assert result.warmup_mean_ms == pytest.approx(23.8902)
+    assert (result.memory_init_mb, result.memory_overall_mb, result.memory_peak_mb) == (
+        pytest.approx(45.2109), pytest.approx(52.8867), pytest.approx(61.3281))
+    assert json.loads(json.dumps(result.to_dict()))["latency"]["count"] == 50
+
+
+def test_benchmark_model_all_same_runs_and_failure():
+    same = parse_benchmark_model(
+        "Running benchmark for at least 1 iterations\ncount=1 curr=900\n\n"
+        "Running benchmark for at least 3 iterations\ncount=3 curr=1000(all same)\n\n"
+        "Inference timings in us: Init: 5000, First inference: 900, Warmup (avg): 900, "
+        "Inference (avg): 1000\n")
+    assert (same.latency.count, same.latency.mean_ms, same.latency.std_ms) == (3, 1.0, 0.0)
+    assert same.latency.min_ms == same.latency.max_ms == 1.0
+    assert same.memory_peak_mb is None
+    failed = parse_benchmark_model("ERROR: Could not open 'missing.tflite'.\n"
+                                   "ERROR: Benchmarking failed.\n")
+    assert not failed.succeeded and failed.latency is None and failed.init_ms is None
+
+
+def test_executor_runner_with_iterations():
+    result = parse_executor_runner(EXECUTOR_RUNNER)
+    assert result.succeeded and result.tool == "executor_runner"
+    assert result.init_ms == pytest.approx(80.571)
+    assert result.first_ms == pytest.approx(30.702)
+    assert result.latency.count == 5
+    assert result.latency.mean_ms == pytest.approx(23.7604)
+    assert result.latency.p50_ms == pytest.approx(22.1)
+    assert result.latency.std_ms == pytest.approx(3.4784986, rel=1e-6)
+
+
+def test_executor_runner_total_only_old_and_failed():
+    total = parse_executor_runner("I 00:00:01.000000 executorch:executor_runner.cpp:310] "
+                                  "Model executed successfully 10 time(s) in 250.000000 ms.\n")
+    assert (total.latency.count, total.latency.mean_ms, total.latency.p50_ms) == (10, 25.0, None)
+    old = parse_executor_runner("I 00:00:00.1 executorch:executor_runner.cpp:200] "
+                                "Model executed successfully.\n")
+    assert old.succeeded and old.latency is None
+    failed = parse_executor_runner("E 00:00:00.000100 executorch:executor_runner.cpp:160] "
+                                   "Failed to parse model file missing.pte\n")
+    assert not failed.succeeded and failed.latency is None
+
+
+# --- stays on the device side -----------------------------------------------------------------
+
+def test_signals_import_no_torch_or_numpy():
+    code = ("import sys, hydra_edge.runtime.signals; "
+            "heavy = sorted({'torch', 'numpy'} & set(sys.modules)); "
+            "sys.exit(f'imported {heavy}' if heavy else 0)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=SIGNALS_DIR.parents[2],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr or done.stdout
+
+
+@pytest.mark.parametrize("source", sorted(SIGNALS_DIR.glob("*.py")), ids=lambda p: p.name)
+def test_signals_source_parses_as_python_3_9(source: Path):
+    ast.parse(source.read_text(), filename=str(source), feature_version=(3, 9))
