@@ -479,7 +479,7 @@ def test_target_profile_tables_map_onto_signals():
 
 
 def test_read_state_takes_a_profile_table_as_written(board: Path):
-    run = fake_runner({tuple(COMMANDS["get_throttled"]): "throttled=0x4"})
+    run = fake_runner({tuple(COMMANDS["get_throttled"]): "throttled=0x8"})
     state = read_state(PROFILE_TABLES["rpi"], root=str(board), run=run)
     assert state.throttling.soft_temp_limit and state.max_temp_c == 53.5
     flat_wins = read_state({**PROFILE_TABLES["rpi"], "vcgencmd": False}, root=str(board),
