@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -10,6 +11,8 @@ import torch
 
 QUANTS = ("fp32", "int8-dynamic")
 TOOLS = ("torch", "litert-torch", "ai-edge-litert")
+# litert-torch prints a log line per stage; our progress display replaces them. Set before any import.
+os.environ.setdefault("LITERT_TORCH_SHOW_PROGRESS", "n")
 IMPORTS = ("litert_torch", "torchao.quantization.pt2e.quantize_pt2e")  # warmed before timing, so convert_seconds excludes import time
 
 

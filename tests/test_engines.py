@@ -1,0 +1,93 @@
+"""Device engines: each format's artefact, run through ``runtime.engines``, matches eager torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from hydra_edge.config import preset
+from hydra_edge.convert.formats import exporter
+from hydra_edge.convert.targets import load_target
+from hydra_edge.errors import HydraEdgeError
+from hydra_edge.model import HydraViT
+from hydra_edge.runtime import engines
+from hydra_edge.runtime.engines import FORMATS, check_golden, compare, format_of, load
+
+# (format, quant, relative L2 error allowed against eager fp32)
+CASES = [
+    ("onnx", "fp32", 1e-5), ("onnx", "fp16", 1e-2), ("onnx", "int8-qdq", 0.2),
+    ("tflite", "int8-dynamic", 0.1), ("executorch", "int8-dynamic", 0.1),
+]
+
+
+@pytest.fixture(scope="module")
+def subnet() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return HydraViT(preset("digits", depth=2, heads=(3, 6))).subnetwork(3)
+
+
+@pytest.fixture(scope="module")
+def images() -> np.ndarray:
+    return np.random.default_rng(1).standard_normal((6, 1, 8, 8), dtype=np.float32)
+
+
+def _export(subnet: torch.nn.Module, fmt: str, quant: str, images: np.ndarray, folder: Path) -> Path:
+    """Export with the shipped profiles' options for this format and quant (QDQ: MatMul/Gemm only)."""
+    options = {v.key: v.options for t in ("rpi", "android", "jetson") for v in load_target(t).artefacts}
+    path = folder / f"m_{quant}{FORMATS[fmt].suffix}"
+    exporter(fmt).export(subnet, torch.from_numpy(images[:1]), quant, options.get(f"{fmt}_{quant}", {}), images,
+                         path, lambda stage: None)
+    return path
+
+
+@pytest.mark.parametrize("fmt, quant, rel", CASES, ids=[f"{f}-{q}" for f, q, _ in CASES])
+def test_artefact_matches_eager_torch(subnet, images, tmp_path: Path, fmt: str, quant: str, rel: float) -> None:
+    path = _export(subnet, fmt, quant, images, tmp_path)
+    engine = load(path, threads=1)
+    assert engine.format.name == fmt
+    out = engine.run(images)
+    with torch.no_grad():
+        ref = subnet(torch.from_numpy(images)).numpy()
+    assert out.shape == ref.shape == (6, 10) and out.dtype == np.float32
+    assert np.linalg.norm(out - ref) <= rel * np.linalg.norm(ref)
+
+
+def test_golden_check_passes_the_right_runtime_and_fails_garbage(subnet, images, tmp_path: Path) -> None:
+    from hydra_edge.convert.verify import golden_tolerance
+
+    engine = load(_export(subnet, "onnx", "fp16", images, tmp_path))
+    with torch.no_grad():
+        reference = subnet(torch.from_numpy(images)).numpy()
+    tolerance = golden_tolerance(engine.run(images), reference)
+    golden = {"inputs": images, "reference": reference}
+    assert check_golden(engine, golden, tolerance).ok
+    rng = np.random.default_rng(0)
+    garbage = engines.Engine(engine.path, engine.format, 1, lambda x: rng.standard_normal((1, 10)).astype(np.float32))
+    check = check_golden(garbage, golden, tolerance)
+    assert not check.ok and "allowed" in check.describe()
+    assert compare(reference[:, :5], reference) == (float("inf"), 0.0)
+
+
+def test_device_side_imports_no_torch(subnet, images, tmp_path: Path) -> None:
+    onnx_path = _export(subnet, "onnx", "fp32", images, tmp_path)
+    np.save(tmp_path / "x.npy", images)
+    code = (
+        "import sys, numpy as np; from hydra_edge.runtime.engines import load;"
+        f"y = load(r'{onnx_path}', threads=2).run(np.load(r'{tmp_path / 'x.npy'}'));"
+        "assert y.shape == (6, 10); assert 'torch' not in sys.modules, 'torch was imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[1])
+
+
+def test_unknown_artefacts_fail_in_one_line(tmp_path: Path) -> None:
+    with pytest.raises(HydraEdgeError, match="unknown artefact type '.bin'"):
+        format_of(tmp_path / "m.bin")
+    with pytest.raises(HydraEdgeError, match="does not exist"):
+        load(tmp_path / "missing.onnx")
+    with pytest.raises(HydraEdgeError, match="unknown format 'coreml'"):
+        load(tmp_path / "m.onnx", format="coreml")
