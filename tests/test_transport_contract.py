@@ -156,9 +156,14 @@ def test_stream_checks_the_exit_code(transport: Transport) -> None:
             assert list(stream) == ["a"]
 
 
-def test_timeout_stops_the_command(transport: Transport) -> None:
+# Keeps writing, so even an ssh session without a tty ends once its reader goes away.
+CHATTY_30S = 'touch "$1"; i=0; while [ $i -lt 300 ]; do echo .; sleep 0.1; i=$((i+1)); done'
+
+
+def test_timeout_stops_the_command(transport: Transport, rdir: str) -> None:
+    transport.mkdir(rdir)
     with pytest.raises(TransportTimeout, match="did not finish within 1 s"):
-        transport.run(["sleep", "30"], timeout=1)
+        transport.run(["sh", "-c", CHATTY_30S, "sh", f"{rdir}/started"], timeout=1)
 
 
 def test_ctrl_c_becomes_a_transport_error(transport: Transport, rdir: str) -> None:
@@ -176,9 +181,7 @@ def test_ctrl_c_becomes_a_transport_error(transport: Transport, rdir: str) -> No
     watcher.start()
     try:
         with pytest.raises(TransportInterrupted, match="interrupted"):
-            # keeps writing, so even an ssh session without a tty ends when its reader goes away
-            transport.run(["sh", "-c", 'touch "$1"; i=0; while [ $i -lt 300 ]; do echo .; sleep 0.1; '
-                           'i=$((i+1)); done', "sh", started])
+            transport.run(["sh", "-c", CHATTY_30S, "sh", started])
     finally:
         watcher.join()
 

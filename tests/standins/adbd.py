@@ -126,6 +126,7 @@ class Channel:
         self.closed = False
         self.write_lock = threading.Lock()
         self.buffer = b""
+        self.process: subprocess.Popen | None = None  # a shell command to stop if the host goes away
 
     def write(self, data: bytes) -> None:
         """Send data, one WRTE at a time, each waiting for the host's OKAY."""
@@ -154,9 +155,12 @@ class Channel:
         return data
 
     def peer_closed(self) -> None:
+        """The host closed the stream (client killed, Ctrl-C, disconnect): stop its command too."""
         self.closed = True
         self.inbox.put(None)
         self.ready.set()
+        if self.process is not None:
+            _kill_group(self.process)
 
     def close(self) -> None:
         if not self.closed:
@@ -257,6 +261,10 @@ def shell_service(channel: Channel, service: str) -> None:
     stderr = subprocess.PIPE if v2 else (subprocess.DEVNULL if head == "exec" else subprocess.STDOUT)
     proc = subprocess.Popen(argv, cwd=device.sandbox, env=env, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=stderr, start_new_session=True)
+    channel.process = proc
+    RUNNING.add(proc)
+    if channel.closed:  # the host left while we were starting
+        _kill_group(proc)
     try:
         threading.Thread(target=_feed_stdin, args=(channel, proc, v2), daemon=True).start()
         pumps = [threading.Thread(target=_pump, args=(channel, pipe, packet_id if v2 else None), daemon=True)
@@ -269,9 +277,20 @@ def shell_service(channel: Channel, service: str) -> None:
         if v2:
             channel.write(_packet(EXIT, bytes([returncode & 0xFF])))
     finally:
-        if proc.poll() is None:  # the host went away (Ctrl-C, disconnect): stop the whole command
+        _kill_group(proc)
+        RUNNING.discard(proc)
+
+
+RUNNING: set[subprocess.Popen] = set()  # commands to stop when the daemon itself is stopped
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        try:
             os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        except ProcessLookupError:
+            pass
+        proc.wait()
 
 
 def _packet(packet_id: int, data: bytes) -> bytes:
@@ -317,8 +336,6 @@ def _feed_stdin(channel: Channel, proc: subprocess.Popen, v2: bool) -> None:
             proc.stdin.close()
         except OSError:
             pass
-    if channel.closed and proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
 
 
 # --- sync (push, pull, stat, ls) ---------------------------------------------------------------
@@ -474,7 +491,11 @@ def main(argv: list[str] | None = None) -> None:
     props = dict(item.split("=", 1) for item in args.prop)
     device = Device(args.root / "sandbox", args.root / "bin", args.serial, props, args.unauthorized)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    serve(device, args.port)
+    try:
+        serve(device, args.port)
+    finally:
+        for proc in list(RUNNING):
+            _kill_group(proc)
 
 
 @dataclass
