@@ -16,7 +16,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import IO, Mapping
 
 from .base import ErrorRule, Launch, Transport, match_error, remote_command
 from .errors import (
@@ -166,7 +166,7 @@ class SshTransport(Transport):
         if rc != 0:
             raise UnreachableError(f"cannot log in to {self.device_id}: {text.strip() or f'ssh exited {rc}'}")
 
-    def _start_master(self, argv: list[str], err: object) -> int:
+    def _start_master(self, argv: list[str], err: IO[bytes]) -> int:
         try:
             return subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                   stderr=err, timeout=120).returncode
