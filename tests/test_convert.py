@@ -1,0 +1,197 @@
+"""hydra-edge convert end to end on a tiny trained digits model: bundles, manifest, re-runs, errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from hydra_edge.checkpoint import load_checkpoint
+from hydra_edge.config import HydraConfig, preset
+from hydra_edge.convert import pipeline
+from hydra_edge.convert.command import convert
+from hydra_edge.convert.manifest import Manifest, read_manifest, sha256_file
+from hydra_edge.data import load_data
+from hydra_edge.model import HydraViT
+from hydra_edge.runtime.engines import Engine, check_golden, load, load_golden
+from hydra_edge.sizes import subnet_size
+from hydra_edge.train import TrainSettings, train
+
+ONNX_FP32 = 'name = "host"\nthreads = 2\n[[artefacts]]\nformat = "onnx"\nquant = "fp32"\n' \
+            'runtime = "onnxruntime"\nruntime_min_version = "1.17"\n'
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Depth-2 digits HydraViT serving 3, 6 and 12 heads, trained ~10 s to ~45-50% top-1."""
+    torch.manual_seed(0)
+    model = HydraViT(preset("digits", depth=2, heads=(3, 6, 12)))
+    out = tmp_path_factory.mktemp("trained")
+    return train(model, load_data("digits", model.config), TrainSettings(epochs=8, batch_size=64, warmup_epochs=1),
+                 out).checkpoint
+
+
+@pytest.fixture
+def host_target(tmp_path: Path) -> Path:
+    """A user-added profile (fast fp32 ONNX), passed as a path."""
+    f = tmp_path / "profiles" / "host.toml"
+    f.parent.mkdir()
+    f.write_text(ONNX_FP32)
+    return f
+
+
+def _run(*args: str | Path) -> tuple[int, str]:
+    result = CliRunner().invoke(convert, [str(a) for a in args])
+    return result.exit_code, result.output
+
+
+def _check_bundle(out: Path, n: int, fmt: str) -> Manifest:
+    """The manifest round-trips, its hashes match the files, and each golden pair passes in its engine."""
+    manifest = read_manifest(out)
+    assert Manifest.from_dict(json.loads((out / "manifest.json").read_text())) == manifest
+    assert Manifest.from_dict(manifest.to_dict()) == manifest
+    assert len(manifest.artefacts) == n
+    cfg = HydraConfig.from_dict(manifest.model)
+    for a in manifest.artefacts:
+        assert a.format == fmt and (out / a.file).stat().st_size == a.bytes
+        assert sha256_file(out / a.file) == a.sha256 and sha256_file(out / a.golden["file"]) == a.golden["sha256"]
+        assert a.params == subnet_size(cfg, a.heads).params and a.convert_seconds > 0
+        assert a.accuracy["top1"] is not None and a.accuracy["drop_pp"] <= manifest.max_drop
+        assert check_golden(load(out / a.file), load_golden(out / a.golden["file"]), a.golden["tolerance"]).ok
+    return manifest
+
+
+def test_rpi_bundle_is_verified_recorded_and_skipped_on_rerun(checkpoint: Path, tmp_path: Path) -> None:
+    out = tmp_path / "bundles" / "rpi"
+    code, output = _run("-c", checkpoint, "--target", "rpi", "--out", out, "--heads", "3,12")
+    assert code == 0, output
+    manifest = _check_bundle(out, 2, "tflite")
+    assert [a.file for a in manifest.artefacts] == ["vit_h3_tflite_int8-dynamic.tflite", "vit_h12_tflite_int8-dynamic.tflite"]
+    a = manifest.artefacts[0]
+    assert (a.runtime, a.runtime_min_version, a.threads) == ("ai-edge-litert", "2.3.0", 4)
+    assert manifest.checkpoint["sha256"] == sha256_file(checkpoint) and manifest.model["depth"] == 2
+    assert manifest.target["name"] == "rpi" and manifest.tools["litert-torch"] and manifest.data["source"] == "digits"
+    # The artefact agrees with eager torch on held-out images, through the device's engine.
+    model = load_checkpoint(checkpoint)
+    x = load_golden(out / a.golden["file"])["inputs"]
+    with torch.no_grad():
+        ref = model.subnetwork(3)(torch.from_numpy(x)).numpy()
+    assert (load(out / a.file).run(x).argmax(1) == ref.argmax(1)).mean() >= 0.75
+
+    mtimes = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    code, output = _run("-c", checkpoint, "--target", "rpi", "--out", out, "--heads", "3,12")
+    assert code == 0 and "0 converted, 2 unchanged" in output
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir() if p.name != "manifest.json"} == \
+        {n: t for n, t in mtimes.items() if n != "manifest.json"}
+
+
+def test_android_bundle_is_an_xnnpack_pte(checkpoint: Path, tmp_path: Path) -> None:
+    code, output = _run("-c", checkpoint, "-t", "android", "-o", tmp_path, "--heads", "6")
+    assert code == 0, output
+    (a,) = _check_bundle(tmp_path, 1, "executorch").artefacts
+    assert a.file == "vit_h6_executorch_int8-dynamic.pte" and a.notes["delegate"] == "XNNPACK"
+
+
+def test_jetson_bundle_in_parallel_records_trtexec_lines(checkpoint: Path, tmp_path: Path) -> None:
+    code, output = _run("-c", checkpoint, "-t", "jetson", "-o", tmp_path, "--jobs", "2")
+    assert code == 0, output
+    manifest = _check_bundle(tmp_path, 6, "onnx")
+    builds = {a.file: a.device_build for a in manifest.artefacts}
+    assert builds["vit_h3_onnx_fp16.onnx"] == "trtexec --onnx=vit_h3_onnx_fp16.onnx --saveEngine=vit_h3_onnx_fp16.engine --fp16"
+    assert builds["vit_h12_onnx_int8-qdq.onnx"].endswith("--int8 --fp16")
+    qdq = manifest.by_id()["h12_onnx_int8-qdq"]
+    assert qdq.runtime == "tensorrt" and qdq.host_runtime.startswith("onnxruntime")
+    assert qdq.notes["op_types_to_quantize"] == ["MatMul", "Gemm"]
+
+
+def test_interrupted_run_resumes(checkpoint: Path, host_target: Path, tmp_path: Path,
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from hydra_edge.convert import onnx as onnx_exporter
+
+    real, calls = onnx_exporter.export, []
+
+    def interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # Ctrl-C in the middle of the second artefact
+        return real(*args, **kwargs)
+
+    out = tmp_path / "out"
+    opts = pipeline.ConvertOptions(checkpoint=checkpoint, target=str(host_target), out=out)
+    monkeypatch.setattr(onnx_exporter, "export", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.convert(opts)
+    assert [a.heads for a in read_manifest(out).artefacts] == [3]
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "vit_h3_onnx_fp32.golden.npz",
+                                                          "vit_h3_onnx_fp32.onnx"]
+    monkeypatch.setattr(onnx_exporter, "export", real)
+    result = pipeline.convert(opts)
+    assert result.skipped == ["vit_h3_onnx_fp32.onnx"] and len(result.converted) == 2
+    _check_bundle(out, 3, "onnx")
+    assert len(pipeline.convert(pipeline.ConvertOptions(**{**opts.__dict__, "force": True})).converted) == 3
+
+
+def test_max_drop_failure_names_the_artefact(checkpoint: Path, host_target: Path, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    real = pipeline.load
+
+    def broken(path, threads=1, format=None) -> Engine:  # a runtime that returns garbage for 6 heads
+        engine = real(path, threads, format)
+        if "h6" not in engine.path.name:
+            return engine
+        rng = np.random.default_rng(0)
+        return Engine(engine.path, engine.format, threads, lambda x: rng.standard_normal((1, 10)).astype(np.float32))
+
+    monkeypatch.setattr(pipeline, "load", broken)
+    out = tmp_path / "out"
+    code, output = _run("-c", checkpoint, "-t", host_target, "-o", out)
+    assert code != 0
+    assert "Error: vit_h6_onnx_fp32.onnx: top-1" in output and "p.p. below the fp32 subnetwork" in output
+    assert [a.heads for a in read_manifest(out).artefacts] == [3, 12]
+    assert not list(out.glob("vit_h6*")) and not list(out.glob(".*"))
+
+
+def test_checkpoint_without_data_spec_uses_random_inputs_or_data(host_target: Path, tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = HydraViT(preset("digits", depth=1, heads=(3,)))
+    model.save(tmp_path / "foreign.pt")  # no "data": a checkpoint from elsewhere
+    code, output = _run("-c", tmp_path / "foreign.pt", "-t", host_target, "-o", tmp_path / "a")
+    assert code == 0, output
+    (a,) = read_manifest(tmp_path / "a").artefacts
+    assert a.accuracy["top1"] is None and a.accuracy["basis"].startswith("random inputs")
+    assert a.accuracy["agreement"] == 100.0 and read_manifest(tmp_path / "a").data is None
+    code, output = _run("-c", tmp_path / "foreign.pt", "-t", host_target, "-o", tmp_path / "b", "--data", "digits")
+    assert code == 0, output
+    (b,) = read_manifest(tmp_path / "b").artefacts
+    assert b.accuracy["top1"] is not None and b.accuracy["images"] == 360
+
+
+@pytest.mark.parametrize("case", ["target", "heads", "not-hydravit", "not-checkpoint", "unwritable", "quant"])
+def test_user_errors_are_one_line_and_write_nothing(checkpoint: Path, tmp_path: Path, case: str) -> None:
+    out = tmp_path / "bundle"
+    args = {"-c": checkpoint, "-t": "rpi", "-o": out}
+    extra: list[str] = []
+    if case == "target":
+        args["-t"], expected = "pi5", "unknown target 'pi5'"
+    elif case == "heads":
+        extra, expected = ["--heads", "3-13"], "out of range: this model has 1..12 heads"
+    elif case == "not-hydravit":
+        torch.save({"state_dict": {"fc.weight": torch.zeros(2, 2)}}, tmp_path / "resnet.pt")
+        args["-c"], expected = tmp_path / "resnet.pt", "is not a ViT checkpoint"
+    elif case == "not-checkpoint":
+        (tmp_path / "notes.pt").write_text("hello")
+        args["-c"], expected = tmp_path / "notes.pt", "is not a PyTorch checkpoint"
+    elif case == "unwritable":
+        (tmp_path / "file").write_text("")
+        out = args["-o"] = tmp_path / "file" / "bundle"
+        expected = "cannot create output folder"
+    else:
+        extra, expected = ["--quant", "fp16"], "no quantisation 'fp16'"
+    code, output = _run(*[str(v) for kv in args.items() for v in kv], *extra)
+    assert code != 0 and expected in output
+    assert output.strip().count("\n") == 0 and output.startswith("Error: ")
+    assert not out.exists() or not any(out.iterdir())
