@@ -101,6 +101,7 @@ def train(data: str, out: Path, preset_name: str | None, heads: str | None, weig
 
     if threads:
         torch.set_num_threads(threads)
+    torch.manual_seed(seed)  # the same initial weights on every run and every DDP rank
     spec = DataSpec(data, seed=seed)
     if checkpoint:
         model = load_checkpoint(checkpoint)

@@ -110,8 +110,12 @@ def train(
     net: nn.Module = nn.parallel.DistributedDataParallel(model) if world > 1 else model
 
     shard = DistributedSampler(data.train, num_replicas=world, rank=rank, shuffle=True, seed=settings.seed)
-    loader = DataLoader(data.train, batch_size=max(1, settings.batch_size // world), sampler=shard,
-                        num_workers=settings.workers)
+    # drop_last: every step sees a full batch, so N ranks of batch B/N take exactly the steps of one of B
+    per_rank = max(1, settings.batch_size // world)
+    loader = DataLoader(data.train, batch_size=per_rank, sampler=shard, num_workers=settings.workers,
+                        drop_last=len(shard) >= per_rank)
+    if len(loader) == 0:
+        raise HydraEdgeError(f"no training images in {data.spec.source}; add images or check the folder layout")
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
     total = settings.epochs * len(loader)
     schedule = torch.optim.lr_scheduler.LambdaLR(

@@ -1,0 +1,144 @@
+"""Training: stochastic head sampling, reports, exact resume, ImageFolder data, DDP under torchrun."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from hydra_edge import HydraViT, load_checkpoint
+from hydra_edge.cli import main
+from hydra_edge.config import preset
+from hydra_edge.data import DataSpec, load_data
+from hydra_edge.errors import HydraEdgeError
+from hydra_edge.train import HeadSampler, TrainSettings, train
+
+FAST = TrainSettings(epochs=5, batch_size=32, lr=3e-3, warmup_epochs=1)
+
+
+def _small(**overrides) -> HydraViT:
+    torch.manual_seed(0)
+    return HydraViT(preset("digits", depth=2, **overrides))
+
+
+def test_training_learns_and_writes_checkpoint_history_and_accuracy(tmp_path):
+    model = _small()
+    result = train(model, load_data("digits", model.config), FAST, tmp_path)
+    history = json.loads((tmp_path / "history.json").read_text())
+    assert [h["epoch"] for h in history] == [1, 2, 3, 4, 5]
+    assert history[-1]["loss"] < history[0]["loss"]
+    assert result.accuracy[12] > 30  # 10 classes: chance is 10 %
+    rows = json.loads((tmp_path / "accuracy.json").read_text())["rows"]
+    assert [r["heads"] for r in rows] == list(range(3, 13)) and all("gmacs" in r and "top1" in r for r in rows)
+    assert (tmp_path / "accuracy.png").read_bytes()[:4] == b"\x89PNG"
+    reloaded = load_checkpoint(result.checkpoint)
+    x = torch.randn(2, 1, 8, 8)
+    with torch.no_grad():
+        assert torch.equal(reloaded(x, heads=4), model(x, heads=4))
+
+
+def test_weighted_sampling_draws_only_weighted_head_counts(tmp_path):
+    model = _small(heads=(3, 6, 12))
+    train(model, load_data("digits", model.config), TrainSettings(epochs=1, batch_size=64, weights=(0, 100, 0)), tmp_path)
+    drawn = json.loads((tmp_path / "history.json").read_text())[0]["drawn"]
+    assert drawn["6"] > 0 and drawn["3"] == drawn["12"] == 0
+
+
+def test_head_sampler_is_deterministic_per_epoch_and_checks_weights():
+    sampler = HeadSampler((3, 6, 12), None, seed=5)
+    draws = lambda e: [sampler.draw(rng) for rng in [sampler.for_epoch(e)] for _ in range(20)]
+    assert draws(2) == draws(2) and draws(2) != draws(3)
+    with pytest.raises(HydraEdgeError, match="--weights needs 3"):
+        HeadSampler((3, 6, 12), (50, 50), seed=0)
+
+
+def test_interrupted_training_resumes_to_the_same_weights(tmp_path, monkeypatch):
+    data = load_data("digits", preset("digits", depth=2))
+    straight = _small()
+    train(straight, data, FAST, tmp_path / "straight")
+
+    import hydra_edge.train as train_module
+
+    calls = {"n": 0}
+    real = train_module.accuracy_per_heads
+
+    def interrupt_in_epoch_3(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(train_module, "accuracy_per_heads", interrupt_in_epoch_3)
+    with pytest.raises(KeyboardInterrupt):
+        train(_small(), data, FAST, tmp_path / "resumed")
+    monkeypatch.setattr(train_module, "accuracy_per_heads", real)
+    assert load_checkpoint(tmp_path / "resumed" / "checkpoint.pt") is not None
+    resumed = HydraViT(preset("digits", depth=2))
+    train(resumed, data, FAST, tmp_path / "resumed", resume=True)
+    history = json.loads((tmp_path / "resumed" / "history.json").read_text())
+    assert [h["epoch"] for h in history] == [1, 2, 3, 4, 5]
+    for (name, a), b in zip(straight.state_dict().items(), resumed.state_dict().values()):
+        assert torch.allclose(a, b, atol=1e-6), name
+
+
+def _image_folder(root: Path, classes: int = 3, per_class: int = 8) -> Path:
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for c in range(classes):
+        (root / f"class_{c}").mkdir(parents=True)
+        for i in range(per_class):
+            pixels = np.full((12, 12, 3), 60 * c, np.uint8) + rng.integers(0, 40, (12, 12, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(root / f"class_{c}" / f"{i}.png")
+    return root
+
+
+def test_cli_trains_and_evaluates_on_an_image_folder(tmp_path):
+    folder = _image_folder(tmp_path / "images")
+    out = tmp_path / "run"
+    runner = CliRunner()
+    result = runner.invoke(main, ["train", "--data", str(folder), "--preset", "digits", "--heads", "3,12",
+                                  "--separate-heads", "--epochs", "1", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    model = load_checkpoint(out / "checkpoint.pt")
+    assert model.config.num_classes == 3 and model.config.heads == (3, 12) and model.config.separate_heads
+    split = load_data(DataSpec(str(folder)), model.config)
+    assert len(split.train) + len(split.val) == 24 and split.train[0][0].shape == (1, 8, 8)
+    result = runner.invoke(main, ["eval", "--checkpoint", str(out / "checkpoint.pt")])
+    assert result.exit_code == 0, result.output
+    rows = json.loads((out / "eval.json").read_text())["rows"]
+    assert [r["heads"] for r in rows] == [3, 12] and all(0 <= r["top1"] <= 100 for r in rows)
+
+
+def test_cli_rejects_a_missing_data_folder(tmp_path):
+    result = CliRunner().invoke(main, ["train", "--data", str(tmp_path / "nope"), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 1 and "is neither 'digits' nor a folder" in result.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_distributed_training_with_two_cpu_processes_matches_one_process(tmp_path):
+    """torchrun, gloo, 2 ranks of batch 16: the same steps, draws and weights as one process of batch 32."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "hydra_edge.cli", "train", "--data", "digits", "--epochs", "2", "--batch-size", "32",
+           "--heads", "3,6,12", "--out", str(tmp_path / "ddp")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    history = json.loads((tmp_path / "ddp" / "history.json").read_text())
+    assert [h["world_size"] for h in history] == [2, 2]
+
+    torch.manual_seed(0)
+    single = HydraViT(preset("digits", heads=(3, 6, 12)))
+    train(single, load_data("digits", single.config), TrainSettings(epochs=2, batch_size=32), tmp_path / "one")
+    one = json.loads((tmp_path / "one" / "history.json").read_text())
+    assert [h["drawn"] for h in history] == [h["drawn"] for h in one]
+    ddp = load_checkpoint(tmp_path / "ddp" / "checkpoint.pt")
+    for (name, a), b in zip(single.state_dict().items(), ddp.state_dict().values()):
+        assert (a - b).abs().max() <= 1e-3, (name, (a - b).abs().max())
