@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -63,3 +65,12 @@ def test_bad_profiles_fail_in_one_line_naming_the_file(tmp_path: Path, body: str
     with pytest.raises(HydraEdgeError, match=message) as e:
         load_target(str(f))
     assert str(f) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_profiles_and_manifests_are_read_without_torch() -> None:
+    """The calibrator and switcher read profiles and manifests on boards that have no torch."""
+    code = ("import sys; from hydra_edge.convert.targets import load_target;"
+            "from hydra_edge.convert.manifest import read_manifest;"
+            "[load_target(t) for t in ('rpi', 'android', 'jetson')];"
+            "assert 'torch' not in sys.modules, 'torch was imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[1])

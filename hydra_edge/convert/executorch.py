@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # torch is imported by export() only: profiles are read on torch-free devices
+    import torch
 
 QUANTS = ("fp32", "int8-dynamic", "int8-static")
 TOOLS = ("torch", "executorch")
@@ -16,6 +18,8 @@ IMPORTS = ("executorch.exir", "executorch.backends.xnnpack.partition.xnnpack_par
 def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: dict[str, Any],
            calibration: np.ndarray, path: Path, stage: Callable[[str], None]) -> dict[str, Any]:
     """Write ``model`` as an XNNPACK-delegated ``.pte`` to ``path``; returns notes for the manifest."""
+    import torch
+
     stage("import executorch")
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower

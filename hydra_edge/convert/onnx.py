@@ -5,10 +5,12 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # torch is imported by export() only: profiles are read on torch-free devices
+    import torch
 
 QUANTS = ("fp32", "fp16", "int8-dynamic", "int8-qdq")
 TOOLS = ("torch", "onnx", "onnxruntime")
@@ -36,6 +38,8 @@ def _calibration_reader(images: np.ndarray) -> Any:
 def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: dict[str, Any],
            calibration: np.ndarray, path: Path, stage: Callable[[str], None]) -> dict[str, Any]:
     """Write ``model`` as ``.onnx`` to ``path``; returns notes for the manifest (incl. QDQ settings)."""
+    import torch
+
     import onnx
 
     notes: dict[str, Any] = {"opset": OPSET, "scheme": "float32"}

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # torch is imported by export() only: profiles are read on torch-free devices
+    import torch
 
 QUANTS = ("fp32", "int8-dynamic")
 TOOLS = ("torch", "litert-torch", "ai-edge-litert")
