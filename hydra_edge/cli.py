@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from .convert.command import convert
 from .errors import HydraEdgeError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -159,6 +160,9 @@ def evaluate(checkpoint: Path, data: str | None, heads: str | None, out: Path | 
     out = out or checkpoint.parent
     write_report(model, accuracy, out, title=f"{checkpoint.name} on {spec.source}", stem="eval")
     click.echo(f"saved {out / 'eval.json'} and {out / 'eval.png'}")
+
+
+main.add_command(convert)
 
 
 if __name__ == "__main__":  # torchrun --nproc_per_node N -m hydra_edge.cli train ...

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Install hydra-edge into ./.venv on a fresh machine (Python 3.11, pip, gcc). Safe to re-run: it
+# skips what is already done. torch 2.13.0 (CPU) goes in FIRST: executorch and litert-torch would
+# otherwise resolve a multi-GB CUDA build of a newer torch (see ../shared/DEPENDENCIES.md).
+set -euo pipefail
+cd "$(dirname "$0")"
+
+# Device stand-ins the tests drive with real clients: OpenSSH's sshd and Debian's adb.
+need=()
+command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || need+=(openssh-server openssh-client)
+command -v adb >/dev/null 2>&1 || need+=(adb)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" -eq 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  else
+    echo "install.sh: missing ${need[*]}; run: sudo apt-get install ${need[*]}" >&2
+  fi
+fi
+
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null 2>&1 || PY=python3
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+stamp=.venv/.hydra-edge-installed
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q "torch==2.13.0"
+  .venv/bin/python -m pip install -q -e ".[test]"
+  echo "$want" > "$stamp"
+fi
