@@ -1,0 +1,66 @@
+"""``hydra-edge lut``: calibration + bundle + policy -> lut.json, hydra_lut.h, HydraLut.kt, lut.md, lut.png."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import click
+
+from ..atomic import write_json, write_text
+from ..calibrate.record import read_calibration
+from ..convert.manifest import read_manifest
+from ..errors import HydraEdgeError
+from .emit_c import emit_c
+from .emit_kotlin import emit_kotlin
+from .plot import markdown, plot_grid
+from .policy import load_policy
+from .table import build_table
+
+OUTPUTS = ("lut.json", "hydra_lut.h", "HydraLut.kt", "lut.md", "lut.png")
+
+
+def make_lut(bundle: Path, calibration: Path, out: Path, budget_ms: float | None = None,
+             policy: Path | None = None) -> dict:
+    """Build the table and write every output into ``out``; returns the ``lut.json`` document."""
+    pol = load_policy(policy)
+    if budget_ms is not None:
+        if not budget_ms > 0:
+            raise HydraEdgeError("--budget-ms must be positive")
+        pol = replace(pol, budget_ms=budget_ms)
+    lut = build_table(bundle, read_manifest(bundle), read_calibration(calibration), calibration, pol)
+    header, kotlin = emit_c(lut), emit_kotlin(lut)  # both before any write: a failure leaves nothing
+    write_json(out / "lut.json", lut)
+    write_text(out / "hydra_lut.h", header)
+    write_text(out / "HydraLut.kt", kotlin)
+    write_text(out / "lut.md", markdown(lut))
+    plot_grid(lut, out / "lut.png")
+    return lut
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--bundle", "-b", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Bundle folder written by hydra-edge convert.")
+@click.option("--calibration", "-c", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Calibration JSON measured on the device for this bundle.")
+@click.option("--budget-ms", type=float, default=None, help="Latency budget on mains power (overrides the policy's).")
+@click.option("--policy", "-p", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Policy TOML: battery bands, thermal bands, margins, dwell (default: built-in).")
+@click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), default=Path("lut"), show_default=True,
+              help="Folder for lut.json, hydra_lut.h, HydraLut.kt, lut.md and lut.png.")
+def lut(bundle: Path, calibration: Path, budget_ms: float | None, policy: Path | None, out: Path) -> None:
+    """Build the battery/thermal lookup table that picks a head count on the device.
+
+    Each (battery band, thermal band) gets the most accurate Pareto-optimal head count whose
+    calibrated latency x thermal derating meets the band's budget, else the fastest one.
+
+    \b
+    Example:
+      hydra-edge lut --bundle bundles/rpi --calibration calibration/pi4.json --budget-ms 80 --out lut/
+    """
+    try:
+        doc = make_lut(bundle, calibration, out, budget_ms, policy)
+    except HydraEdgeError as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(markdown(doc), nl=False)
+    click.echo(f"wrote {', '.join(str(out / name) for name in OUTPUTS)}")

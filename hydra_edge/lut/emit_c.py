@@ -1,0 +1,82 @@
+"""``hydra_lut.h``: the lookup table and its selection as one C99 header (static data, inline functions).
+
+Mirrors ``hydra_edge.runtime.lut.Table.select`` line for line; include it in the app's native code
+and call ``hydra_lut_select`` once per poll.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .emit import literals
+
+TEMPLATE = """\
+/*
+{comment}
+ */
+#ifndef HYDRA_LUT_H
+#define HYDRA_LUT_H
+
+#define HYDRA_LUT_CANDIDATES {n_heads}
+#define HYDRA_LUT_BATTERY_BANDS {n_battery}
+#define HYDRA_LUT_THERMAL_BANDS {n_thermal}
+{throttled}
+static const int hydra_lut_heads[HYDRA_LUT_CANDIDATES] = {{{heads}}};
+static const double hydra_lut_thermal_edges[HYDRA_LUT_THERMAL_BANDS - 1] = {{{thermal_edges}}};
+static const double hydra_lut_battery_min_pct[HYDRA_LUT_BATTERY_BANDS - 1] = {{{battery_min_pct}}};
+static const int hydra_lut_cells[HYDRA_LUT_BATTERY_BANDS][HYDRA_LUT_THERMAL_BANDS] = {{
+{cells}
+}};
+static const double hydra_lut_thermal_margin = {thermal_margin};
+static const double hydra_lut_battery_margin_pct = {battery_margin_pct};
+static const double hydra_lut_min_dwell_s = {min_dwell_s};
+
+static inline int hydra_lut_thermal_band(double thermal) {{
+    int band = 0;
+    for (int i = 0; i < HYDRA_LUT_THERMAL_BANDS - 1; i++) if (thermal >= hydra_lut_thermal_edges[i]) band++;
+    return band;
+}}
+
+static inline int hydra_lut_battery_band(double battery_pct, int charging) {{
+    if (charging || battery_pct < 0) return 0;
+    for (int i = 0; i < HYDRA_LUT_BATTERY_BANDS - 1; i++) if (battery_pct >= hydra_lut_battery_min_pct[i]) return i + 1;
+    return HYDRA_LUT_BATTERY_BANDS - 1;
+}}
+
+/* The candidate index for a reading, without hysteresis. */
+static inline int hydra_lut_cell(double battery_pct, int charging, double thermal) {{
+    return hydra_lut_cells[hydra_lut_battery_band(battery_pct, charging)][hydra_lut_thermal_band(thermal)];
+}}
+
+/* The head count to run now. Worse cells are taken at once; better ones only after the dwell time,
+   and only as far as they hold with the temperature and battery margins against them. */
+static inline int hydra_lut_select(double battery_pct, int charging, double thermal, int prev_heads,
+                                   double since_switch_s) {{
+    int raw = hydra_lut_cell(battery_pct, charging, thermal);
+    int prev = -1;
+    for (int i = 0; i < HYDRA_LUT_CANDIDATES; i++) if (hydra_lut_heads[i] == prev_heads) prev = i;
+    if (prev < 0 || raw <= prev) return hydra_lut_heads[raw];
+    if (since_switch_s < hydra_lut_min_dwell_s) return hydra_lut_heads[prev];
+    double lowered = battery_pct - hydra_lut_battery_margin_pct;
+    double cautious_pct = battery_pct >= 0 ? (lowered > 0.0 ? lowered : 0.0) : battery_pct;
+    int safe = hydra_lut_cell(cautious_pct, charging, thermal + hydra_lut_thermal_margin);
+    int best = raw < safe ? raw : safe;
+    return hydra_lut_heads[best > prev ? best : prev];
+}}
+
+#endif /* HYDRA_LUT_H */
+"""
+
+
+def emit_c(lut: dict[str, Any]) -> str:
+    """The C header for a ``lut.json`` document."""
+    lit = literals(lut)
+    return TEMPLATE.format(
+        comment="\n".join(f" * {line}" for line in lit.comment),
+        n_heads=len(lit.heads), n_battery=len(lit.cells), n_thermal=len(lit.cells[0]),
+        throttled="" if lit.throttled_c is None else f"#define HYDRA_LUT_THROTTLED_C {lit.throttled_c}\n",
+        heads=", ".join(lit.heads), thermal_edges=", ".join(lit.thermal_edges),
+        battery_min_pct=", ".join(lit.battery_min_pct),
+        cells=",\n".join(f"    {{{', '.join(row)}}}" for row in lit.cells),
+        thermal_margin=lit.thermal_margin, battery_margin_pct=lit.battery_margin_pct, min_dwell_s=lit.min_dwell_s,
+    )

@@ -1,0 +1,69 @@
+"""``HydraLut.kt``: the lookup table and its selection as one Kotlin ``object`` for Android apps.
+
+Mirrors ``hydra_edge.runtime.lut.Table.select`` line for line. On a phone, pass
+``PowerManager.getCurrentThermalStatus()`` as ``thermal`` and ``BatteryManager`` capacity as
+``batteryPct``. No package line: put the file in the app's package and add one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .emit import literals
+
+TEMPLATE = """\
+/*
+{comment}
+ */
+object HydraLut {{
+    @JvmField val HEADS = intArrayOf({heads})
+    private val THERMAL_EDGES = doubleArrayOf({thermal_edges})
+    private val BATTERY_MIN_PCT = doubleArrayOf({battery_min_pct})
+    private val CELLS = arrayOf(
+{cells}
+    )
+    const val THERMAL_MARGIN = {thermal_margin}
+    const val BATTERY_MARGIN_PCT = {battery_margin_pct}
+    const val MIN_DWELL_S = {min_dwell_s}
+{throttled}
+    @JvmStatic fun thermalBand(thermal: Double): Int = THERMAL_EDGES.count {{ thermal >= it }}
+
+    @JvmStatic fun batteryBand(batteryPct: Double, charging: Boolean): Int {{
+        if (charging || batteryPct < 0) return 0
+        for (i in BATTERY_MIN_PCT.indices) if (batteryPct >= BATTERY_MIN_PCT[i]) return i + 1
+        return BATTERY_MIN_PCT.size
+    }}
+
+    /** The candidate index for a reading, without hysteresis. */
+    @JvmStatic fun cell(batteryPct: Double, charging: Boolean, thermal: Double): Int =
+        CELLS[batteryBand(batteryPct, charging)][thermalBand(thermal)]
+
+    /** The head count to run now. Worse cells are taken at once; better ones only after the dwell
+     *  time, and only as far as they hold with the temperature and battery margins against them. */
+    @JvmStatic fun select(batteryPct: Double, charging: Boolean, thermal: Double, prevHeads: Int,
+                          sinceSwitchS: Double): Int {{
+        val raw = cell(batteryPct, charging, thermal)
+        val prev = HEADS.indexOf(prevHeads)
+        if (prev < 0 || raw <= prev) return HEADS[raw]
+        if (sinceSwitchS < MIN_DWELL_S) return HEADS[prev]
+        val lowered = batteryPct - BATTERY_MARGIN_PCT
+        val cautiousPct = if (batteryPct >= 0) (if (lowered > 0.0) lowered else 0.0) else batteryPct
+        val safe = cell(cautiousPct, charging, thermal + THERMAL_MARGIN)
+        val best = if (raw < safe) raw else safe
+        return HEADS[if (best > prev) best else prev]
+    }}
+}}
+"""
+
+
+def emit_kotlin(lut: dict[str, Any]) -> str:
+    """The Kotlin source for a ``lut.json`` document."""
+    lit = literals(lut)
+    return TEMPLATE.format(
+        comment="\n".join(f" * {line}" for line in lit.comment),
+        heads=", ".join(lit.heads), thermal_edges=", ".join(lit.thermal_edges),
+        battery_min_pct=", ".join(lit.battery_min_pct),
+        cells=",\n".join(f"        intArrayOf({', '.join(row)})" for row in lit.cells),
+        thermal_margin=lit.thermal_margin, battery_margin_pct=lit.battery_margin_pct, min_dwell_s=lit.min_dwell_s,
+        throttled="" if lit.throttled_c is None else f"    const val THROTTLED_C = {lit.throttled_c}\n",
+    )

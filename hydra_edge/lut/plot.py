@@ -1,0 +1,76 @@
+"""The table for people: a PNG grid of states coloured by head count, and a markdown summary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..atomic import atomic_path
+
+
+def _heads_grid(lut: dict[str, Any]) -> list[list[int]]:
+    heads = [c["heads"] for c in lut["candidates"]]
+    return [[heads[i] for i in row] for row in lut["selection"]["cells"]]
+
+
+def plot_grid(lut: dict[str, Any], path: str | Path) -> Path:
+    """Battery bands (rows) x thermal bands (columns), each cell coloured and labelled by its head count."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import BoundaryNorm, ListedColormap
+
+    grid = _heads_grid(lut)
+    heads = sorted({c["heads"] for c in lut["candidates"]})
+    colours = ListedColormap(plt.get_cmap("viridis")(
+        [i / max(1, len(heads) - 1) for i in range(len(heads))]))
+    norm = BoundaryNorm([h - 0.5 for h in heads] + [heads[-1] + 0.5], len(heads))
+    thermal, battery = lut["thermal"]["names"], lut["battery"]["names"]
+    fig, ax = plt.subplots(figsize=(1.3 * len(thermal) + 2.5, 0.7 * len(battery) + 1.6))
+    image = ax.imshow(grid, cmap=colours, norm=norm, aspect="auto")
+    meets = lut["selection"]["meets_budget"]
+    expected = lut["selection"]["expected_ms"]
+    for b, row in enumerate(grid):
+        for t, h in enumerate(row):
+            label = f"{h}\n{expected[b][t]:.3g} ms" + ("" if meets[b][t] else " !")
+            ax.text(t, b, label, ha="center", va="center", fontsize=8,
+                    color="white" if h == heads[0] and len(heads) > 1 else "black")
+    ax.set_xticks(range(len(thermal)), thermal, rotation=30, ha="right")
+    ax.set_yticks(range(len(battery)), battery)
+    ax.set_xlabel(f"thermal state ({lut['thermal']['source']})")
+    ax.set_ylabel("battery")
+    ax.set_title(f"{lut['bundle']['target']}: head count per state, budget {lut['budget_ms']:g} ms ('!' = none meets it)",
+                 fontsize=9)
+    fig.colorbar(image, ax=ax, ticks=heads, label="heads")
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
+    plt.close(fig)
+    return Path(path)
+
+
+def markdown(lut: dict[str, Any]) -> str:
+    """Candidates, deratings and the grid as markdown, readable in a terminal or on GitHub."""
+    thermal, battery, sel = lut["thermal"], lut["battery"], lut["selection"]
+    lines = [f"# Lookup table: {lut['bundle']['target']}, budget {lut['budget_ms']:g} ms", "",
+             f"Bundle manifest sha256 `{lut['bundle']['manifest_sha256']}`; calibration "
+             f"`{lut['calibration']['path']}` ({lut['calibration']['device_id']}), soak: "
+             f"{'yes' if lut['calibration']['soak'] else 'no (default deratings)'}.", "",
+             f"Candidates (Pareto front, accuracy basis: {lut['accuracy_basis']}):", "",
+             "| heads | artefact | latency ms | accuracy |", "|---:|---|---:|---:|"]
+    lines += [f"| {c['heads']} | {c['artefact']} | {c['latency_ms']:.3g} | {c['accuracy']:.4g} |" for c in lut["candidates"]]
+    if lut["dominated"]:
+        lines += ["", "Dominated (never chosen): " + ", ".join(
+            f"{d['heads']} heads ({d['latency_ms']:.3g} ms, {d['accuracy']:.4g})" for d in lut["dominated"])]
+    lines += ["", "Head count per state (expected ms; `!` where no candidate meets the budget):", "",
+              "| battery \\ thermal | " + " | ".join(
+                  f"{n} (x{m:.3g}, {b})" for n, m, b in zip(thermal["names"], thermal["derating"], thermal["derating_basis"])) + " |",
+              "|---|" + "---:|" * len(thermal["names"])]
+    for b, row in enumerate(_heads_grid(lut)):
+        budget = lut["budget_ms"] * battery["budget_scale"][b]
+        cells = [f"{h} ({sel['expected_ms'][b][t]:.3g}){'' if sel['meets_budget'][b][t] else ' !'}" for t, h in enumerate(row)]
+        lines.append(f"| {battery['names'][b]} (≤{budget:.3g} ms) | " + " | ".join(cells) + " |")
+    lines += ["", f"Hysteresis: switch up only after {sel['min_dwell_s']:g} s, and only as far as the cell holds "
+              f"{thermal['margin']:g} hotter and {battery['margin_pct']:g} % emptier; switch down at once."]
+    return "\n".join(lines) + "\n"

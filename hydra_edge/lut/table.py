@@ -1,0 +1,175 @@
+"""Build the lookup table: calibrated latencies x thermal derating against battery-scaled budgets.
+
+Candidates are the device's Pareto-optimal head counts (no other is both at least as fast and at
+least as accurate). Each (battery band, thermal band) cell gets the most accurate candidate whose
+expected latency (calibrated latency x the band's derating) meets the band's budget (and energy
+cap, where power was measured); when none does, the fastest candidate. The result is the
+``lut.json`` document; ``hydra_edge.runtime.lut`` reads it back on the device.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..calibrate.record import Calibration, Derating
+from ..convert.manifest import MANIFEST, Manifest, sha256_file
+from ..errors import HydraEdgeError
+from ..runtime.lut import SCHEMA, SCHEMA_VERSION
+from ..runtime.signals import signals_from_profile
+from .policy import ANDROID_STATUSES, Policy
+
+
+@dataclass(frozen=True)
+class Point:
+    """One calibrated head count: what the Pareto front and the cells are chosen from."""
+
+    heads: int
+    artefact: str
+    latency_ms: float
+    accuracy: float  # top-1 %, or the head count where the bundle has no labelled accuracy
+    power_w: float | None  # measured draw while it ran, where the device reports it
+
+
+def pareto(points: list[Point]) -> tuple[list[Point], list[Point]]:
+    """(front fastest first, dominated): a point stays if it is more accurate than every faster one."""
+    front: list[Point] = []
+    for p in sorted(points, key=lambda p: (p.latency_ms, -p.accuracy)):
+        if not front or p.accuracy > front[-1].accuracy:
+            front.append(p)
+    return front, [p for p in points if p not in front]
+
+
+def _power(state: dict[str, Any] | None) -> float | None:
+    return None if state is None else state.get("power_w")
+
+
+def points(manifest: Manifest, calibration: Calibration) -> tuple[list[Point], str]:
+    """Calibrated points and the accuracy basis ("top1" or "heads" for random-input bundles)."""
+    by_id = manifest.by_id()
+    measured = calibration.measured()
+    if not measured:
+        raise HydraEdgeError("the calibration has no successful measurement; re-run hydra-edge calibrate")
+    missing = [r.artefact for r in measured if r.artefact not in by_id]
+    if missing:
+        raise HydraEdgeError(f"the calibration measured artefacts this bundle lacks: {missing}")
+    top1 = {r.heads: by_id[r.artefact].accuracy.get("top1") for r in measured}
+    basis = "top1" if all(v is not None for v in top1.values()) else "heads"
+    return [Point(r.heads, r.artefact, r.latency_ms, top1[r.heads] if basis == "top1" else float(r.heads),
+                  _power(r.state_after) or _power(r.state_before)) for r in measured], basis
+
+
+def thermal_source(policy: Policy, manifest: Manifest, soak: Derating | None) -> str:
+    """``auto``: Android when the target reads dumpsys thermalservice or the soak saw statuses."""
+    if policy.thermal.source != "auto":
+        return policy.thermal.source
+    signals = signals_from_profile(manifest.target.get("signals", {}))
+    android = signals.get("thermal") == "dumpsys" or bool(soak and soak.by_thermal_status)
+    return "android" if android else "temperature"
+
+
+def _bins_max(bins: list[tuple[float, float]], lo: float, hi: float) -> float | None:
+    """Largest soak multiplier among temperature bins overlapping [lo, hi)."""
+    found = [m for i, (lower, m) in enumerate(bins)
+             if lower < hi and (bins[i + 1][0] if i + 1 < len(bins) else math.inf) > lo]
+    return max(found, default=None)
+
+
+def thermal_axis(policy: Policy, source: str, soak: Derating | None) -> dict[str, Any]:
+    """Band names, edges and one derating per band (soak where it covers the band, else default).
+
+    Deratings never fall as bands get hotter (a cumulative maximum): a soak that never reached a
+    band must not make it look faster than a cooler one.
+    """
+    t = policy.thermal
+    if source == "android":
+        measured = dict(soak.by_thermal_status) if soak else {}
+        names = list(ANDROID_STATUSES)
+        edges: list[float] = [float(s) for s in range(1, len(names))]
+        found = [measured.get(n) for n in names]
+        defaults, margin, throttled_c = list(t.android_derating), 0.0, None  # the OS already debounces its status
+    else:
+        edges, margin, throttled_c = list(t.edges_c), t.margin_c, t.throttled_c
+        bounds = [-math.inf, *edges, math.inf]
+        names = [f"<{edges[0]:g} °C", *(f"{a:g}-{b:g} °C" for a, b in zip(edges, edges[1:])), f">={edges[-1]:g} °C"] \
+            if edges else ["any"]
+        bins = list(soak.by_temperature) if soak else []
+        found = [_bins_max(bins, lo, hi) for lo, hi in zip(bounds, bounds[1:])]
+        throttled = soak.by_throttled.get("true") if soak else None
+        if throttled is not None and throttled_c is not None:
+            hot = sum(1 for e in edges if throttled_c >= e)
+            found = [max(f or 0.0, throttled) if i >= hot else f for i, f in enumerate(found)]
+        defaults = list(t.derating)
+    derating, basis, worst = [], [], 1.0
+    for f, d in zip(found, defaults):
+        worst = max(worst, f if f is not None else d)
+        derating.append(worst)
+        basis.append("soak" if f is not None else "default")
+    return {"source": source, "names": names, "edges": edges, "margin": margin, "throttled_c": throttled_c,
+            "derating": derating, "derating_basis": basis}
+
+
+def battery_axis(policy: Policy) -> dict[str, Any]:
+    b = policy.battery
+    mins = [band.min_pct for band in b.bands]
+    names = ["charging/mains", f">={mins[0]:g} %" if len(mins) > 1 else "discharging",
+             *(f"{lo:g}-{hi:g} %" if lo > 0 else f"<{hi:g} %" for hi, lo in zip(mins, mins[1:]))]
+    return {"names": names, "min_pct": mins, "margin_pct": b.margin_pct,
+            "budget_scale": [b.charging_budget_scale, *(band.budget_scale for band in b.bands)],
+            "max_energy_mj": [None, *(band.max_energy_mj for band in b.bands)]}
+
+
+def _choose(front: list[Point], budget: float, derating: float, max_energy: float | None) -> tuple[int, bool]:
+    """Index of the most accurate candidate that fits, else 0 (the fastest); and whether one fit."""
+    def fits(p: Point) -> bool:
+        energy_ok = max_energy is None or p.power_w is None or p.latency_ms * derating * p.power_w <= max_energy
+        return p.latency_ms * derating <= budget and energy_ok
+    fitting = [i for i, p in enumerate(front) if fits(p)]
+    return (fitting[-1], True) if fitting else (0, False)
+
+
+def build_table(bundle: Path, manifest: Manifest, calibration: Calibration, calibration_path: Path,
+                policy: Policy) -> dict[str, Any]:
+    """The ``lut.json`` document (schema ``hydra-edge/lut`` v1), bound to bundle and calibration by sha256."""
+    if policy.budget_ms is None:
+        raise HydraEdgeError("no latency budget: pass --budget-ms or set budget_ms in the policy file")
+    manifest_sha = sha256_file(bundle / MANIFEST)
+    if calibration.bundle.get("manifest_sha256") != manifest_sha:
+        raise HydraEdgeError(f"{calibration_path} was measured on another bundle (manifest sha256 "
+                             f"{str(calibration.bundle.get('manifest_sha256'))[:12]}, {bundle} has {manifest_sha[:12]}); "
+                             "calibrate this bundle or pass its own calibration")
+    pts, basis = points(manifest, calibration)
+    front, dominated = pareto(pts)
+    thermal = thermal_axis(policy, thermal_source(policy, manifest, calibration.soak), calibration.soak)
+    battery = battery_axis(policy)
+    cells, expected, meets = [], [], []
+    for scale, cap in zip(battery["budget_scale"], battery["max_energy_mj"]):
+        picks = [_choose(front, policy.budget_ms * scale, m, cap) for m in thermal["derating"]]
+        cells.append([i for i, _ in picks])
+        meets.append([ok for _, ok in picks])
+        expected.append([round(front[i].latency_ms * m, 3) for (i, _), m in zip(picks, thermal["derating"])])
+    by_id = manifest.by_id()
+    candidates = [{"heads": p.heads, "artefact": p.artefact, "file": by_id[p.artefact].file,
+                   "sha256": by_id[p.artefact].sha256, "format": by_id[p.artefact].format,
+                   "threads": by_id[p.artefact].threads, "latency_ms": p.latency_ms, "accuracy": p.accuracy,
+                   "power_w": p.power_w} for p in front]
+    return {
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "created_by": f"hydra-edge {__version__}",
+        "bundle": {"path": str(bundle), "manifest_sha256": manifest_sha, "target": manifest.target.get("name")},
+        "calibration": {"path": str(calibration_path), "sha256": sha256_file(calibration_path),
+                        "device_id": calibration.device_id, "soak": calibration.soak is not None},
+        "budget_ms": policy.budget_ms,
+        "policy": policy.to_dict(),
+        "accuracy_basis": basis,
+        "candidates": candidates,
+        "dominated": [{"heads": p.heads, "latency_ms": p.latency_ms, "accuracy": p.accuracy} for p in dominated],
+        "thermal": thermal,
+        "battery": battery,
+        "selection": {"cells": cells, "min_dwell_s": policy.min_dwell_s, "expected_ms": expected,
+                      "meets_budget": meets},
+    }

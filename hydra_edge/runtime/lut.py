@@ -1,0 +1,184 @@
+"""The lookup table on the device: read ``lut.json`` and pick a head count, with hysteresis.
+
+This is the one Python implementation of the selection logic; ``hydra_edge.lut.emit_c`` and
+``emit_kotlin`` write the same few lines in C and Kotlin, and a test checks that all three agree.
+Standard library only (Python 3.9+), because boards run it.
+
+The decision is a pure function of five numbers, so it is the same in every language:
+
+``select(battery_pct, charging, thermal, prev_heads, since_switch_s) -> heads``
+
+* ``battery_pct``: 0-100, or -1 when there is no battery (boards on mains). Charging or no battery
+  is battery band 0; otherwise band ``i + 1`` is the first ``i`` with ``pct >= battery_min_pct[i]``.
+* ``thermal``: in the table's thermal unit: °C for ``source == "temperature"`` (Linux, Jetson,
+  Raspberry Pi, where a throttled Pi reports at least ``throttled_c``), the Android thermal status
+  (0 NONE .. 6 SHUTDOWN) for ``source == "android"``; NaN (unknown) falls in the coolest band.
+  The thermal band is the number of ``thermal_edges`` that ``thermal`` reaches (``>=``).
+* The cell ``(battery band, thermal band)`` names a candidate; candidates are ordered fastest
+  (least accurate) first.
+* Hysteresis, on the previous head count alone: a worse-or-equal cell is taken at once (the budget
+  must hold now); a better cell only after ``min_dwell_s`` since the last switch, and only as far
+  as the cell still allows when the temperature is ``thermal_margin`` higher and the battery
+  ``battery_margin_pct`` lower. A reading oscillating inside the margins therefore never flaps.
+  A ``prev_heads`` that is not a candidate (0 at start-up) takes the cell as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+from ..convert.manifest import MANIFEST, sha256_file  # torch-free, like this module
+from ..errors import HydraEdgeError
+
+SCHEMA = "hydra-edge/lut"
+SCHEMA_VERSION = 1
+THERMAL_SOURCES = ("temperature", "android")
+
+
+class LutError(HydraEdgeError):
+    """``lut.json`` cannot be used with this bundle: missing, damaged, foreign or mismatched."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A Pareto-optimal subnetwork of this device, as the switcher loads it."""
+
+    heads: int
+    artefact: str
+    file: str  # relative to the bundle
+    sha256: str
+    format: str
+    threads: int
+    latency_ms: float  # calibrated, cool and unthrottled
+
+
+@dataclass(frozen=True)
+class Table:
+    """What the selection needs from ``lut.json``; ``cells[b][t]`` indexes ``candidates``."""
+
+    candidates: Tuple[Candidate, ...]  # fastest first
+    cells: Tuple[Tuple[int, ...], ...]  # (battery bands, thermal bands)
+    thermal_source: str
+    thermal_edges: Tuple[float, ...]  # ascending
+    thermal_margin: float
+    throttled_c: Optional[float]  # temperature source: a throttled Raspberry Pi counts as this hot
+    battery_min_pct: Tuple[float, ...]  # descending, one per discharging band
+    battery_margin_pct: float
+    min_dwell_s: float
+    manifest_sha256: str
+
+    @property
+    def heads(self) -> Tuple[int, ...]:
+        return tuple(c.heads for c in self.candidates)
+
+    def candidate(self, heads: int) -> Candidate:
+        return next(c for c in self.candidates if c.heads == heads)
+
+    def thermal_band(self, thermal: float) -> int:
+        return sum(1 for edge in self.thermal_edges if thermal >= edge)
+
+    def battery_band(self, battery_pct: float, charging: bool) -> int:
+        if charging or battery_pct < 0:
+            return 0
+        for i, min_pct in enumerate(self.battery_min_pct):
+            if battery_pct >= min_pct:
+                return i + 1
+        return len(self.battery_min_pct)
+
+    def cell(self, battery_pct: float, charging: bool, thermal: float) -> int:
+        """The candidate index for a reading, without hysteresis."""
+        return self.cells[self.battery_band(battery_pct, charging)][self.thermal_band(thermal)]
+
+    def select(self, battery_pct: float, charging: bool, thermal: float, prev_heads: int,
+               since_switch_s: float) -> int:
+        """The head count to run now (see the module docstring; C and Kotlin mirror this)."""
+        raw = self.cell(battery_pct, charging, thermal)
+        prev = self.heads.index(prev_heads) if prev_heads in self.heads else -1
+        if prev < 0 or raw <= prev:
+            return self.candidates[raw].heads
+        if since_switch_s < self.min_dwell_s:
+            return self.candidates[prev].heads
+        cautious_pct = max(battery_pct - self.battery_margin_pct, 0.0) if battery_pct >= 0 else battery_pct
+        safe = self.cell(cautious_pct, charging, thermal + self.thermal_margin)
+        return self.candidates[max(prev, min(raw, safe))].heads
+
+    def thermal_input(self, max_temp_c: Optional[float], throttled: bool = False,
+                      android_status: Optional[int] = None) -> float:
+        """A device reading in the table's thermal unit (NaN when unknown)."""
+        if self.thermal_source == "android":
+            return math.nan if android_status is None else float(android_status)
+        temp = math.nan if max_temp_c is None else float(max_temp_c)
+        if throttled and self.throttled_c is not None:
+            temp = self.throttled_c if math.isnan(temp) else max(temp, self.throttled_c)
+        return temp
+
+
+def _floats(values: Sequence[Any]) -> Tuple[float, ...]:
+    return tuple(float(v) for v in values)
+
+
+def table_from_dict(d: Dict[str, Any], where: str = "lut.json") -> Table:
+    """Parse a ``lut.json`` document, checking schema, version and shape; ``LutError`` otherwise."""
+    if not isinstance(d, dict) or d.get("schema") != SCHEMA:
+        raise LutError(f"{where} is not a hydra-edge lookup table (schema {d.get('schema') if isinstance(d, dict) else None!r})")
+    if d.get("schema_version") != SCHEMA_VERSION:
+        raise LutError(f"{where} has lookup-table schema version {d.get('schema_version')}, this runtime reads "
+                       f"{SCHEMA_VERSION}; re-run hydra-edge lut")
+    try:
+        sel, thermal, battery = d["selection"], d["thermal"], d["battery"]
+        candidates = tuple(Candidate(**{k: c[k] for k in Candidate.__dataclass_fields__}) for c in d["candidates"])
+        table = Table(
+            candidates=candidates,
+            cells=tuple(tuple(int(i) for i in row) for row in sel["cells"]),
+            thermal_source=thermal["source"],
+            thermal_edges=_floats(thermal["edges"]),
+            thermal_margin=float(thermal["margin"]),
+            throttled_c=None if thermal.get("throttled_c") is None else float(thermal["throttled_c"]),
+            battery_min_pct=_floats(battery["min_pct"]),
+            battery_margin_pct=float(battery["margin_pct"]),
+            min_dwell_s=float(sel["min_dwell_s"]),
+            manifest_sha256=d["bundle"]["manifest_sha256"],
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise LutError(f"{where} is damaged ({type(e).__name__}: {e}); re-run hydra-edge lut") from None
+    _check_shape(table, where)
+    return table
+
+
+def _check_shape(t: Table, where: str) -> None:
+    problems: List[str] = []
+    if not t.candidates:
+        problems.append("no candidates")
+    if t.thermal_source not in THERMAL_SOURCES:
+        problems.append(f"thermal source {t.thermal_source!r}")
+    if list(t.thermal_edges) != sorted(t.thermal_edges) or list(t.battery_min_pct) != sorted(t.battery_min_pct, reverse=True):
+        problems.append("band edges out of order")
+    if len(t.cells) != len(t.battery_min_pct) + 1 or any(len(r) != len(t.thermal_edges) + 1 for r in t.cells):
+        problems.append("cells do not match the bands")
+    if any(not 0 <= i < len(t.candidates) for r in t.cells for i in r):
+        problems.append("a cell names no candidate")
+    if problems:
+        raise LutError(f"{where} is damaged ({', '.join(problems)}); re-run hydra-edge lut")
+
+
+def read_table(path: Union[str, Path], bundle: Optional[Union[str, Path]] = None) -> Table:
+    """Read ``lut.json``; with ``bundle``, also check it was built for that bundle's manifest."""
+    path = Path(path)
+    try:
+        d = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise LutError(f"no lookup table at {path}; run hydra-edge lut") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise LutError(f"cannot read lookup table {path}: {e}") from None
+    table = table_from_dict(d, str(path))
+    if bundle is not None:
+        manifest = Path(bundle) / MANIFEST
+        actual = sha256_file(manifest) if manifest.is_file() else None
+        if actual != table.manifest_sha256:
+            raise LutError(f"{path} was built for another bundle (manifest sha256 {table.manifest_sha256[:12]}, "
+                           f"{manifest} has {actual and actual[:12]}); re-run hydra-edge lut")
+    return table

@@ -1,0 +1,249 @@
+"""The on-device switcher: read battery and thermal signals, pick a head count, run it.
+
+``Switcher(bundle)`` reads ``bundle/lut.json`` and the signals named in the bundle's target
+profile; ``poll()`` (or the background thread of ``start()``) applies the table with hysteresis;
+``predict(image)`` runs the current subnetwork. Artefacts load lazily into a small LRU cache and,
+with ``prefetch``, the neighbours of the current head count load in the background, so a switch
+costs one cache hit instead of a model load. Every switch is logged in ``events``.
+
+A ``lut.json`` that is missing, damaged, of another schema or built for another bundle is
+reported in one line and the switcher runs the bundle's smallest head count instead of crashing.
+No torch: numpy, the artefact's runtime and the standard library.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Union
+
+import numpy as np
+
+from ..convert.manifest import read_manifest, sha256_file
+from ..errors import HydraEdgeError
+from .engines import Engine, load
+from .lut import Candidate, LutError, Table, read_table
+from .signals import DeviceState, Runner, read_state, run_command
+
+log = logging.getLogger("hydra_edge.switcher")
+
+
+@dataclass(frozen=True)
+class Reading:
+    """The selection's inputs, taken from one ``DeviceState``."""
+
+    battery_pct: float  # -1: no battery
+    charging: bool
+    thermal: float  # in the table's thermal unit; NaN: unknown
+
+
+@dataclass(frozen=True)
+class SwitchEvent:
+    """One change of head count: when (the switcher's clock), at which poll, why, and on what reading."""
+
+    time: float
+    poll: int
+    from_heads: Optional[int]
+    to_heads: int
+    reason: str  # "start", "state", "fallback: ...", "load failed: ..."
+    reading: Optional[Reading]
+
+
+@dataclass(frozen=True)
+class Prediction:
+    logits: np.ndarray  # (B, classes)
+    heads: int  # the subnetwork that produced them
+
+
+def fallback_table(bundle: Path) -> Table:
+    """A one-cell table that always picks the bundle's smallest head count."""
+    smallest = min(read_manifest(bundle).artefacts, key=lambda a: a.heads)
+    only = Candidate(heads=smallest.heads, artefact=smallest.id, file=smallest.file, sha256=smallest.sha256,
+                     format=smallest.format, threads=smallest.threads, latency_ms=math.nan)
+    return Table(candidates=(only,), cells=((0,),), thermal_source="temperature", thermal_edges=(),
+                 thermal_margin=0.0, throttled_c=None, battery_min_pct=(), battery_margin_pct=0.0,
+                 min_dwell_s=0.0, manifest_sha256="")
+
+
+class Switcher:
+    """Runs the head count the lookup table picks for the device's current battery and thermal state.
+
+    ``signals`` is a target profile's ``[signals]`` table (default: the bundle's target); ``root``
+    and ``run`` let tests and hosts point the readers at a fake sysfs tree and canned commands.
+    ``clock`` times dwell and events (monotonic by default; tests pass their own).
+    """
+
+    def __init__(self, bundle: Union[str, Path], lut: Optional[Union[str, Path]] = None,
+                 signals: Optional[Mapping[str, Any]] = None, root: str = "/", run: Runner = run_command,
+                 poll_s: float = 1.0, prefetch: bool = True, cache_size: int = 3,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.bundle = Path(bundle)
+        self.root, self.run, self.poll_s, self.prefetch, self.clock = root, run, poll_s, prefetch, clock
+        self.cache_size = max(1, cache_size)
+        self.signals = dict(signals if signals is not None else read_manifest(self.bundle).target.get("signals", {}))
+        self.events: List[SwitchEvent] = []
+        self.polls = 0
+        self.heads: Optional[int] = None
+        self._switched_at = -math.inf
+        self._lock = threading.RLock()  # poll() and the cache, from the caller and the poll thread
+        self._cache: "OrderedDict[int, Future[Engine]]" = OrderedDict()
+        self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hydra-prefetch")
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        try:
+            self.table = read_table(Path(lut) if lut is not None else self.bundle / "lut.json", self.bundle)
+            self.fallback: Optional[str] = None
+        except LutError as e:
+            self.table, self.fallback = fallback_table(self.bundle), str(e)
+            log.warning("%s; running the smallest head count (%d)", e, self.table.heads[0])
+
+    # -- reading and choosing -------------------------------------------------------------------
+
+    def reading(self, state: DeviceState) -> Reading:
+        throttled = state.throttling is not None and state.throttling.any_now
+        return Reading(
+            battery_pct=-1.0 if state.battery_capacity is None else float(state.battery_capacity),
+            charging=bool(state.charging),
+            thermal=self.table.thermal_input(state.max_temp_c, throttled, state.android_thermal_status),
+        )
+
+    def poll(self) -> int:
+        """Read the signals once and switch if the table says so; returns the head count now running."""
+        with self._lock:
+            self.polls += 1
+            reading = self.reading(read_state(self.signals, self.root, self.run))
+            now = self.clock()
+            heads = self.table.select(reading.battery_pct, reading.charging, reading.thermal, self.heads or 0,
+                                      now - self._switched_at)
+            if heads != self.heads:
+                reason = "start" if self.heads is None else "state"
+                if self.fallback and self.heads is None:
+                    reason = f"fallback: {self.fallback}"
+                self._switch(heads, reason, reading, now)
+            return heads
+
+    def _switch(self, heads: int, reason: str, reading: Optional[Reading], now: float) -> None:
+        event = SwitchEvent(now, self.polls, self.heads, heads, reason, reading)
+        self.events.append(event)
+        log.info("heads %s -> %d (%s) at poll %d: %s", event.from_heads, heads, reason, self.polls, reading)
+        self.heads, self._switched_at = heads, now
+        if self.prefetch:
+            for neighbour in self._neighbours(heads):
+                self._engine_future(neighbour, background=True)
+
+    def _neighbours(self, heads: int) -> List[int]:
+        order = self.table.heads
+        i = order.index(heads)
+        return [order[j] for j in (i - 1, i + 1) if 0 <= j < len(order)]
+
+    # -- engines --------------------------------------------------------------------------------
+
+    def _load(self, candidate: Candidate) -> Engine:
+        path = self.bundle / candidate.file
+        if not path.is_file() or sha256_file(path) != candidate.sha256:
+            raise HydraEdgeError(f"{path} is missing or changed since the table was built (sha256 mismatch)")
+        return load(path, candidate.threads, candidate.format)
+
+    def _engine_future(self, heads: int, background: bool) -> "Future[Engine]":
+        """The cached (or loading) engine for ``heads``; loads it here, or on the prefetch thread."""
+        with self._lock:
+            future = self._cache.get(heads)
+            if future is not None and not (future.done() and future.exception() is not None):
+                self._cache.move_to_end(heads)
+                return future
+            candidate = self.table.candidate(heads)
+            if background:
+                future = self._loader.submit(self._load, candidate)
+            else:
+                future = Future()
+            self._cache[heads] = future
+            self._evict()
+        if not background:
+            try:
+                future.set_result(self._load(candidate))
+            except Exception as e:  # noqa: BLE001 - handed to whoever waits on it
+                future.set_exception(e)
+        return future
+
+    def _evict(self) -> None:
+        """Drop the least recently used finished engines beyond ``cache_size``, never the current one."""
+        for heads in list(self._cache):
+            if len(self._cache) <= self.cache_size:
+                return
+            if heads != self.heads and self._cache[heads].done():
+                del self._cache[heads]
+
+    def cached(self) -> List[int]:
+        """Head counts whose engine is loaded (for tests and the bench)."""
+        with self._lock:
+            return [h for h, f in self._cache.items() if f.done() and f.exception() is None]
+
+    def wait_prefetch(self) -> None:
+        """Block until every background load has finished (the bench's steady state)."""
+        with self._lock:
+            pending = list(self._cache.values())
+        for future in pending:
+            future.exception()
+
+    # -- running --------------------------------------------------------------------------------
+
+    def predict(self, image: np.ndarray) -> Prediction:
+        """Logits of the current subnetwork for one image (C, H, W) or a batch (B, C, H, W).
+
+        An artefact that will not load is logged and the fastest candidate runs instead.
+        """
+        if self.heads is None:
+            self.poll()
+        heads = self.heads
+        assert heads is not None
+        x = np.asarray(image, dtype=np.float32)
+        x = x[None] if x.ndim == 3 else x
+        try:
+            engine = self._engine_future(heads, background=False).result()
+        except Exception as e:  # noqa: BLE001 - any runtime failure: fall back rather than crash
+            fastest = self.table.heads[0]
+            if heads == fastest:
+                raise
+            log.warning("cannot run %d heads (%s); running %d", heads, e, fastest)
+            with self._lock:
+                self._switch(fastest, f"load failed: {e}", None, self.clock())
+            return self.predict(x)
+        return Prediction(engine.run(x), heads)
+
+    def start(self) -> "Switcher":
+        """Poll once now (so profile errors surface here), then every ``poll_s`` on a daemon thread."""
+        self.poll()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._poll_forever, name="hydra-switcher", daemon=True)
+        self._thread.start()
+        return self
+
+    def _poll_forever(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            try:
+                self.poll()
+            except Exception as e:  # noqa: BLE001 - a bad reading must not stop the device
+                log.warning("poll failed: %s", e)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._loader.shutdown(wait=True)
+
+    def __enter__(self) -> "Switcher":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def event_log(self) -> List[Dict[str, Any]]:
+        """The switch events as JSON-ready dicts."""
+        return [{"time": e.time, "poll": e.poll, "from": e.from_heads, "to": e.to_heads, "reason": e.reason,
+                 "reading": None if e.reading is None else e.reading.__dict__} for e in self.events]

@@ -1,0 +1,179 @@
+"""hydra-edge lut: policy, Pareto candidates, derating, cells, outputs, user errors.
+
+The table needs only the bundle's manifest, so these tests write a manifest with made-up
+artefact records (no conversion) and create Calibration objects directly.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from hydra_edge.calibrate.record import Calibration, Derating, HeadResult
+from hydra_edge.convert.manifest import ArtefactRecord, Manifest, sha256_file
+from hydra_edge.errors import HydraEdgeError
+from hydra_edge.lut import policy as policy_module
+from hydra_edge.lut.command import OUTPUTS, lut
+from hydra_edge.lut.policy import Policy, load_policy, policy_from_dict
+from hydra_edge.lut.table import Point, build_table, pareto
+from hydra_edge.runtime.lut import read_table
+
+PI_SIGNALS = {"files": {"temperature_mC": "/sys/class/thermal/thermal_zone0/temp"},
+              "commands": {"throttled": "vcgencmd get_throttled"}}
+ANDROID_SIGNALS = {"commands": {"thermal": "dumpsys thermalservice", "battery": "dumpsys battery"}}
+
+
+def fake_bundle(folder: Path, heads: list[int], top1: dict[int, float] | None = None,
+                signals: dict | None = None) -> Path:
+    """A bundle folder holding only manifest.json, with one made-up ONNX record per head count."""
+    records = [ArtefactRecord(
+        id=f"h{h}_onnx_fp32", heads=h, format="onnx", quant="fp32", file=f"vit_h{h}_onnx_fp32.onnx", bytes=1,
+        sha256="0" * 64, params=h, gmacs=0.1 * h, runtime="onnxruntime", runtime_min_version="1.17", threads=1,
+        host_runtime="onnxruntime", convert_seconds=1.0,
+        accuracy={"top1": None if top1 is None else top1[h], "fp32_top1": None}, golden={}, fingerprint=str(h),
+    ) for h in heads]
+    manifest = Manifest(checkpoint={}, model={}, data=None, target={"name": "pi", "signals": signals or PI_SIGNALS},
+                        tools={}, max_drop=1.0, artefacts=records)
+    manifest.write(folder)
+    return folder
+
+
+def calibration(bundle: Path, latency_ms: dict[int, float], soak: Derating | None = None,
+                power_w: float | None = None) -> Calibration:
+    cal = Calibration(device_id="local:test", device={}, settings={}, soak=soak,
+                      bundle={"path": str(bundle), "manifest_sha256": sha256_file(bundle / "manifest.json"),
+                              "target": "pi"})
+    for h, ms in latency_ms.items():
+        cal.put(HeadResult(heads=h, artefact=f"h{h}_onnx_fp32", sha256="0" * 64, status="ok", runner="python",
+                           latency={"p50_ms": ms, "mean_ms": ms},
+                           state_after=None if power_w is None else {"power_w": power_w}))
+    return cal
+
+
+def table(tmp_path: Path, latency_ms: dict[int, float], budget_ms: float, policy: Policy | None = None,
+          **kw: Any) -> dict[str, Any]:
+    bundle = fake_bundle(tmp_path / "bundle", sorted(latency_ms), signals=kw.pop("signals", None))
+    cal = calibration(bundle, latency_ms, **kw)
+    cal.write(tmp_path / "cal.json")
+    return build_table(bundle, Manifest.from_dict(json.loads((bundle / "manifest.json").read_text())), cal,
+                       tmp_path / "cal.json", replace(policy or Policy(), budget_ms=budget_ms))
+
+
+def heads_grid(doc: dict[str, Any]) -> list[list[int]]:
+    heads = [c["heads"] for c in doc["candidates"]]
+    return [[heads[i] for i in row] for row in doc["selection"]["cells"]]
+
+
+def test_pareto_keeps_only_faster_or_more_accurate() -> None:
+    pts = [Point(3, "a", 10, 50, None), Point(6, "b", 25, 60, None), Point(9, "c", 20, 70, None),
+           Point(12, "d", 40, 69, None)]
+    front, dominated = pareto(pts)
+    assert [p.heads for p in front] == [3, 9] and [p.heads for p in dominated] == [6, 12]
+
+
+def test_each_cell_takes_the_most_accurate_head_count_within_its_budget(tmp_path: Path) -> None:
+    doc = table(tmp_path, {3: 10, 6: 20, 9: 30, 12: 40}, budget_ms=35)
+    # default deratings 1, 1.15, 1.4, 2 by temperature band; budget x 1, 1, 0.75, 0.5 by battery band
+    assert heads_grid(doc) == [[9, 9, 6, 3], [9, 9, 6, 3], [6, 6, 3, 3], [3, 3, 3, 3]]
+    assert doc["selection"]["meets_budget"][3] == [True, True, True, False]  # 20 ms > 17.5: none fits
+    assert doc["selection"]["expected_ms"][0] == [30, 34.5, 28, 20]
+    assert doc["thermal"]["derating_basis"] == ["default"] * 4 and doc["accuracy_basis"] == "heads"
+    assert doc["battery"]["names"] == ["charging/mains", ">=50 %", "20-50 %", "<20 %"]
+    assert doc["thermal"]["names"] == ["<60 °C", "60-70 °C", "70-80 °C", ">=80 °C"]
+
+
+def test_dominated_head_counts_are_never_candidates(tmp_path: Path) -> None:
+    doc = table(tmp_path, {3: 10, 6: 25, 9: 20, 12: 40}, budget_ms=100)
+    assert [c["heads"] for c in doc["candidates"]] == [3, 9, 12] and doc["dominated"][0]["heads"] == 6
+
+
+def test_soak_deratings_replace_defaults_and_never_fall_with_heat(tmp_path: Path) -> None:
+    soak = Derating(heads=12, duration_s=600, samples=[], by_temperature=[(30, 1.0), (55, 1.1), (65, 1.3)],
+                    by_throttled={"false": 1.0, "true": 1.8})
+    doc = table(tmp_path, {3: 10, 12: 40}, budget_ms=50, soak=soak)
+    assert doc["thermal"]["derating"] == [1.1, 1.3, 1.3, 1.8]  # 1.8: a throttled Pi counts as >= 80 °C
+    assert doc["thermal"]["derating_basis"] == ["soak"] * 4 and doc["calibration"]["soak"]
+    assert heads_grid(doc)[0] == [12, 3, 3, 3]
+
+
+def test_android_targets_use_thermal_status(tmp_path: Path) -> None:
+    soak = Derating(heads=12, duration_s=600, samples=[], by_temperature=[],
+                    by_thermal_status={"NONE": 1.0, "LIGHT": 1.2, "MODERATE": 1.1})
+    doc = table(tmp_path, {3: 10, 12: 40}, budget_ms=45, soak=soak, signals=ANDROID_SIGNALS)
+    t = doc["thermal"]
+    assert t["source"] == "android" and t["names"][3] == "SEVERE" and t["edges"] == [1, 2, 3, 4, 5, 6]
+    assert t["derating"][:4] == [1.0, 1.2, 1.2, 1.5] and t["margin"] == 0 and t["throttled_c"] is None
+    assert heads_grid(doc)[0] == [12, 3, 3, 3, 3, 3, 3]
+
+
+def test_measured_power_caps_energy_in_a_battery_band(tmp_path: Path) -> None:
+    bands = ({"min_pct": 50.0, "budget_scale": 1.0}, {"min_pct": 0.0, "budget_scale": 1.0, "max_energy_mj": 100.0})
+    pol = policy_from_dict({"battery": {"bands": list(bands)}})
+    doc = table(tmp_path, {3: 10, 12: 40}, budget_ms=100, policy=pol, power_w=4.0)  # 40 and 160 mJ
+    assert [row[0] for row in heads_grid(doc)] == [12, 12, 3]
+
+
+def test_policy_docstring_example_is_the_defaults() -> None:
+    example = re.search(r"::\n\n(.*?)\n\nThe default", policy_module.__doc__, re.S).group(1)
+    import tomllib
+
+    assert policy_from_dict(tomllib.loads(example)) == replace(Policy(), budget_ms=80.0)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[thermal]\nedges = [1]\n", "unknown keys ['edges']"),
+    ("[thermal]\nedges_c = [70, 60]\n", "strictly rising"),
+    ("[thermal]\nderating = [1.0]\n", "one multiplier per band"),
+    ("[battery]\nbands = [{min_pct = 20, budget_scale = 1}]\n", "end at min_pct = 0"),
+    ("budget_ms = -1\n", "budget_ms must be positive"),
+    ("budget_ms = \n", "cannot read policy"),
+])
+def test_bad_policy_files_are_one_line(tmp_path: Path, text: str, message: str) -> None:
+    (tmp_path / "p.toml").write_text(text)
+    with pytest.raises(HydraEdgeError, match=re.escape(message)):
+        load_policy(tmp_path / "p.toml")
+
+
+def test_command_writes_every_output_bound_to_bundle_and_calibration(tmp_path: Path) -> None:
+    bundle = fake_bundle(tmp_path / "bundle", [3, 6, 12])
+    calibration(bundle, {3: 10, 6: 20, 12: 40}).write(tmp_path / "cal.json")
+    (tmp_path / "policy.toml").write_text("min_dwell_s = 2.5\n[thermal]\nmargin_c = 4\n")
+    result = CliRunner().invoke(lut, ["--bundle", str(bundle), "--calibration", str(tmp_path / "cal.json"),
+                                      "--budget-ms", "30", "--policy", str(tmp_path / "policy.toml"),
+                                      "--out", str(tmp_path / "lut")])
+    assert result.exit_code == 0, result.output
+    assert all((tmp_path / "lut" / name).is_file() for name in OUTPUTS)
+    doc = json.loads((tmp_path / "lut" / "lut.json").read_text())
+    assert doc["calibration"]["sha256"] == sha256_file(tmp_path / "cal.json") and doc["budget_ms"] == 30
+    t = read_table(tmp_path / "lut" / "lut.json", bundle)
+    assert t.heads == (3, 6, 12) and t.min_dwell_s == 2.5 and t.thermal_margin == 4
+    assert (tmp_path / "lut" / "lut.png").read_bytes()[:4] == b"\x89PNG"
+    assert "| charging/mains (≤30 ms) | 6 (20) | 6 (23) | 6 (28) | 3 (20) |" in result.output
+    assert "hydra_lut_select" in (tmp_path / "lut" / "hydra_lut.h").read_text()
+
+
+@pytest.mark.parametrize("case", ["other-bundle", "no-budget", "no-calibration", "nothing-measured"])
+def test_user_errors_are_one_line(tmp_path: Path, case: str) -> None:
+    bundle = fake_bundle(tmp_path / "bundle", [3, 12])
+    cal = calibration(bundle, {3: 10, 12: 40})
+    args = ["-b", str(bundle), "-c", str(tmp_path / "cal.json"), "-o", str(tmp_path / "out"), "--budget-ms", "50"]
+    if case == "other-bundle":
+        cal.bundle["manifest_sha256"], expected = "f" * 64, "was measured on another bundle"
+    elif case == "no-budget":
+        args, expected = args[:-2], "no latency budget"
+    elif case == "nothing-measured":
+        cal.results[0].status = cal.results[1].status = "error"
+        expected = "no successful measurement"
+    if case == "no-calibration":
+        expected = "no calibration at"
+    else:
+        cal.write(tmp_path / "cal.json")
+    result = CliRunner().invoke(lut, args)
+    assert result.exit_code == 1 and expected in result.output and len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
