@@ -1,0 +1,101 @@
+"""One table, three languages: the C header (gcc) and the Kotlin object (kotlinc) pick the same head
+count as ``hydra_edge.runtime.lut`` for every input of a grid around every band edge and margin."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hydra_edge.calibrate.record import Derating
+from hydra_edge.lut.emit_c import emit_c
+from hydra_edge.lut.emit_kotlin import emit_kotlin
+from hydra_edge.runtime.lut import table_from_dict
+from test_lut import ANDROID_SIGNALS, table
+
+C_MAIN = """#include <stdio.h>
+#include "hydra_lut.h"
+int main(void) {
+    double battery, thermal, since; int charging, prev;
+    while (scanf("%lf %d %lf %d %lf", &battery, &charging, &thermal, &prev, &since) == 5)
+        printf("%d\\n", hydra_lut_select(battery, charging, thermal, prev, since));
+    return 0;
+}
+"""
+KOTLIN_MAIN = """fun main() {
+    val out = StringBuilder()
+    while (true) {
+        val f = (readLine() ?: break).split(" ")
+        out.append(HydraLut.select(f[0].toDouble(), f[1] == "1", f[2].toDouble(), f[3].toInt(), f[4].toDouble()))
+        out.append('\\n')
+    }
+    print(out)
+}
+"""
+BATTERY = [-1, 0, 10, 14, 15, 19, 20, 21, 24, 25, 26, 49, 50, 53, 54, 55, 56, 80, 100]
+TEMPERATURE = [float("nan"), 20, 56.9, 57, 57.5, 59.99, 60, 61, 63, 66.9, 67, 69, 70, 72, 73, 77, 79.9, 80, 83, 95]
+ANDROID = [float("nan"), 0, 0.5, 1, 2, 3, 4, 5, 6]
+
+
+def _text(x: float) -> str:
+    return "NaN" if x != x else repr(float(x))  # repr round-trips; C and the JVM both read "NaN"
+
+
+@pytest.fixture(params=["temperature", "android"])
+def case(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[dict[str, Any], list[str]]:
+    """A lut.json document with four distinct cells per row, and its input grid as text lines."""
+    if request.param == "android":
+        soak = Derating(heads=12, duration_s=60, samples=[], by_temperature=[],
+                        by_thermal_status={"NONE": 1.0, "LIGHT": 1.3, "MODERATE": 1.9, "SEVERE": 3.5})
+        doc = table(tmp_path, {3: 10, 6: 20, 9: 30, 12: 40}, 41, soak=soak, signals=ANDROID_SIGNALS)
+        thermal = ANDROID
+    else:
+        soak = Derating(heads=12, duration_s=60, samples=[], by_temperature=[(0, 1.0), (60, 1.3), (70, 1.9), (80, 3.5)])
+        doc = table(tmp_path, {3: 10, 6: 20, 9: 30, 12: 40}, 41, soak=soak)
+        thermal = TEMPERATURE
+    dwell = doc["selection"]["min_dwell_s"]
+    prev = [0, 5, *(c["heads"] for c in doc["candidates"])]
+    grid = itertools.product(BATTERY, (0, 1), thermal, prev, (0.0, dwell - 0.001, dwell, 100.0))
+    return doc, [" ".join(_text(v) if isinstance(v, float) else str(v) for v in row) for row in grid]
+
+
+def python_picks(doc: dict[str, Any], lines: list[str]) -> list[str]:
+    t = table_from_dict(doc)
+    picks = []
+    for line in lines:
+        b, c, th, p, s = line.split()
+        picks.append(str(t.select(float(b), c == "1", float(th), int(p), float(s))))
+    return picks
+
+
+def run(argv: list[str], lines: list[str]) -> list[str]:
+    done = subprocess.run(argv, input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+def test_c_and_kotlin_pick_what_python_picks(case: tuple[dict[str, Any], list[str]], tmp_path: Path) -> None:
+    doc, lines = case
+    expected = python_picks(doc, lines)
+    t = table_from_dict(doc)
+    # the grid exercises hysteresis: some picks differ from the bare cell
+    assert len(lines) > 5000 and len(set(expected)) == 4
+    assert any(e != str(t.candidates[t.cell(float(l.split()[0]), l.split()[1] == "1", float(l.split()[2]))].heads)
+               for e, l in zip(expected, lines))
+
+    (tmp_path / "hydra_lut.h").write_text(emit_c(doc))
+    (tmp_path / "main.c").write_text(C_MAIN)
+    subprocess.run(["gcc", "-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(tmp_path / "pick"),
+                    str(tmp_path / "main.c")], check=True, cwd=tmp_path)
+    assert run([str(tmp_path / "pick")], lines) == expected
+
+    assert shutil.which("kotlinc"), "kotlinc missing: apt-get install kotlin (Debian ships 1.3.31)"
+    (tmp_path / "HydraLut.kt").write_text(emit_kotlin(doc))
+    (tmp_path / "Main.kt").write_text(KOTLIN_MAIN)
+    subprocess.run(["kotlinc", "-nowarn", "HydraLut.kt", "Main.kt", "-include-runtime", "-d", "pick.jar"],
+                   check=True, cwd=tmp_path, capture_output=True, timeout=300)
+    assert run(["java", "-Xshare:auto", "-XX:TieredStopAtLevel=1", "-jar", str(tmp_path / "pick.jar")], lines) == expected
