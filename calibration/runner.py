@@ -1,0 +1,219 @@
+#!/usr/bin/env python3
+"""hydra-edge calibration runner: times every artefact of a bundle on the device it runs on.
+
+``hydra-edge calibrate`` pushes this file beside the torch-free parts of ``hydra_edge`` it
+imports (``runtime``, ``convert.manifest``, ``errors``, ``atomic``) and runs it with the
+device's Python (3.9+, numpy and the bundle's runtime; never torch). It can also be run by
+hand on a board: ``python3 calibration/runner.py --bundle bundles/rpi``.
+
+For each artefact it checks the sha256 of the file and its golden pair, loads it, runs the
+golden inputs and refuses to time an artefact whose outputs are outside the manifest's
+tolerance (a runtime that computes garbage is reported, not timed), then warms up and times
+``--runs`` single-image inferences. Everything it learns goes to stdout as one JSON object
+per line, so the host can save each head count the moment it arrives:
+
+    {"event": "device", "device": {...}, "runtimes": {...}}        first
+    {"event": "result", "heads": 6, "status": "ok", ...}          one per artefact
+    {"event": "soak", "t_s": 12.0, "latency_ms": 3.1, ...}        with --soak-seconds
+    {"event": "done"}                                              last
+    {"event": "fatal", "message": "..."}                           instead, when it cannot go on
+"""
+
+import argparse
+import dataclasses
+import gc
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the pushed hydra_edge beside us
+
+from hydra_edge.convert.manifest import ArtefactRecord, read_manifest, sha256_file  # noqa: E402
+from hydra_edge.errors import HydraEdgeError  # noqa: E402
+
+Emit = Callable[[Dict[str, Any]], None]
+
+
+def emit(event: Dict[str, Any]) -> None:
+    """One JSON line, flushed at once: the host may lose the connection right after it."""
+    try:
+        sys.stdout.write(json.dumps(event) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:  # the host has gone; nothing left to tell anyone
+        os._exit(1)
+
+
+def peak_rss_mb() -> Optional[float]:
+    """Peak resident memory since the last ``reset_peak_rss`` (Linux VmHWM), in MiB."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import resource
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # kB on Linux
+    except (ImportError, OSError):
+        return None
+
+
+def reset_peak_rss() -> None:
+    """Start a new peak for the next artefact (writing 5 to clear_refs resets VmHWM, Linux 4.0+)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass  # the peak then covers every artefact so far; still an upper bound
+
+
+class Device:
+    """The signals this device's target profile names, read under ``root``."""
+
+    def __init__(self, signals: Dict[str, Any], root: str) -> None:
+        from hydra_edge.runtime.signals import read_state
+
+        self._read, self.signals, self.root = read_state, signals, root
+
+    def state(self) -> Any:
+        return self._read(self.signals, self.root)
+
+
+def _timed_runs(step: Callable[[Any], Any], x: Any, n: int) -> List[float]:
+    latencies = []
+    for _ in range(n):
+        start = time.perf_counter()
+        step(x)
+        latencies.append(time.perf_counter() - start)
+    return latencies
+
+
+def measure(bundle: Path, artefact: ArtefactRecord, args: argparse.Namespace, device: Device) -> Dict[str, Any]:
+    """One artefact: integrity, golden check, load time, latency statistics, memory, state."""
+    from hydra_edge.runtime.engines import check_golden, load, load_golden
+    from hydra_edge.runtime.signals import summarize_latencies
+
+    result: Dict[str, Any] = {"event": "result", "heads": artefact.heads, "artefact": artefact.id,
+                              "sha256": artefact.sha256, "runner": "python", "status": "error"}
+    result["state_before"] = device.state().to_dict()
+    for name, want in ((artefact.file, artefact.sha256), (artefact.golden["file"], artefact.golden["sha256"])):
+        path = bundle / name
+        if not path.is_file() or sha256_file(path) != want:
+            result["error"] = f"{name} is missing or its sha256 differs from the manifest; push the bundle again"
+            return result
+    gc.collect()
+    reset_peak_rss()
+    threads = args.threads or artefact.threads
+    start = time.perf_counter()
+    engine = load(bundle / artefact.file, threads=threads, format=artefact.format)
+    result["load_s"] = time.perf_counter() - start
+    golden = load_golden(bundle / artefact.golden["file"])
+    check = check_golden(engine, golden, artefact.golden["tolerance"])
+    result["golden"] = {"passed": check.ok, "max_abs_diff": check.max_abs_diff,
+                        "top1_agreement": check.top1_agreement, "tolerance": check.tolerance}
+    if not check.ok:
+        result["status"] = "golden_failed"
+        result["error"] = f"outputs outside tolerance, not timed: {check.describe()}"
+        return result
+    x = golden["inputs"][:1].astype("float32")
+    _timed_runs(engine.step, x, args.warmup)
+    stats = summarize_latencies(_timed_runs(engine.step, x, args.runs))
+    result.update(status="ok", latency=dataclasses.asdict(stats), peak_rss_mb=peak_rss_mb(),
+                  state_after=device.state().to_dict())
+    return result
+
+
+def soak(bundle: Path, artefact: ArtefactRecord, args: argparse.Namespace, device: Device) -> None:
+    """Run one artefact without pause for ``--soak-seconds``; one sample per ``--soak-interval``.
+
+    Each sample is the median latency of its window and the device state at its end, so the
+    host can relate slowdown to temperature, throttling and thermal status.
+    """
+    from hydra_edge.runtime.engines import load, load_golden
+
+    engine = load(bundle / artefact.file, threads=args.threads or artefact.threads, format=artefact.format)
+    x = load_golden(bundle / artefact.golden["file"])["inputs"][:1].astype("float32")
+    start = time.monotonic()
+    while time.monotonic() - start < args.soak_seconds:
+        window_end = time.monotonic() + args.soak_interval
+        latencies: List[float] = []
+        while not latencies or time.monotonic() < window_end:
+            latencies += _timed_runs(engine.step, x, 1)
+        state = device.state()
+        throttling = state.throttling
+        emit({"event": "soak", "heads": artefact.heads, "t_s": time.monotonic() - start,
+              "latency_ms": statistics.median(latencies) * 1e3, "runs": len(latencies),
+              "max_temp_c": state.max_temp_c, "throttled": None if throttling is None else throttling.any_now,
+              "android_thermal_status": state.android_thermal_status_name,
+              "battery": state.battery_capacity})
+
+
+def device_record() -> Dict[str, Any]:
+    """What this device is, and which runtimes it has, for the calibration's device record."""
+    from hydra_edge.runtime.engines import FORMATS, runtime_version
+    from hydra_edge.runtime.signals import read_device_info
+
+    runtimes = {fmt.runtime: runtime_version(name) for name, fmt in FORMATS.items()}
+    import numpy
+    runtimes["numpy"] = numpy.__version__
+    return {"event": "device", "device": read_device_info().to_dict(),
+            "runtimes": {name: version for name, version in runtimes.items() if version}}
+
+
+def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Time a hydra-edge bundle's artefacts on this device.")
+    parser.add_argument("--bundle", type=Path, required=True, help="folder holding manifest.json")
+    parser.add_argument("--only", nargs="*", default=None, metavar="ID", help="artefact ids to time (default: all)")
+    parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=0, help="0: each artefact's target thread count")
+    parser.add_argument("--soak-seconds", type=float, default=0.0)
+    parser.add_argument("--soak-artefact", default=None, help="artefact id to soak (default: most heads)")
+    parser.add_argument("--soak-interval", type=float, default=5.0, help="seconds per soak sample")
+    parser.add_argument("--sysfs-root", default="/", help="read /sys and /proc under this root (tests)")
+    args = parser.parse_args(argv)
+    if args.runs < 1 or args.warmup < 0 or args.threads < 0 or args.soak_interval <= 0:
+        parser.error("--runs must be >= 1, --warmup and --threads >= 0, --soak-interval > 0")
+    return args
+
+
+def run(args: argparse.Namespace) -> None:
+    manifest = read_manifest(args.bundle)
+    known = manifest.by_id()
+    wanted = list(known) if args.only is None else args.only
+    unknown = [name for name in wanted + [args.soak_artefact or ""] if name and name not in known]
+    if unknown:
+        raise HydraEdgeError(f"{args.bundle}: no artefact {unknown[0]!r} in the manifest")
+    device = Device(manifest.target.get("signals", {}), args.sysfs_root)
+    emit(device_record())
+    for name in wanted:
+        try:
+            emit(measure(args.bundle, known[name], args, device))
+        except Exception as e:  # noqa: BLE001 - this artefact cannot run here; the others may
+            record, said = known[name], (str(e).strip().splitlines() or [""])[0]
+            emit({"event": "result", "heads": record.heads, "artefact": record.id, "sha256": record.sha256,
+                  "runner": "python", "status": "error", "error": f"{type(e).__name__}: {said}"})
+    if args.soak_seconds > 0:
+        target = known[args.soak_artefact] if args.soak_artefact else max(known.values(), key=lambda a: a.heads)
+        soak(args.bundle, target, args, device)
+    emit({"event": "done"})
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parse_args(argv)
+    try:
+        run(args)
+    except HydraEdgeError as e:
+        emit({"event": "fatal", "message": str(e)})
+        return 2
+    except ImportError as e:  # numpy or a runtime is missing: say which, in the host's words
+        emit({"event": "fatal", "message": f"{e}; install it with pip on the device (or use --setup)"})
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

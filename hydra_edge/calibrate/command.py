@@ -1,0 +1,198 @@
+"""``hydra-edge calibrate``: measure a bundle's latency per head count on one device or a fleet."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import HydraEdgeError
+from ..transport import Transport, open_transport
+from .record import Calibration
+from .session import CalibrateOptions, Session, safe_name
+from .soak import parse_duration
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+@dataclass(frozen=True)
+class Target:
+    """One device named on the command line, as ``open_transport`` keywords."""
+
+    kind: str  # "host" | "serial" | "local"
+    name: str | None
+
+    def open(self, options: dict[str, Any]) -> Transport:
+        if self.kind == "local":
+            return open_transport(local=True, **({"workdir": options["remote_dir"]} if "remote_dir" in options else {}))
+        keys = {"host": ("identity_file", "known_hosts", "ssh_config", "remote_dir"),
+                "serial": ("adb_port", "remote_dir")}[self.kind]
+        return open_transport(**{self.kind: self.name}, **{k: v for k, v in options.items() if k in keys})
+
+
+def _targets(hosts: tuple[str, ...], serial: str | None, local: bool) -> list[Target]:
+    named = [kind for kind, given in (("--host", hosts), ("--serial", serial), ("--local", local)) if given]
+    if len(named) > 1:
+        raise HydraEdgeError(f"name devices of one kind, not {' and '.join(named)}")
+    if hosts:
+        return [Target("host", h) for h in dict.fromkeys(hosts)]
+    if local:
+        return [Target("local", None)]
+    return [Target("serial", serial)]  # None: ANDROID_SERIAL, or the one attached phone
+
+
+def _out_path(out: Path, device_id: str, several: bool) -> Path:
+    if out.suffix == ".json":
+        if several:
+            raise HydraEdgeError(f"--out {out} names one file; with several devices give a folder")
+        return out
+    return out / f"{safe_name(device_id)}.json"
+
+
+class _Progress:
+    """A rich progress bar per device (device, head count, stage), safe to update from threads."""
+
+    def __init__(self, console: Any) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
+
+        self.bar = Progress(SpinnerColumn(), TextColumn("{task.fields[device]}"),
+                            TextColumn("heads {task.fields[heads]}"), TextColumn("{task.description}"),
+                            BarColumn(), MofNCompleteColumn(), console=console, transient=False)
+
+    def reporter(self, device: str, total: int):
+        task = self.bar.add_task("connecting", device=device, heads="-", total=total)
+
+        def report(stage: str, heads: int | None) -> None:
+            self.bar.update(task, description=stage, heads="-" if heads is None else heads,
+                            advance=1 if stage in ("ok", "golden_failed", "error") else 0)
+        return report
+
+
+def _calibrate_one(target: Target, options: dict[str, Any], opts: CalibrateOptions, out: Path, several: bool,
+                   progress: _Progress, transports: list[Transport]) -> tuple[Calibration, Path, Path]:
+    from ..convert.manifest import read_manifest
+    from .plot import plot_calibration
+
+    with target.open(options) as transport:
+        transports.append(transport)
+        path = _out_path(out, transport.device_id, several)
+        session = Session(transport, opts, path)
+        session.report = progress.reporter(transport.device_id, len(session.artefacts))
+        calibration = session.run()
+    png = plot_calibration(calibration, read_manifest(opts.bundle), path.with_suffix(".png"))
+    return calibration, path, png
+
+
+def _summary(console: Any, calibration: Calibration, path: Path, png: Path) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{calibration.device_id}: {calibration.device.get('model') or calibration.device.get('cpu_model') or ''}")
+    for column in ("heads", "status", "p50 ms", "p90 ms", "load s", "peak RSS MiB"):
+        table.add_column(column, justify="right")
+    for r in calibration.results:
+        lat = r.latency or {}
+        table.add_row(str(r.heads), r.status, *(f"{v:.3f}" if isinstance(v, float) else "-" for v in
+                      (lat.get("p50_ms") or lat.get("mean_ms"), lat.get("p90_ms"), r.load_s, r.peak_rss_mb)))
+    console.print(table)
+    for r in calibration.results:
+        if r.error:
+            console.print(f"{r.heads} heads: {r.error}", soft_wrap=True)
+    if calibration.soak:
+        steps = ", ".join(f"{t:g} °C x{m:.2f}" for t, m in calibration.soak.by_temperature)
+        console.print(f"soak ({calibration.soak.heads} heads, {calibration.soak.duration_s:g} s): {steps or 'no temperatures'}")
+    console.print(f"wrote {path} and {png}", soft_wrap=True)
+
+
+@click.command(context_settings=CONTEXT)
+@click.option("--bundle", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="A bundle folder made by hydra-edge convert.")
+@click.option("--host", "hosts", multiple=True, help="ssh device: user@host[:port] or an ssh config alias; repeat for a fleet.")
+@click.option("--serial", default=None, help="adb device serial (ANDROID_SERIAL is honoured).")
+@click.option("--local", is_flag=True, help="This machine is the device.")
+@click.option("--out", type=click.Path(path_type=Path), default=Path("calibration"), show_default=True,
+              help="Folder for <device-id>.json and .png, or a .json file for one device.")
+@click.option("--runs", default=50, show_default=True, type=click.IntRange(min=1), help="Timed runs per head count.")
+@click.option("--warmup", default=10, show_default=True, type=click.IntRange(min=0), help="Untimed runs first.")
+@click.option("--threads", default=None, type=click.IntRange(min=1), help="Runtime threads (default: the target's).")
+@click.option("--quant", default=None, help="Which artefacts, when the bundle has several per head count.")
+@click.option("--python", "python", default="python3", show_default=True, help="The device's Python interpreter.")
+@click.option("--setup", is_flag=True, help="Create a venv on the device and pip install numpy and the runtime (reused).")
+@click.option("--pip-arg", "pip_args", multiple=True, help="Extra argument for pip on the device, e.g. --index-url=URL.")
+@click.option("--runner", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="A native benchmark binary to push instead (benchmark_model for .tflite, executor_runner for .pte).")
+@click.option("--soak", default=None, help="Also run the largest head count this long (e.g. 10m) for a derating curve.")
+@click.option("--soak-interval", default=5.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Seconds per soak sample.")
+@click.option("--remote-dir", default=None, help="Where the device keeps hydra-edge's files.")
+@click.option("--identity", "identity_file", default=None, help="ssh private key.")
+@click.option("--known-hosts", default=None, help="ssh known_hosts file (host keys are always checked).")
+@click.option("--ssh-config", default=None, help="ssh config file (default: ~/.ssh/config).")
+@click.option("--adb-port", default=None, type=int, help="Port of the adb server.")
+@click.option("--force", is_flag=True, help="Measure again what the record already holds.")
+@click.option("--sysfs-root", default=None, hidden=True, help="Tests: the device reads /sys under this root.")
+def calibrate(bundle: Path, hosts: tuple[str, ...], serial: str | None, local: bool, out: Path, runs: int,
+              warmup: int, threads: int | None, quant: str | None, python: str, setup: bool,
+              pip_args: tuple[str, ...], runner: Path | None, soak: str | None, soak_interval: float,
+              remote_dir: str | None, identity_file: str | None, known_hosts: str | None, ssh_config: str | None,
+              adb_port: int | None, force: bool, sysfs_root: str | None) -> None:
+    """Measure latency per head count on a device over ssh, adb, or this machine.
+
+    Saves each head count as it is measured; run the same command again after a dropped
+    connection or Ctrl-C and it finishes the rest.
+
+    Example: hydra-edge calibrate --bundle bundles/rpi --host pi@raspberrypi.local
+    """
+    from rich.console import Console
+
+    try:
+        opts = CalibrateOptions(bundle=bundle, runs=runs, warmup=warmup, threads=threads, quant=quant,
+                                python=python, setup=setup, pip_args=pip_args, runner=runner,
+                                soak_s=parse_duration(soak) if soak else None, soak_interval_s=soak_interval,
+                                sysfs_root=sysfs_root, force=force)
+        targets = _targets(hosts, serial, local)
+        options = {k: v for k, v in {"remote_dir": remote_dir, "identity_file": identity_file, "known_hosts": known_hosts,
+                                     "ssh_config": ssh_config, "adb_port": adb_port}.items() if v is not None}
+        _run_all(targets, options, opts, out, Console())
+    except HydraEdgeError as e:
+        raise click.ClickException(str(e)) from None
+
+
+def _run_all(targets: list[Target], options: dict[str, Any], opts: CalibrateOptions, out: Path, console: Any) -> None:
+    """Calibrate every device, concurrently for a fleet; each failure is one line, the rest go on."""
+    several = len(targets) > 1
+    progress, transports = _Progress(console), []
+    with progress.bar:
+        if not several:
+            done = [_calibrate_one(targets[0], options, opts, out, several, progress, transports)]
+            failures: list[str] = []
+        else:
+            with ThreadPoolExecutor(max_workers=len(targets)) as pool:
+                futures = [pool.submit(_calibrate_one, t, options, opts, out, several, progress, transports)
+                           for t in targets]
+                try:
+                    outcomes = [_outcome(f) for f in futures]
+                except KeyboardInterrupt:
+                    for transport in list(transports):  # drops ssh masters, so the workers' commands end
+                        transport.close()
+                    raise HydraEdgeError("interrupted; measured head counts are saved, run the same command again")
+            done = [o for o in outcomes if not isinstance(o, str)]
+            failures = [f"{t.name}: {o}" for t, o in zip(targets, outcomes) if isinstance(o, str)]
+    for calibration, path, png in done:
+        _summary(console, calibration, path, png)
+    for line in failures:
+        console.print(line, soft_wrap=True)
+    if failures:
+        raise HydraEdgeError(f"{len(failures)} of {len(targets)} devices failed (see above); "
+                             "run the same command again to finish them")
+
+
+
+def _outcome(future: Any) -> Any:
+    """The future's result, or its one-line error message."""
+    try:
+        return future.result()
+    except HydraEdgeError as e:
+        return str(e)

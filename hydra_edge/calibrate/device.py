@@ -1,0 +1,131 @@
+"""Getting a device ready: files pushed once and reused, and a Python that has the runtime.
+
+Everything here goes through the ``Transport`` interface only, so ssh boards, adb phones and
+this machine are prepared by the same code.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import secrets
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from ..errors import HydraEdgeError
+from ..transport import RemoteCommandError, Transport
+from ..transport.base import sha256_file
+
+MIN_PYTHON = (3, 9)
+PIP_TIMEOUT_S = 1800  # a board compiling a wheel from source is slow, but not this slow
+# Run with the device's interpreter: its version and which of the named modules it lacks.
+_PROBE = ("import importlib.util, json, sys; "
+          "print(json.dumps({'version': list(sys.version_info[:2]), "
+          "'missing': [m for m in sys.argv[1:] if importlib.util.find_spec(m) is None]}))")
+
+
+class RuntimeMissingError(HydraEdgeError):
+    """The device's Python lacks numpy or the bundle's runtime."""
+
+
+def push_files(transport: Transport, files: Mapping[str, Path]) -> int:
+    """Copy ``{remote path: local file}`` to the device, skipping files already there intact.
+
+    One ``sha256sum`` over every target decides what to skip, so a resumed run re-sends
+    nothing. Each copy lands under a name unique to this run and is then renamed into place,
+    so two runs pushing the same file (two names for one board in a fleet) cannot collide.
+    Returns how many files were sent.
+    """
+    have = remote_hashes(transport, list(files))
+    sent = 0
+    for remote, local in files.items():
+        if have.get(remote) == sha256_file(local):
+            continue
+        staged = f"{remote}.{secrets.token_hex(4)}"
+        transport.push(local, staged)
+        transport.run(["mv", "-f", staged, remote])
+        sent += 1
+    return sent
+
+
+def remote_hashes(transport: Transport, paths: list[str]) -> dict[str, str]:
+    """sha256 of those ``paths`` that exist on the device (``sha256sum`` skips the others)."""
+    if not paths:
+        return {}
+    out = transport.run(["sha256sum", "--", *paths], check=False).stdout
+    found = {}
+    for line in out.splitlines():
+        digest, _, name = line.partition("  ")
+        if len(digest) == 64 and name:
+            found[name] = digest
+    return found
+
+
+def probe(transport: Transport, python: str, modules: Iterable[str]) -> list[str]:
+    """Which of ``modules`` the device's ``python`` cannot import; checks the Python itself too."""
+    result = transport.run([python, "-c", _PROBE, *modules], check=False, timeout=120)
+    if result.returncode in (126, 127):
+        raise RuntimeMissingError(
+            f"there is no Python at {python!r} on {transport.device_id}; install python3 (3.9 or newer), "
+            "pass --python PATH, or for a phone pass a native --runner")
+    try:
+        found = json.loads(result.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        said = (result.stderr.strip() or result.stdout.strip() or "no output").splitlines()[-1]
+        raise RuntimeMissingError(f"{python!r} on {transport.device_id} does not run as Python: {said}") from None
+    if tuple(found["version"]) < MIN_PYTHON:
+        raise RuntimeMissingError(
+            f"{python!r} on {transport.device_id} is Python {'.'.join(map(str, found['version']))}; "
+            f"the runner needs {'.'.join(map(str, MIN_PYTHON))}+ (pass --python PATH)")
+    return list(found["missing"])
+
+
+def ensure_python(transport: Transport, python: str, requirements: Mapping[str, str], setup: bool,
+                  pip_args: tuple[str, ...] = ()) -> str:
+    """The interpreter to run the runner with, able to import every module in ``requirements``.
+
+    ``requirements`` maps an import name to its pip requirement. Without ``setup`` a missing
+    module is one clear line naming the package; with it, a venv under the device's base dir
+    is created once (from ``python``) and pip installs what is missing there, so later runs
+    reuse it without touching pip.
+    """
+    if setup:
+        python = _venv(transport, python)
+    missing = probe(transport, python, requirements)
+    if missing and setup:
+        _pip_install(transport, python, [requirements[m] for m in missing], pip_args)
+        missing = probe(transport, python, requirements)
+    if missing:
+        packages = " ".join(requirements[m] for m in missing)
+        how = ("pip could not provide it in the --setup venv" if setup else
+               f"add it with `{python} -m pip install {packages}` on the device, or re-run with --setup")
+        raise RuntimeMissingError(f"{transport.device_id} lacks the Python package(s) {packages} "
+                                  f"for {python!r}; {how}")
+    return python
+
+
+def _venv(transport: Transport, base_python: str) -> str:
+    """The device's calibration venv (created once from ``base_python``), as its python path."""
+    venv = transport.remote_path("venv")
+    python = posixpath.join(venv, "bin", "python")
+    if transport.exists(python):
+        return python
+    probe(transport, base_python, [])  # a clear line if there is no usable Python at all
+    try:
+        transport.run([base_python, "-m", "venv", venv], timeout=600)
+    except RemoteCommandError as e:
+        transport.run(["rm", "-rf", venv], check=False)
+        raise RuntimeMissingError(f"cannot create a venv with {base_python!r} on {transport.device_id} "
+                                  f"({e.result.stderr.strip().splitlines()[-1] if e.result.stderr.strip() else 'no error text'}); "
+                                  "install the venv module (Debian: apt-get install python3-venv)") from None
+    return python
+
+
+def _pip_install(transport: Transport, python: str, packages: list[str], pip_args: tuple[str, ...]) -> None:
+    argv = [python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", *pip_args, *packages]
+    result = transport.run(argv, check=False, timeout=PIP_TIMEOUT_S)
+    if result.returncode != 0:
+        lines = [line for line in (result.stderr + result.stdout).splitlines() if line.strip()]
+        said = next((line for line in reversed(lines) if "ERROR" in line), lines[-1] if lines else "no output")
+        raise RuntimeMissingError(f"pip could not install {' '.join(packages)} on {transport.device_id}: "
+                                  f"{said.strip()}")

@@ -1,0 +1,117 @@
+"""Native runners for devices without Python (phones): TFLite ``benchmark_model``, ExecuTorch
+``executor_runner``, supplied by the user with ``--runner``.
+
+The host runs the binary once per artefact over the transport and parses its output with the
+shared parsers (``runtime.signals``), so a row from a phone looks like a row from the Python
+runner. The device state is read the same way: the profile's commands (``dumpsys ...``) run
+over the transport and their text goes to the same parsers; sysfs files, which the host
+cannot open on the device, are left out.
+
+What a native runner cannot do: check the golden pair. ``benchmark_model`` feeds random inputs
+and ``executor_runner`` ones, so their results say ``golden.checked = false``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from ..convert.manifest import ArtefactRecord
+from ..errors import HydraEdgeError
+from ..runtime.signals import (DeviceState, NativeBenchmark, android_device_info, parse_benchmark_model,
+                               parse_executor_runner, parse_getprop, read_state, signals_from_profile)
+from ..transport import Transport
+from .record import HeadResult
+
+UNCHECKED = {"checked": False, "passed": None,
+             "reason": "native runners feed their own inputs; the golden pair was not compared"}
+
+
+@dataclass(frozen=True)
+class NativeTool:
+    """One native benchmark program: the format it runs, its command line, its output parser."""
+
+    name: str
+    format: str
+    argv: Callable[[str, str, int, int, int], list[str]]  # (binary, model, runs, warmup, threads)
+    parse: Callable[[str], NativeBenchmark]
+
+
+def _benchmark_model(binary: str, model: str, runs: int, warmup: int, threads: int) -> list[str]:
+    # min_secs / warmup_min_secs 0: exactly the runs asked for, not "at least one second".
+    return [binary, f"--graph={model}", f"--num_threads={threads}", f"--num_runs={runs}",
+            f"--warmup_runs={warmup}", "--min_secs=0", "--warmup_min_secs=0",
+            "--report_peak_memory_footprint=true"]
+
+
+def _executor_runner(binary: str, model: str, runs: int, warmup: int, threads: int) -> list[str]:
+    # executor_runner has no warm-up or thread flags: its first iteration is the warm-up.
+    return [binary, f"--model_path={model}", f"--num_executions={runs}"]
+
+
+TOOLS: dict[str, NativeTool] = {
+    "tflite": NativeTool("benchmark_model", "tflite", _benchmark_model, parse_benchmark_model),
+    "executorch": NativeTool("executor_runner", "executorch", _executor_runner, parse_executor_runner),
+}
+
+
+def tool_for(fmt: str) -> NativeTool:
+    """The native runner kind for an artefact format; one clear line for formats without one."""
+    if fmt not in TOOLS:
+        names = ", ".join(f"{t.name} for {t.format}" for t in TOOLS.values())
+        raise HydraEdgeError(f"no native runner runs {fmt} artefacts (known: {names}); "
+                             "calibrate this bundle with the Python runner instead of --runner")
+    return TOOLS[fmt]
+
+
+def remote_signals(profile_signals: Mapping[str, Any]) -> dict[str, Any]:
+    """The profile's signals that the host can read over a transport: commands only, no files."""
+    flat = {**signals_from_profile(profile_signals), **profile_signals}
+    return {key: (False if value == "sysfs" else value) for key, value in flat.items()}
+
+
+def remote_runner(transport: Transport) -> Callable[[Sequence[str]], str | None]:
+    """A ``read_state`` runner that runs each command on the device: stdout, or None on failure."""
+    def run(argv: Sequence[str]) -> str | None:
+        result = transport.run(list(argv), check=False, timeout=30)
+        return result.stdout if result.ok else None
+    return run
+
+
+def remote_state(transport: Transport, profile_signals: Mapping[str, Any]) -> DeviceState:
+    return read_state(remote_signals(profile_signals), run=remote_runner(transport))
+
+
+def remote_device_info(transport: Transport) -> dict[str, Any]:
+    """A phone's identity from ``getprop`` (empty fields where the device has no getprop)."""
+    return android_device_info(parse_getprop(remote_runner(transport)(["getprop"]))).to_dict()
+
+
+def run_native(transport: Transport, tool: NativeTool, binary: str, model: str, artefact: ArtefactRecord,
+               runs: int, warmup: int, threads: int, profile_signals: Mapping[str, Any]) -> HeadResult:
+    """Time one artefact with the native binary at ``binary`` (both paths on the device)."""
+    before = remote_state(transport, profile_signals)
+    result = transport.run(tool.argv(binary, model, runs, warmup, threads), check=False)
+    after = remote_state(transport, profile_signals)
+    parsed = tool.parse(result.stdout + "\n" + result.stderr)
+    head = HeadResult(heads=artefact.heads, artefact=artefact.id, sha256=artefact.sha256, status="ok",
+                      runner=tool.name, golden=dict(UNCHECKED), state_before=before.to_dict(),
+                      state_after=after.to_dict())
+    if result.returncode != 0 or not parsed.succeeded or parsed.latency is None:
+        said = (result.stderr.strip() or result.stdout.strip()).splitlines()
+        head.status = "error"
+        head.error = f"{tool.name} exited with {result.returncode}: {said[-1] if said else 'no output'}"
+        return head
+    head.latency = asdict(parsed.latency)
+    head.load_s = parsed.init_ms / 1e3 if parsed.init_ms is not None else None
+    head.peak_rss_mb = parsed.memory_peak_mb
+    return head
+
+
+def soak_sample(result: HeadResult, t_s: float) -> dict[str, Any]:
+    """One sustained-load sample from a native run: its mean latency and the state after it."""
+    state = DeviceState.from_dict(result.state_after or {"timestamp": 0.0})
+    return {"heads": result.heads, "t_s": t_s, "latency_ms": result.latency["mean_ms"] if result.latency else None,
+            "max_temp_c": state.max_temp_c, "android_thermal_status": state.android_thermal_status_name,
+            "throttled": None if state.throttling is None else state.throttling.any_now,
+            "battery": state.battery_capacity}

@@ -1,0 +1,70 @@
+"""The calibration plot: latency against head count with the bundle's accuracy beside it, and the
+device's accuracy/latency Pareto front (the head counts worth switching between).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..atomic import atomic_path
+from ..convert.manifest import Manifest
+from .record import Calibration
+
+
+def accuracy_by_heads(manifest: Manifest) -> tuple[dict[int, float], str]:
+    """Top-1 per head count from the manifest, or agreement with fp32 when it has no labels."""
+    top1 = {a.heads: a.accuracy.get("top1") for a in manifest.artefacts}
+    if all(v is not None for v in top1.values()):
+        return {k: float(v) for k, v in top1.items()}, "top-1 (%)"
+    agreement = {a.heads: a.accuracy.get("agreement") for a in manifest.artefacts}
+    return {k: float(v) for k, v in agreement.items() if v is not None}, "agreement with fp32 (%)"
+
+
+def pareto_front(points: dict[int, tuple[float, float]]) -> list[int]:
+    """Head counts not beaten by another on both latency (lower) and accuracy (higher), fastest first."""
+    front, best = [], float("-inf")
+    for heads, (latency, accuracy) in sorted(points.items(), key=lambda kv: (kv[1][0], -kv[1][1])):
+        if accuracy > best:
+            front.append(heads)
+            best = accuracy
+    return front
+
+
+def plot_calibration(calibration: Calibration, manifest: Manifest, path: str | Path) -> Path:
+    """Write the two-panel PNG; head counts that failed or were not timed are left out."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    measured = calibration.measured()
+    accuracy, acc_label = accuracy_by_heads(manifest)
+    heads = [r.heads for r in measured]
+    p50 = [r.latency_ms for r in measured]
+    p90 = [r.latency.get("p90_ms") or r.latency_ms for r in measured]  # native runners give means only
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    left.errorbar(heads, p50, yerr=[[0] * len(p50), [hi - lo for hi, lo in zip(p90, p50)]],
+                  marker="o", capsize=3, label="latency p50 (bar to p90)")
+    left.set(xlabel="heads", ylabel="latency (ms)", title=f"{calibration.device_id}")
+    left.set_xticks(heads)
+    twin = left.twinx()
+    twin.plot(heads, [accuracy.get(k, float("nan")) for k in heads], "s--", color="tab:green", label=acc_label)
+    twin.set_ylabel(acc_label)
+    left.legend(loc="upper left", fontsize=8)
+    twin.legend(loc="lower right", fontsize=8)
+
+    points = {r.heads: (r.latency_ms, accuracy[r.heads]) for r in measured if r.heads in accuracy}
+    front = pareto_front(points)
+    for k, (x, y) in points.items():
+        right.scatter([x], [y], color="tab:red" if k in front else "tab:gray", zorder=3)
+        right.annotate(f"h{k}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    right.step([points[k][0] for k in front], [points[k][1] for k in front], where="post", color="tab:red",
+               label="Pareto front")
+    right.set(xlabel="latency p50 (ms)", ylabel=acc_label, title="accuracy / latency on this device")
+    right.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,257 @@
+"""One device's calibration: push the bundle and the runner, time each head count, save as it comes.
+
+The record on disk is the source of truth: it is rewritten (atomically) after every head count
+the device reports, and a later run with the same bundle and settings skips the head counts it
+already holds. A dropped connection or Ctrl-C therefore costs at most the head count in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Callable
+
+from ..convert.manifest import MANIFEST, ArtefactRecord, Manifest, read_manifest, sha256_file
+from ..errors import HydraEdgeError
+from ..runtime.engines import FORMATS
+from ..transport import Transport, TransportError
+from . import native
+from .device import ensure_python, push_files
+from .record import Calibration, HeadResult, read_calibration
+from .soak import derate
+
+RUNNER = Path(__file__).resolve().parents[2] / "calibration" / "runner.py"
+PACKAGE = Path(__file__).resolve().parents[1]
+# The torch-free modules the runner imports, pushed beside it (paths relative to the package).
+RUNNER_MODULES = ("__init__.py", "errors.py", "atomic.py", "runtime/__init__.py", "runtime/engines.py",
+                  "runtime/signals/*.py", "convert/__init__.py", "convert/manifest.py")
+_HEAD_FIELDS = {f.name for f in fields(HeadResult)}
+
+Report = Callable[[str, "int | None"], None]  # (stage, head count or None); called as work happens
+
+
+@dataclass(frozen=True)
+class CalibrateOptions:
+    """What ``hydra-edge calibrate`` was asked to do on each device."""
+
+    bundle: Path
+    runs: int = 50
+    warmup: int = 10
+    threads: int | None = None  # None: each artefact's target thread count
+    quant: str | None = None  # which artefact per head count, when the bundle has several
+    python: str = "python3"
+    setup: bool = False
+    pip_args: tuple[str, ...] = ()
+    runner: Path | None = None  # a native benchmark binary instead of the Python runner
+    soak_s: float | None = None
+    soak_interval_s: float = 5.0
+    sysfs_root: str | None = None  # tests: read the device's /sys under this root
+    force: bool = False  # measure again even what the record already holds
+
+    def settings(self, runner: str) -> dict[str, Any]:
+        """What makes two runs' numbers comparable; a record with other settings is not resumed."""
+        return {"runs": self.runs, "warmup": self.warmup, "threads": self.threads, "quant": self.quant,
+                "runner": runner}
+
+
+def safe_name(device_id: str) -> str:
+    """A device id as a file name: ``ssh:pi@host:22`` -> ``ssh_pi@host_22``."""
+    return re.sub(r"[^A-Za-z0-9@._-]+", "_", device_id).strip("_.") or "device"
+
+
+def select_artefacts(manifest: Manifest, quant: str | None = None) -> list[ArtefactRecord]:
+    """One artefact per head count, ascending; ``quant`` picks when the bundle holds several."""
+    chosen = [a for a in manifest.artefacts if quant is None or a.quant == quant]
+    quants = sorted({a.quant for a in manifest.artefacts})
+    if not chosen:
+        raise HydraEdgeError(f"the bundle has no {quant!r} artefacts; choose --quant from {quants}")
+    if len({a.heads for a in chosen}) != len(chosen):
+        raise HydraEdgeError(f"the bundle has several artefacts per head count ({', '.join(quants)}); "
+                             "choose one with --quant")
+    return sorted(chosen, key=lambda a: a.heads)
+
+
+def bundle_record(bundle: Path, manifest: Manifest) -> dict[str, Any]:
+    return {"path": str(bundle), "manifest_sha256": sha256_file(bundle / MANIFEST),
+            "target": manifest.target.get("name")}
+
+
+def resume_or_start(out: Path, device_id: str, bundle: dict[str, Any], settings: dict[str, Any],
+                    force: bool) -> Calibration:
+    """The record at ``out`` if it measured this bundle with these settings, else a fresh one.
+
+    A file that is not a calibration is never overwritten: ``read_calibration`` says so.
+    """
+    fresh = Calibration(device_id=device_id, device={}, bundle=bundle, settings=settings)
+    if force or not out.exists():
+        return fresh
+    old = read_calibration(out)
+    same = (old.device_id == device_id and old.settings == settings
+            and old.bundle.get("manifest_sha256") == bundle["manifest_sha256"])
+    return old if same else fresh
+
+
+def _done(calibration: Calibration, artefact: ArtefactRecord) -> bool:
+    result = calibration.result(artefact.heads)
+    return result is not None and result.ok and result.sha256 == artefact.sha256
+
+
+class Session:
+    """Calibrates one bundle on one open transport, writing the record to ``out`` as it goes."""
+
+    def __init__(self, transport: Transport, opts: CalibrateOptions, out: Path, report: Report | None = None) -> None:
+        self.t, self.opts, self.out = transport, opts, out
+        self.report: Report = report or (lambda stage, heads: None)
+        self.manifest = read_manifest(opts.bundle)
+        self.artefacts = select_artefacts(self.manifest, opts.quant)
+        self.tool = native.tool_for(self.artefacts[0].format) if opts.runner else None
+        self.calibration = resume_or_start(out, transport.device_id, bundle_record(opts.bundle, self.manifest),
+                                           opts.settings(self.tool.name if self.tool else "python"), opts.force)
+        self.bundle_dir = transport.remote_path("bundles", self.calibration.bundle["manifest_sha256"][:16])
+
+    @property
+    def todo(self) -> list[ArtefactRecord]:
+        return [a for a in self.artefacts if not _done(self.calibration, a)]
+
+    @property
+    def soak_pending(self) -> bool:
+        return bool(self.opts.soak_s) and (self.calibration.soak is None or self.opts.force)
+
+    def run(self) -> Calibration:
+        """Measure what the record lacks; on a lost connection say how much is safe and how to finish."""
+        todo = self.todo
+        if not todo and not self.soak_pending:
+            self.report("already measured", None)
+            return self.calibration
+        try:
+            self._push(todo)
+            if self.opts.runner:
+                self._run_native(todo)
+            else:
+                self._run_python(todo)
+        except TransportError as e:
+            kept = len(self.calibration.measured())
+            raise type(e)(f"{e}; {kept} of {len(self.artefacts)} head counts are saved in {self.out}, "
+                          "run the same command again to finish") from None
+        return self.calibration
+
+    # --- steps ----------------------------------------------------------------------------
+
+    def _save(self) -> None:
+        self.calibration.write(self.out)
+
+    def _put(self, result: HeadResult) -> None:
+        self.calibration.put(result)
+        self._save()
+        self.report(f"{result.status}", result.heads)
+
+    def _soak_artefact(self) -> ArtefactRecord:
+        return self.artefacts[-1]  # the most heads: the one that heats the device most
+
+    def _push(self, todo: list[ArtefactRecord]) -> None:
+        self.report("pushing bundle", None)
+        needed = todo + ([self._soak_artefact()] if self.soak_pending else [])
+        bundle = self.opts.bundle
+        files = {f"{self.bundle_dir}/{MANIFEST}": bundle / MANIFEST}
+        for a in needed:
+            files[f"{self.bundle_dir}/{a.file}"] = bundle / a.file
+            files[f"{self.bundle_dir}/{a.golden['file']}"] = bundle / a.golden["file"]
+        if not self.opts.runner:
+            files.update(runner_files(self.t.remote_path("runner")))
+        push_files(self.t, files)
+
+    def _run_python(self, todo: list[ArtefactRecord]) -> None:
+        requirements = {"numpy": "numpy"}
+        for a in self.artefacts:
+            fmt = FORMATS[a.format]
+            pin = f">={a.runtime_min_version}" if a.runtime == fmt.runtime else ""
+            requirements[fmt.module] = fmt.runtime + pin
+        self.report("checking python", None)
+        python = ensure_python(self.t, self.opts.python, requirements, self.opts.setup, self.opts.pip_args)
+        argv = [python, self.t.remote_path("runner", "calibration", "runner.py"), "--bundle", self.bundle_dir,
+                "--runs", str(self.opts.runs), "--warmup", str(self.opts.warmup),
+                "--threads", str(self.opts.threads or 0), "--only", *[a.id for a in todo]]
+        if self.soak_pending:
+            argv += ["--soak-seconds", str(self.opts.soak_s), "--soak-artefact", self._soak_artefact().id,
+                     "--soak-interval", str(self.opts.soak_interval_s)]
+        if self.opts.sysfs_root:
+            argv += ["--sysfs-root", self.opts.sysfs_root]
+        samples: list[dict[str, Any]] = []
+        if todo:
+            self.report("timing", todo[0].heads)
+        finished = False
+        with self.t.stream(argv, check=False) as lines:
+            for line in lines:
+                finished = self._on_line(line, todo, samples) or finished
+        if not finished:
+            said = lines.stderr.strip().splitlines()
+            raise HydraEdgeError(f"the runner on {self.t.device_id} stopped (exit {lines.returncode}) before "
+                                 f"it finished: {said[-1] if said else 'no error text'}")
+        if self.soak_pending:
+            self._finish_soak(samples)
+
+    def _on_line(self, line: str, todo: list[ArtefactRecord], samples: list[dict[str, Any]]) -> bool:
+        """Handle one runner line; True once the runner says it is done."""
+        try:
+            event = json.loads(line) if line.startswith("{") else None
+        except ValueError:
+            event = None
+        if not isinstance(event, dict):
+            return False  # a runtime's own chatter on stdout
+        kind = event.get("event")
+        if kind == "fatal":
+            raise HydraEdgeError(f"{self.t.device_id}: {event.get('message')}")
+        if kind == "device":
+            self.calibration.device = {**event["device"], "runtimes": event.get("runtimes", {})}
+            self._save()
+        elif kind == "result":
+            self._put(HeadResult(**{k: v for k, v in event.items() if k in _HEAD_FIELDS}))
+            following = [a.heads for a in todo if a.heads > event["heads"]]
+            self.report("timing" if following else "soaking" if self.soak_pending else "finishing",
+                        following[0] if following else None)
+        elif kind == "soak":
+            samples.append({k: v for k, v in event.items() if k != "event"})
+            self.report(f"soaking {event['t_s']:.0f}/{self.opts.soak_s:.0f} s", event.get("heads"))
+        return kind == "done"
+
+    def _finish_soak(self, samples: list[dict[str, Any]]) -> None:
+        self.calibration.soak = derate(self._soak_artefact().heads, float(self.opts.soak_s or 0), samples)
+        self._save()
+
+    def _run_native(self, todo: list[ArtefactRecord]) -> None:
+        assert self.opts.runner is not None and self.tool is not None
+        binary = self.t.remote_path("bin", self.opts.runner.name)
+        push_files(self.t, {binary: self.opts.runner})
+        self.t.run(["chmod", "755", binary])
+        signals = self.manifest.target.get("signals", {})
+        self.calibration.device = native.remote_device_info(self.t)
+        self._save()
+
+        def time_one(a: ArtefactRecord, warmup: int) -> HeadResult:
+            return native.run_native(self.t, self.tool, binary, f"{self.bundle_dir}/{a.file}", a, self.opts.runs,
+                                     warmup, self.opts.threads or a.threads, signals)
+
+        for a in todo:
+            self.report("timing", a.heads)
+            self._put(time_one(a, self.opts.warmup))
+        if self.soak_pending:  # back-to-back runs of the binary, the state read between them
+            soaked, samples, start = self._soak_artefact(), [], time.monotonic()
+            while time.monotonic() - start < (self.opts.soak_s or 0):
+                samples.append(native.soak_sample(time_one(soaked, 0), time.monotonic() - start))
+                self.report(f"soaking {time.monotonic() - start:.0f}/{self.opts.soak_s:.0f} s", soaked.heads)
+            self._finish_soak(samples)
+
+
+def runner_files(remote_root: str) -> dict[str, Path]:
+    """The runner and the torch-free modules it imports, as ``{device path: local file}``."""
+    if not RUNNER.is_file():
+        raise HydraEdgeError(f"the device runner {RUNNER} is missing from this installation; "
+                             "reinstall hydra-edge from its source tree")
+    files = {f"{remote_root}/calibration/runner.py": RUNNER}
+    for pattern in RUNNER_MODULES:
+        for path in sorted(PACKAGE.glob(pattern)):
+            files[f"{remote_root}/hydra_edge/{path.relative_to(PACKAGE).as_posix()}"] = path
+    return files
