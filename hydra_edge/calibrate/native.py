@@ -3,9 +3,9 @@
 
 The host runs the binary once per artefact over the transport and parses its output with the
 shared parsers (``runtime.signals``), so a row from a phone looks like a row from the Python
-runner. The device state is read the same way: the profile's commands (``dumpsys ...``) run
-over the transport and their text goes to the same parsers; sysfs files, which the host
-cannot open on the device, are left out.
+runner. The device state is read the same way: the profile's commands and ``dumpsys`` run over
+the transport and their text goes to the same parsers (sysfs files, which the host cannot
+open on the device, are replaced by the phone's dumpsys report).
 
 What a native runner cannot do: check the golden pair. ``benchmark_model`` feeds random inputs
 and ``executor_runner`` ones, so their results say ``golden.checked = false``.
@@ -65,9 +65,16 @@ def tool_for(fmt: str) -> NativeTool:
 
 
 def remote_signals(profile_signals: Mapping[str, Any]) -> dict[str, Any]:
-    """The profile's signals that the host can read over a transport: commands only, no files."""
+    """The profile's signals as the host can read them over a transport: commands only.
+
+    Files on the device are out of the host's reach, so temperature and battery come from the
+    phone's own report (``dumpsys``) instead; where there is no dumpsys they read as None.
+    """
     flat = {**signals_from_profile(profile_signals), **profile_signals}
-    return {key: (False if value == "sysfs" else value) for key, value in flat.items()}
+    for signal in ("thermal", "battery"):
+        if flat.get(signal) in (None, "sysfs"):
+            flat[signal] = "dumpsys"
+    return flat
 
 
 def remote_runner(transport: Transport) -> Callable[[Sequence[str]], str | None]:

@@ -1,0 +1,263 @@
+"""hydra-edge calibrate on a real rpi (LiteRT) bundle: --local, adb with the Python runner and with a
+native benchmark_model, resume, missing runtime, --setup, no space.
+
+The helpers here (a tiny converted bundle, a device Python that cannot import torch) are shared by
+the other test_calibrate_* modules.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner, Result
+from standins.adbd import AdbDevice, adb_device, adb_server  # noqa: F401  (fixtures)
+
+from hydra_edge.calibrate.command import calibrate
+from hydra_edge.calibrate.device import RuntimeMissingError, ensure_python
+from hydra_edge.calibrate.record import read_calibration
+from hydra_edge.config import preset
+from hydra_edge.convert import pipeline
+from hydra_edge.model import HydraViT
+from hydra_edge.transport import LocalTransport
+
+# A user-added profile: fp32 ONNX (converts in seconds), with the Raspberry Pi's signals.
+HOST_TARGET = """\
+name = "host"
+threads = 1
+[[artefacts]]
+format = "onnx"
+quant = "fp32"
+runtime = "onnxruntime"
+runtime_min_version = "1.17"
+[signals.files]
+temperature_mC = "/sys/class/thermal/thermal_zone0/temp"
+[signals.commands]
+throttled = "vcgencmd get_throttled"
+"""
+
+
+def make_bundle(root: Path, target: str, heads: str) -> Path:
+    """A depth-2 digits HydraViT (untrained) converted for ``target`` ("rpi" or a profile's text)."""
+    root.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+    HydraViT(preset("digits", depth=2, heads=(3, 6, 12))).save(root / "tiny.pt")
+    if "\n" in target:
+        (root / "host.toml").write_text(target)
+        target = str(root / "host.toml")
+    pipeline.convert(pipeline.ConvertOptions(checkpoint=root / "tiny.pt", target=target, out=root / "bundle",
+                                             heads=heads, data="digits", eval_limit=60))
+    return root / "bundle"
+
+
+def torch_free_python(root: Path) -> Path:
+    """This venv's Python with ``import torch`` made to fail: the device side must never need it."""
+    block = root / "block-torch"
+    block.mkdir(parents=True, exist_ok=True)
+    (block / "sitecustomize.py").write_text("import sys\nsys.modules['torch'] = None\n")
+    wrapper = root / "python-without-torch"
+    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH="{block}" exec "{sys.executable}" "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def invoke(*args: object) -> Result:
+    return CliRunner().invoke(calibrate, [str(a) for a in args])
+
+
+def one_line_error(result: Result) -> str:
+    """The error line of a failed command; it must be exactly one line."""
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert lines[-1].startswith("Error: ") and len(lines[-1]) > 20, result.output
+    assert not any(line.startswith("Traceback") for line in lines)
+    return lines[-1]
+
+
+@pytest.fixture(scope="module")
+def rpi_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_bundle(tmp_path_factory.mktemp("rpi"), "rpi", "3,12")
+
+
+@pytest.fixture(scope="module")
+def device_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return torch_free_python(tmp_path_factory.mktemp("python"))
+
+
+def test_local_calibration_writes_record_and_plot_and_resumes(rpi_bundle: Path, device_python: Path,
+                                                              tmp_path: Path) -> None:
+    out = tmp_path / "cal"
+    args = ("--bundle", rpi_bundle, "--local", "--python", device_python, "--out", out, "--runs", 20, "--warmup", 2)
+    result = invoke(*args)
+    assert result.exit_code == 0, result.output
+    (path,) = out.glob("local_*.json")
+    assert path.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    cal = read_calibration(path)
+    assert cal.device_id.startswith("local:") and cal.settings["runs"] == 20 and cal.settings["runner"] == "python"
+    assert cal.device["cores"] == os.cpu_count() and cal.device["runtimes"]["ai-edge-litert"] == "2.3.0"
+    assert cal.device["os"] and cal.device["python"] and cal.bundle["target"] == "rpi"
+    assert [r.heads for r in cal.measured()] == [3, 12]
+    for r in cal.results:  # timed without torch, after the golden pair passed
+        lat = r.latency
+        assert r.runner == "python" and r.golden["passed"] and lat["count"] == 20
+        assert 0 < lat["min_ms"] <= lat["p50_ms"] <= lat["p90_ms"] <= lat["p99_ms"] <= lat["max_ms"]
+        assert r.load_s > 0 and r.peak_rss_mb > 0 and r.state_before["timestamp"] < r.state_after["timestamp"]
+
+    again = invoke(*args)
+    assert again.exit_code == 0 and "already measured" in again.output
+    assert read_calibration(path) == cal
+
+    cal.results = cal.results[:1]  # as if the connection had dropped after the first head count
+    cal.write(path)
+    resumed = invoke(*args)
+    assert resumed.exit_code == 0, resumed.output
+    final = read_calibration(path)
+    assert final.results[0] == cal.results[0] and [r.heads for r in final.measured()] == [3, 12]
+
+
+def test_a_device_without_the_runtime_gets_one_line(rpi_bundle: Path, tmp_path: Path) -> None:
+    bare = tmp_path / "bare"  # a Python with nothing installed, as on a fresh board
+    assert os.system(f"'{sys.executable}' -m venv --without-pip '{bare}'") == 0
+    line = one_line_error(invoke("--bundle", rpi_bundle, "--local", "--python", bare / "bin" / "python",
+                                 "--out", tmp_path / "cal"))
+    assert "lacks the Python package(s) numpy ai-edge-litert>=2.3.0" in line
+    assert "-m pip install numpy ai-edge-litert>=2.3.0" in line and "--setup" in line
+    line = one_line_error(invoke("--bundle", rpi_bundle, "--local", "--python", tmp_path / "no python",
+                                 "--out", tmp_path / "cal"))
+    assert "there is no Python at" in line and "--python PATH" in line
+
+
+def _wheel(folder: Path, name: str, version: str) -> None:
+    """A minimal pure-Python wheel, so pip can install a 'runtime' with no network."""
+    folder.mkdir(parents=True, exist_ok=True)
+    dist = f"{name.replace('-', '_')}-{version}"
+    with zipfile.ZipFile(folder / f"{dist}-py3-none-any.whl", "w") as whl:
+        whl.writestr(f"{name.replace('-', '_')}/__init__.py", f"VERSION = {version!r}\n")
+        whl.writestr(f"{dist}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        whl.writestr(f"{dist}.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                                "Tag: py3-none-any\n")
+        whl.writestr(f"{dist}.dist-info/RECORD", "")
+
+
+def test_setup_makes_a_venv_once_and_pip_installs_the_missing_runtime(tmp_path: Path) -> None:
+    """--setup's logic with a stand-in runtime package (no network here; numpy and LiteRT need PyPI)."""
+    wheels = tmp_path / "wheels"
+    _wheel(wheels, "hydra-fake-runtime", "1.0")
+    need = {"hydra_fake_runtime": "hydra-fake-runtime>=1.0"}
+    offline = ("--no-index", f"--find-links={wheels}")
+    with LocalTransport(tmp_path / "device dir") as t:
+        with pytest.raises(RuntimeMissingError, match="lacks the Python package.s. hydra-fake-runtime>=1.0"):
+            ensure_python(t, sys.executable, need, setup=False)
+        python = ensure_python(t, sys.executable, need, setup=True, pip_args=offline)
+        assert python == t.remote_path("venv", "bin", "python")
+        assert t.run([python, "-c", "import hydra_fake_runtime as m; print(m.VERSION)"]).stdout.strip() == "1.0"
+        for whl in wheels.iterdir():
+            whl.unlink()  # a second pip install would now fail: reuse must not need it
+        assert ensure_python(t, sys.executable, need, setup=True, pip_args=offline) == python
+        with pytest.raises(RuntimeMissingError, match="pip could not install hydra-other"):
+            ensure_python(t, sys.executable, {"hydra_other": "hydra-other"}, setup=True, pip_args=offline)
+
+
+def test_no_space_on_the_device_is_one_line(rpi_bundle: Path, device_python: Path, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(LocalTransport, "free_bytes", lambda self, remote_dir: 1000)
+    line = one_line_error(invoke("--bundle", rpi_bundle, "--local", "--python", device_python,
+                                 "--out", tmp_path / "cal"))
+    assert "no space on local:" in line and "free some space" in line
+
+
+def test_adb_with_the_python_runner(rpi_bundle: Path, device_python: Path, adb_device: AdbDevice,
+                                    tmp_path: Path) -> None:
+    result = invoke("--bundle", rpi_bundle, "--serial", adb_device.serial, "--adb-port", adb_device.server.port,
+                    "--python", device_python, "--out", tmp_path / "phone.json", "--runs", 5, "--warmup", 1)
+    assert result.exit_code == 0, result.output
+    cal = read_calibration(tmp_path / "phone.json")
+    assert cal.device_id == f"adb:{adb_device.serial}" and [r.heads for r in cal.measured()] == [3, 12]
+    assert (tmp_path / "phone.png").is_file()
+    assert adb_device.host_path("/data/local/tmp/hydra-edge/runner/calibration/runner.py").is_file()
+
+
+# benchmark_model's real output layout; the fake below fills in numbers from its own arguments.
+FAKE_BENCHMARK_MODEL = r"""#!/bin/sh
+graph=""; runs=50; warmup=1; threads=1
+for arg in "$@"; do
+  case "$arg" in
+    --graph=*) graph="${arg#--graph=}" ;;
+    --num_runs=*) runs="${arg#--num_runs=}" ;;
+    --warmup_runs=*) warmup="${arg#--warmup_runs=}" ;;
+    --num_threads=*) threads="${arg#--num_threads=}" ;;
+  esac
+done
+echo "INFO: STARTING!"
+echo "INFO: Num threads: [$threads]"
+echo "INFO: Graph: [$graph]"
+[ -f "$graph" ] || { echo "ERROR: Could not open '$graph'." >&2; echo "ERROR: Failed to load model" >&2; exit 1; }
+status=$(cat "$STATE" 2>/dev/null || echo 0)
+avg=$((1000 + 500 * status))
+echo "INFO: Loaded model $graph"
+echo "INFO: Created TensorFlow Lite XNNPACK delegate for CPU."
+echo "INFO: Initialized session in 12.5ms."
+echo "INFO: Running benchmark for at least $warmup iterations and at least 0 seconds but terminate if exceeding 150 seconds."
+echo "INFO: count=$warmup first=2100 curr=$avg min=$avg max=2100 avg=$avg std=10"
+echo ""
+echo "INFO: Running benchmark for at least $runs iterations and at least 0 seconds but terminate if exceeding 150 seconds."
+echo "INFO: count=$runs first=$avg curr=$avg min=$((avg - 50)) max=$((avg + 80)) avg=$avg std=20"
+echo ""
+echo "INFO: Inference timings in us: Init: 12500, First inference: 2100, Warmup (avg): $avg, Inference (avg): $avg"
+echo "INFO: Memory footprint delta from the start of the tool (MB): init=3.5 overall=4.25"
+echo "INFO: Overall peak memory footprint (MB) via periodic monitoring: 9.75"
+"""
+
+# dumpsys in its real layout; each thermalservice call heats the fake phone a little.
+FAKE_DUMPSYS = r"""#!/bin/sh
+case "$1" in
+  thermalservice)
+    calls=$(( $(cat "$CALLS" 2>/dev/null || echo 0) + 1 )); echo $calls > "$CALLS"
+    status=$(( calls / 4 )); [ $status -gt 3 ] && status=3; echo $status > "$STATE"
+    printf 'IsStatusOverride: false\nThermal Status: %s\nCached temperatures:\n' "$status"
+    printf '\tTemperature{mValue=%s.5, mType=0, mName=cpu0, mStatus=%s}\n' $((40 + 5 * status)) "$status"
+    printf 'HAL Ready: true\n' ;;
+  battery)
+    printf 'Current Battery Service state:\n  AC powered: false\n  USB powered: true\n  status: 2\n'
+    printf '  level: 78\n  scale: 100\n  temperature: 312\n' ;;
+  *) echo "Can't find service: $1"; exit 1 ;;
+esac
+"""
+
+
+def test_adb_with_a_native_benchmark_model_and_soak(rpi_bundle: Path, adb_device: AdbDevice, tmp_path: Path) -> None:
+    """Phones have no Python: the user's benchmark_model is pushed, run per head count and parsed;
+    the phone's thermal status and battery come from dumpsys over adb."""
+    bin_dir = adb_device.sandbox.parent / "bin"  # on the stand-in phone's PATH
+    state, calls = tmp_path / "thermal-status", tmp_path / "dumpsys-calls"
+    paths = f"#!/bin/sh\nCALLS='{calls}'\nSTATE='{state}'\n"
+    (bin_dir / "dumpsys").write_text(FAKE_DUMPSYS.replace("#!/bin/sh\n", paths, 1))
+    (bin_dir / "dumpsys").chmod(0o755)
+    binary = tmp_path / "benchmark_model"
+    binary.write_text(FAKE_BENCHMARK_MODEL.replace("#!/bin/sh\n", paths, 1))
+    try:
+        result = invoke("--bundle", rpi_bundle, "--serial", adb_device.serial, "--adb-port", adb_device.server.port,
+                        "--runner", binary, "--out", tmp_path / "cal", "--runs", 30, "--soak", "2s")
+    finally:
+        (bin_dir / "dumpsys").unlink()
+    assert result.exit_code == 0, result.output
+    cal = read_calibration(tmp_path / "cal" / f"adb_{adb_device.serial.replace(':', '_')}.json")
+    assert cal.settings["runner"] == "benchmark_model"
+    assert cal.device["model"] == "Hydra Test Phone" and cal.device["os"] == "Android 14"
+    for r in cal.results:
+        assert r.ok and r.runner == "benchmark_model" and r.golden["checked"] is False
+        assert r.latency["count"] == 30 and r.latency["mean_ms"] >= 1.0 and r.latency["p50_ms"] is None
+        assert r.load_s == pytest.approx(0.0125) and r.peak_rss_mb == pytest.approx(9.75)
+        assert r.state_before["battery_capacity"] == 78 and r.state_before["charging"] is True
+        assert r.state_before["android_thermal_status"] is not None
+    soak = cal.soak
+    assert soak is not None and soak.heads == 12 and len(soak.samples) >= 2
+    assert 1.0 in soak.by_thermal_status.values()  # the mildest status seen is the baseline
+    assert max(soak.by_thermal_status.values()) > 1.0  # the fake phone slows as it heats
+    assert soak.by_temperature and soak.by_temperature[0][1] == 1.0
+    assert json.loads((tmp_path / "cal" / f"adb_{adb_device.serial.replace(':', '_')}.json").read_text())["soak"]
