@@ -3,8 +3,9 @@
 ``Switcher(bundle)`` reads ``bundle/lut.json`` and the signals named in the bundle's target
 profile; ``poll()`` (or the background thread of ``start()``) applies the table with hysteresis;
 ``predict(image)`` runs the current subnetwork. Artefacts load lazily into a small LRU cache and,
-with ``prefetch``, the neighbours of the current head count load in the background, so a switch
-costs one cache hit instead of a model load. Every switch is logged in ``events``.
+with ``prefetch``, the neighbours of the current head count load in the background (queued after
+the first result of a new head count, so they never slow it down), so a switch to a neighbour
+costs a cache hit instead of a model load. Every switch is logged in ``events``.
 
 A ``lut.json`` that is missing, damaged, of another schema or built for another bundle is
 reported in one line and the switcher runs the bundle's smallest head count instead of crashing.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -76,21 +78,28 @@ class Switcher:
 
     ``signals`` is a target profile's ``[signals]`` table (default: the bundle's target); ``root``
     and ``run`` let tests and hosts point the readers at a fake sysfs tree and canned commands.
+    ``threads`` overrides the artefacts' thread count (default: the target's, at most one per core).
     ``clock`` times dwell and events (monotonic by default; tests pass their own).
     """
 
     def __init__(self, bundle: Union[str, Path], lut: Optional[Union[str, Path]] = None,
                  signals: Optional[Mapping[str, Any]] = None, root: str = "/", run: Runner = run_command,
-                 poll_s: float = 1.0, prefetch: bool = True, cache_size: int = 3,
+                 poll_s: float = 1.0, prefetch: bool = True, cache_size: int = 3, threads: Optional[int] = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.bundle = Path(bundle)
         self.root, self.run, self.poll_s, self.prefetch, self.clock = root, run, poll_s, prefetch, clock
         self.cache_size = max(1, cache_size)
-        self.signals = dict(signals if signals is not None else read_manifest(self.bundle).target.get("signals", {}))
+        self.threads = threads
+        manifest = read_manifest(self.bundle)
+        self.signals = dict(signals if signals is not None else manifest.target.get("signals", {}))
+        model = manifest.model
+        self._input_shape = (1, model["in_chans"], model["img_size"], model["img_size"]) \
+            if {"in_chans", "img_size"} <= set(model) else None
         self.events: List[SwitchEvent] = []
         self.polls = 0
         self.heads: Optional[int] = None
         self._switched_at = -math.inf
+        self._prefetch_due = False  # set by a switch, cleared once the neighbours are queued
         self._lock = threading.RLock()  # poll() and the cache, from the caller and the poll thread
         self._cache: "OrderedDict[int, Future[Engine]]" = OrderedDict()
         self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hydra-prefetch")
@@ -133,8 +142,15 @@ class Switcher:
         self.events.append(event)
         log.info("heads %s -> %d (%s) at poll %d: %s", event.from_heads, heads, reason, self.polls, reading)
         self.heads, self._switched_at = heads, now
-        if self.prefetch:
-            for neighbour in self._neighbours(heads):
+        self._prefetch_due = self.prefetch
+
+    def _prefetch_neighbours(self) -> None:
+        """Queue the neighbours' loads: after the first result, so they never compete with it for a core."""
+        with self._lock:
+            if not self._prefetch_due or self.heads is None:
+                return
+            self._prefetch_due = False
+            for neighbour in self._neighbours(self.heads):
                 self._engine_future(neighbour, background=True)
 
     def _neighbours(self, heads: int) -> List[int]:
@@ -144,11 +160,16 @@ class Switcher:
 
     # -- engines --------------------------------------------------------------------------------
 
-    def _load(self, candidate: Candidate) -> Engine:
+    def _load(self, candidate: Candidate, warm: bool = False) -> Engine:
+        """Check the artefact's sha256 and load it; ``warm`` runs it once (a first run allocates)."""
         path = self.bundle / candidate.file
         if not path.is_file() or sha256_file(path) != candidate.sha256:
             raise HydraEdgeError(f"{path} is missing or changed since the table was built (sha256 mismatch)")
-        return load(path, candidate.threads, candidate.format)
+        # never more threads than cores: oversubscribed runtimes spin and stall each other
+        engine = load(path, self.threads or min(candidate.threads, os.cpu_count() or 1), candidate.format)
+        if warm and self._input_shape is not None:
+            engine.run(np.zeros(self._input_shape, np.float32))
+        return engine
 
     def _engine_future(self, heads: int, background: bool) -> "Future[Engine]":
         """The cached (or loading) engine for ``heads``; loads it here, or on the prefetch thread."""
@@ -159,7 +180,7 @@ class Switcher:
                 return future
             candidate = self.table.candidate(heads)
             if background:
-                future = self._loader.submit(self._load, candidate)
+                future = self._loader.submit(self._load, candidate, True)
             else:
                 future = Future()
             self._cache[heads] = future
@@ -214,7 +235,9 @@ class Switcher:
             with self._lock:
                 self._switch(fastest, f"load failed: {e}", None, self.clock())
             return self.predict(x)
-        return Prediction(engine.run(x), heads)
+        logits = engine.run(x)
+        self._prefetch_neighbours()
+        return Prediction(logits, heads)
 
     def start(self) -> "Switcher":
         """Poll once now (so profile errors surface here), then every ``poll_s`` on a daemon thread."""
