@@ -40,8 +40,7 @@ from typing import Any
 
 from ..errors import HydraEdgeError
 from ..runtime.lut import THERMAL_SOURCES
-
-ANDROID_STATUSES = ("NONE", "LIGHT", "MODERATE", "SEVERE", "CRITICAL", "EMERGENCY", "SHUTDOWN")
+from ..runtime.signals.android import THERMAL_STATUS_NAMES as ANDROID_STATUSES
 
 
 @dataclass(frozen=True)
