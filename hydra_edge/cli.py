@@ -8,6 +8,7 @@ import click
 
 from .convert.command import convert
 from .errors import HydraEdgeError
+from .lut.command import lut
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -163,6 +164,7 @@ def evaluate(checkpoint: Path, data: str | None, heads: str | None, out: Path | 
 
 
 main.add_command(convert)
+main.add_command(lut)
 
 
 if __name__ == "__main__":  # torchrun --nproc_per_node N -m hydra_edge.cli train ...
