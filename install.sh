@@ -5,10 +5,13 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-# Device stand-ins the tests drive with real clients: OpenSSH's sshd and Debian's adb.
+# Device stand-ins the tests drive with real clients (OpenSSH's sshd, Debian's adb), and the
+# compilers that check the emitted lookup tables (gcc is there; kotlinc and a JDK may not be).
 need=()
 command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || need+=(openssh-server openssh-client)
 command -v adb >/dev/null 2>&1 || need+=(adb)
+command -v kotlinc >/dev/null 2>&1 || need+=(kotlin)
+command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
