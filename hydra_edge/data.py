@@ -16,9 +16,8 @@ from torch.utils.data import Dataset, TensorDataset
 
 from .config import HydraConfig
 from .errors import HydraEdgeError
+from .runtime.preprocess import IMAGE_SUFFIXES, load_image
 
-IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".webp", ".ppm", ".gif", ".tif", ".tiff"}
-IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
 @dataclass(frozen=True)
@@ -75,29 +74,17 @@ def _digits(cfg: HydraConfig, spec: DataSpec) -> DataSplits:
 
 
 class ImageFolder(Dataset):
-    """Images under ``root/<class>/`` read lazily with PIL (no torchvision)."""
+    """Images under ``root/<class>/``, read lazily (no torchvision) with the device's preprocessing."""
 
     def __init__(self, files: list[tuple[Path, int]], cfg: HydraConfig) -> None:
         self.files, self.cfg = files, cfg
-        self.mean, self.std = ((0.5,), (0.5,)) if cfg.in_chans == 1 else (IMAGENET_MEAN, IMAGENET_STD)
 
     def __len__(self) -> int:
         return len(self.files)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        from PIL import Image
-
         path, label = self.files[i]
-        try:
-            with Image.open(path) as im:
-                im = im.convert("L" if self.cfg.in_chans == 1 else "RGB")
-                im = im.resize((self.cfg.img_size, self.cfg.img_size), Image.BILINEAR)
-                a = np.asarray(im, dtype=np.float32) / 255.0
-        except OSError as e:
-            raise HydraEdgeError(f"cannot read image {path}: {e}; remove or replace it") from None
-        a = a.reshape(self.cfg.img_size, self.cfg.img_size, -1).transpose(2, 0, 1)  # (C, H, W)
-        x = (torch.from_numpy(a.copy()) - torch.tensor(self.mean)[:, None, None]) / torch.tensor(self.std)[:, None, None]
-        return x, label
+        return torch.from_numpy(load_image(path, self.cfg.img_size, self.cfg.in_chans)), label
 
 
 def _scan(root: Path, classes: list[str] | None = None) -> tuple[list[tuple[Path, int]], list[str]]:

@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""Board demo: classify images with the subnetwork the battery and temperature allow, live.
+
+Runs on a Raspberry Pi or Jetson with numpy, Pillow and the bundle's runtime (no torch): the
+switcher (``hydra_edge.runtime``) reads the board's thermal zones and battery, the bundle's
+lookup table picks the head count, and every switch is shown as it happens with the accuracy
+and latency it bought. Images come from a folder (class per sub-folder gives live accuracy) or
+from a camera through OpenCV when ``--camera`` is given.
+
+``--scenario`` replays a scripted day instead of reading the real board: it writes battery and
+temperature into a simulated sysfs tree (``--sysfs-root``) step by step on a simulated clock,
+which is how ``hydra-edge demo`` shows switching on a machine that has neither.
+
+    python app.py --bundle bundle --images images [--camera 0] [--scenario s.json --sysfs-root sim]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import logging
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import numpy as np
+
+from hydra_edge.convert.manifest import read_manifest
+from hydra_edge.errors import HydraEdgeError
+from hydra_edge.runtime.preprocess import IMAGE_SUFFIXES, load_image
+from hydra_edge.runtime.switcher import Switcher
+
+Sample = Tuple[np.ndarray, Optional[int]]  # (C, H, W) image, label if known
+
+
+def folder_images(folder: Path, img_size: int, in_chans: int) -> Tuple[List[Sample], List[str]]:
+    """Every image under ``folder``; sub-folder names are class labels (sorted, as in training)."""
+    classes = sorted(d.name for d in folder.iterdir() if d.is_dir())
+    files = [(f, classes.index(f.parent.name) if f.parent != folder else None)
+             for f in sorted(folder.rglob("*")) if f.suffix.lower() in IMAGE_SUFFIXES]
+    if not files:
+        raise HydraEdgeError(f"no images in {folder}; give a folder of images (a sub-folder per class for accuracy)")
+    return [(load_image(f, img_size, in_chans), label) for f, label in files], classes
+
+
+def camera_images(index: int, img_size: int, in_chans: int) -> Iterator[Sample]:
+    """Frames from an OpenCV camera, resized and normalised like the folder images."""
+    try:
+        import cv2
+    except ImportError:
+        raise HydraEdgeError("--camera needs OpenCV: pip install opencv-python-headless") from None
+    from hydra_edge.runtime.preprocess import normalise
+
+    capture = cv2.VideoCapture(index)
+    if not capture.isOpened():
+        raise HydraEdgeError(f"camera {index} cannot be opened; check the device or use --images")
+    while True:
+        ok, frame = capture.read()
+        if not ok:
+            return
+        frame = cv2.cvtColor(frame, cv2.COLOR_BGR2GRAY if in_chans == 1 else cv2.COLOR_BGR2RGB)
+        yield normalise(cv2.resize(frame, (img_size, img_size)), in_chans), None
+
+
+class SimulatedBoard:
+    """A scripted battery and CPU temperature written into a sysfs tree, on a simulated clock."""
+
+    def __init__(self, root: Path, steps: List[Dict[str, Any]]) -> None:
+        self.root, self.steps, self.now = root, steps, 0.0
+        self.zone = root / "sys/class/thermal/thermal_zone0"
+        self.battery = root / "sys/class/power_supply/battery"
+        for folder, kind in ((self.zone, "cpu-thermal"), (self.battery, "Battery")):
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "type").write_text(kind + "\n")
+
+    def clock(self) -> float:
+        return self.now
+
+    def apply(self, step: Dict[str, Any]) -> None:
+        self.now += float(step.get("seconds", 10))
+        (self.zone / "temp").write_text(f"{int(step['temp_c'] * 1000)}\n")
+        (self.battery / "capacity").write_text(f"{int(step['battery_pct'])}\n")
+        (self.battery / "status").write_text(step.get("status", "Discharging") + "\n")
+
+
+@dataclass
+class Stats:
+    """Per head count: latency and live accuracy of what actually ran."""
+
+    latency_ms: Dict[int, List[float]] = field(default_factory=dict)
+    correct: Dict[int, List[bool]] = field(default_factory=dict)
+
+    def add(self, heads: int, ms: float, correct: Optional[bool]) -> None:
+        self.latency_ms.setdefault(heads, []).append(ms)
+        if correct is not None:
+            self.correct.setdefault(heads, []).append(correct)
+
+    def summary(self, heads: int) -> Dict[str, Any]:
+        lat, hits = self.latency_ms.get(heads, []), self.correct.get(heads, [])
+        return {"images": len(lat), "median_ms": statistics.median(lat) if lat else None,
+                "live_top1": 100.0 * sum(hits) / len(hits) if hits else None}
+
+
+class Display:
+    """What a person watches: a live table when stdout is a terminal (rich), plain lines otherwise."""
+
+    def __init__(self, plain: bool) -> None:
+        self.live = None
+        if not plain and sys.stdout.isatty():
+            from rich.live import Live
+
+            self.live = Live(refresh_per_second=8)
+            self.live.start()
+
+    def status(self, row: Dict[str, Any]) -> None:
+        if self.live is None:
+            return
+        from rich.table import Table
+
+        table = Table(title="hydra-edge board demo")
+        for key in row:
+            table.add_column(key, justify="right")
+        table.add_row(*(str(v) for v in row.values()))
+        self.live.update(table)
+
+    def line(self, text: str) -> None:
+        if self.live is not None:
+            self.live.console.print(text)
+        else:
+            print(text, flush=True)
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+
+
+def describe(event: Dict[str, Any], accuracy: Dict[int, Optional[float]], stats: Stats) -> str:
+    reading = event["reading"] or {}
+    battery = reading.get("battery_pct", -1)
+    state = ("battery " + ("n/a" if battery < 0 else f"{battery:.0f}%") +
+             (" charging" if reading.get("charging") else "") + f", thermal {reading.get('thermal', float('nan')):.1f}")
+    was = stats.summary(event["from"]) if event["from"] is not None else {}
+    bought = f"{accuracy.get(event['to']) or float('nan'):.1f}% held-out top-1"
+    after = f" (ran {event['from']} heads at {was['median_ms']:.2f} ms)" if was.get("median_ms") else ""
+    return f"switch {event['from']} -> {event['to']} heads [{event['reason']}] at {state}: {bought}{after}"
+
+
+def run(args: argparse.Namespace) -> Dict[str, Any]:
+    bundle = Path(args.bundle)
+    manifest = read_manifest(bundle)
+    model = manifest.model
+    accuracy = {a.heads: (a.accuracy or {}).get("top1") for a in manifest.artefacts}
+    scenario = json.loads(Path(args.scenario).read_text())["steps"] if args.scenario else None
+    board = SimulatedBoard(Path(args.sysfs_root), scenario) if scenario else None
+    switcher = Switcher(bundle, lut=args.lut, root=args.sysfs_root or "/", poll_s=args.poll_s, threads=args.threads,
+                        clock=board.clock if board else time.monotonic)
+    if args.camera is not None:
+        samples: Iterator[Sample] = camera_images(args.camera, model["img_size"], model["in_chans"])
+    else:
+        images, _ = folder_images(Path(args.images), model["img_size"], model["in_chans"])
+        samples = itertools.cycle(images)
+    steps = scenario or [{"images": args.max_images or 10**12}]
+    display, stats, shown = Display(args.plain), Stats(), 0
+    try:
+        if not board:
+            switcher.start()
+        for step in steps:
+            if board:
+                board.apply(step)
+                switcher.poll()
+            for image, label in itertools.islice(samples, int(step.get("images", 20))):
+                start = time.perf_counter()
+                prediction = switcher.predict(image)
+                ms = 1000 * (time.perf_counter() - start)
+                stats.add(prediction.heads, ms, None if label is None else int(prediction.logits.argmax()) == label)
+                for event in switcher.event_log()[shown:]:
+                    display.line(describe(event, accuracy, stats))
+                shown = len(switcher.events)
+                display.status({"heads": prediction.heads, "latency ms": f"{ms:.2f}",
+                                "held-out top-1": accuracy.get(prediction.heads), **(step if board else {})})
+    finally:
+        display.close()
+        switcher.close()
+    report = {"events": switcher.event_log(), "per_heads": {k: stats.summary(k) for k in sorted(stats.latency_ms)},
+              "fallback": switcher.fallback}
+    if args.log:
+        Path(args.log).write_text(json.dumps(report, indent=2) + "\n")
+    for k, s in report["per_heads"].items():
+        live = "n/a" if s["live_top1"] is None else f"{s['live_top1']:.1f}%"
+        print(f"{k:>3} heads: {s['images']} images, median {s['median_ms']:.2f} ms, live top-1 {live}", flush=True)
+    return report
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bundle", required=True, help="bundle folder with manifest.json, artefacts and lut.json")
+    parser.add_argument("--lut", help="lookup table (default: the bundle's lut.json)")
+    parser.add_argument("--images", help="folder of images (a sub-folder per class gives live accuracy)")
+    parser.add_argument("--camera", type=int, help="OpenCV camera index instead of --images")
+    parser.add_argument("--max-images", type=int, help="stop after this many images (default: run until Ctrl-C)")
+    parser.add_argument("--scenario", help="JSON steps {seconds, battery_pct, status, temp_c, images} to replay")
+    parser.add_argument("--sysfs-root", default=None, help="read (or with --scenario, write) signals under this root")
+    parser.add_argument("--poll-s", type=float, default=1.0, help="seconds between signal reads")
+    parser.add_argument("--threads", type=int, help="runtime threads (default: the target's, at most one per core)")
+    parser.add_argument("--plain", action="store_true", help="plain lines instead of the live table")
+    parser.add_argument("--log", help="write the switch events and per-head-count results as JSON here")
+    args = parser.parse_args(argv)
+    if (args.images is None) == (args.camera is None):
+        parser.error("give exactly one of --images and --camera")
+    if args.scenario and not args.sysfs_root:
+        parser.error("--scenario needs --sysfs-root (a folder for the simulated sysfs tree)")
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    try:
+        run(args)
+    except HydraEdgeError as e:
+        print(f"Error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""``hydra-edge demo``: the whole pipeline on built-in data, no downloads.
+
+train (digits) -> convert (rpi: LiteRT int8) -> calibrate (this machine as the device) ->
+lut (battery x thermal table) -> the board demo app replaying a scripted day on a simulated
+sysfs tree. Each stage is the real command a user would type (invoked with the same options),
+so the demo shows exactly what each command shows; re-running it resumes or skips finished work.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import click
+
+APP = Path(__file__).resolve().parents[1] / "apps" / "board-demo" / "app.py"
+
+# A day on a battery-powered board: plugged in, unplugged, working hard and heating up, cooling
+# off, running low, plugged in again. ``seconds`` is simulated time (longer than the table's dwell).
+SCENARIO = [
+    ("on the charger, cool", 100, "Charging", 45.0),
+    ("unplugged", 92, "Discharging", 48.0),
+    ("heavy use, warming", 84, "Discharging", 63.0),
+    ("heavy use, hot", 76, "Discharging", 74.0),
+    ("heavy use, very hot", 68, "Discharging", 84.0),
+    ("fan on, cooling", 60, "Discharging", 66.0),
+    ("cool again", 54, "Discharging", 50.0),
+    ("battery under half", 42, "Discharging", 50.0),
+    ("battery low", 18, "Discharging", 50.0),
+    ("back on the charger", 20, "Charging", 47.0),
+]
+
+
+def scenario_steps(images_per_step: int, seconds: float = 30.0) -> list[dict]:
+    return [{"label": label, "battery_pct": pct, "status": status, "temp_c": temp, "seconds": seconds,
+             "images": images_per_step} for label, pct, status, temp in SCENARIO]
+
+
+def export_images(checkpoint: Path, folder: Path, limit: int) -> Path:
+    """Held-out digits as 8-bit PNGs in class folders: what a camera or an image folder would give."""
+    import numpy as np
+    from PIL import Image
+
+    from .checkpoint import load_checkpoint, read_file
+    from .data import DataSpec, as_arrays, load_data
+
+    model = load_checkpoint(checkpoint)
+    spec = DataSpec.from_dict(read_file(checkpoint)["data"])
+    x, y = as_arrays(load_data(spec, model.config).val, limit)
+    pixels = np.clip(np.rint((x[:, 0] * 0.5 + 0.5) * 255), 0, 255).astype(np.uint8)  # undo (v - 0.5) / 0.5
+    for i, (image, label) in enumerate(zip(pixels, y)):
+        (folder / str(label)).mkdir(parents=True, exist_ok=True)
+        Image.fromarray(image, mode="L").save(folder / str(label) / f"{i:04d}.png")
+    return folder
+
+
+def _stage(n: int, title: str) -> None:
+    from rich.console import Console
+
+    Console(stderr=True).rule(f"[bold]{n}/5 {title}")
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("hydra-edge-demo"),
+              show_default=True, help="Folder for everything the demo makes.")
+@click.option("--epochs", default=30, show_default=True, help="Training epochs on digits.")
+@click.option("--heads", default="3-12", show_default=True, help="Head counts to train, convert and calibrate.")
+@click.option("--runs", default=30, show_default=True, help="Timed runs per head count in calibration.")
+@click.option("--images", "images_per_step", default=40, show_default=True, help="Images classified per scenario step.")
+@click.option("--jobs", default=2, show_default=True, help="Parallel conversion processes.")
+@click.pass_context
+def demo(ctx: click.Context, out: Path, epochs: int, heads: str, runs: int, images_per_step: int, jobs: int) -> None:
+    """Train, convert, calibrate, build the lookup table and run the board app: all on built-in data.
+
+    Example: hydra-edge demo
+    """
+    from .calibrate.command import calibrate
+    from .cli import train
+    from .convert.command import convert
+    from .lut.command import lut
+
+    start = time.perf_counter()
+    run, bundle, calibration, table, app = (out / n for n in ("run", "bundle", "calibration", "lut", "app"))
+    checkpoint = run / "checkpoint.pt"
+
+    _stage(1, f"train HydraViT on digits, heads {heads}, {epochs} epochs")
+    ctx.invoke(train, data="digits", out=run, heads=heads, epochs=epochs, threads=1, resume=True)
+
+    _stage(2, "convert every subnetwork for the Raspberry Pi profile (LiteRT, int8 weights), verified")
+    ctx.invoke(convert, checkpoint=checkpoint, target="rpi", out=bundle, jobs=jobs)
+
+    _stage(3, "calibrate: this machine plays the board (ssh/adb work the same way)")
+    ctx.invoke(calibrate, bundle=bundle, local=True, out=calibration, runs=runs, warmup=5, threads=1,
+               python=sys.executable)
+    record = next(calibration.glob("*.json"))
+
+    from .calibrate.record import read_calibration
+
+    largest = max(read_calibration(record).measured(), key=lambda r: r.heads)
+    budget = round(largest.latency_ms * 1.1, 4)  # on mains and cool: room for the largest, nothing to spare
+    _stage(4, f"lookup table: budget {budget} ms (the largest subnetwork's latency + 10 %)")
+    ctx.invoke(lut, bundle=bundle, calibration=record, budget_ms=budget, out=table)
+
+    _stage(5, "board demo app: a scripted day (battery and temperature) on a simulated sysfs tree")
+    images = export_images(checkpoint, app / "images", limit=200)
+    scenario = app / "scenario.json"
+    scenario.write_text(json.dumps({"steps": scenario_steps(images_per_step)}, indent=2))
+    for i, (label, pct, status, temp) in enumerate(SCENARIO):
+        click.echo(f"  step {i + 1:>2}: {label:<22} battery {pct:>3}% {status:<11} {temp:.0f} °C")
+    log = app / "events.json"
+    command = [sys.executable, str(APP), "--bundle", str(bundle), "--lut", str(table / "lut.json"),
+               "--images", str(images), "--scenario", str(scenario), "--sysfs-root", str(app / "sysfs"),
+               "--threads", "1", "--plain", "--log", str(log)]
+    if subprocess.run(command, env={**_env(), "PYTHONUNBUFFERED": "1"}).returncode != 0:
+        raise click.ClickException(f"the board demo app failed; run it by hand: {' '.join(command)}")
+
+    click.echo(f"\nDone in {time.perf_counter() - start:.0f} s. Where everything is:")
+    for what, where in [
+        ("checkpoint, history, accuracy per head count (JSON + PNG)", run),
+        ("bundle: artefacts, golden pairs, manifest.json", bundle),
+        ("calibration of this machine (JSON + Pareto PNG)", record),
+        ("lookup table: lut.json, hydra_lut.h, HydraLut.kt, lut.md, lut.png", table),
+        ("board app run: images, scenario, switch events", app),
+    ]:
+        click.echo(f"  {what:<66} {where}")
+
+
+def _env() -> dict[str, str]:
+    """The app imports hydra_edge.runtime from this checkout, as a board would from the pushed copy."""
+    import os
+
+    root = str(Path(__file__).resolve().parents[1])
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
