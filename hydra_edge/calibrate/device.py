@@ -9,16 +9,21 @@ from __future__ import annotations
 import json
 import posixpath
 import secrets
+import tarfile
+import tempfile
 from pathlib import Path
 from typing import Iterable, Mapping
 
 from ..errors import HydraEdgeError
-from ..transport import RemoteCommandError, Transport
+from ..transport import IntegrityError, RemoteCommandError, Transport
 from ..transport.base import sha256_file
 
 MIN_PYTHON = (3, 9)
 PIP_TIMEOUT_S = 1800  # a board compiling a wheel from source is slow, but not this slow
 # Run with the device's interpreter: its version and which of the named modules it lacks.
+# Unpack "$1.tar" into "$1", then move each named file into place (rename: atomic per file).
+_UNPACK = ('set -e; stage=$1; shift; mkdir -p "$stage"; tar -xf "$stage.tar" -C "$stage"; '
+           'for f in "$@"; do mkdir -p "$(dirname "$f")"; mv -f "$stage/$f" "$f"; done')
 _PROBE = ("import importlib.util, json, sys; "
           "print(json.dumps({'version': list(sys.version_info[:2]), "
           "'missing': [m for m in sys.argv[1:] if importlib.util.find_spec(m) is None]}))")
@@ -29,23 +34,35 @@ class RuntimeMissingError(HydraEdgeError):
 
 
 def push_files(transport: Transport, files: Mapping[str, Path]) -> int:
-    """Copy ``{remote path: local file}`` to the device, skipping files already there intact.
+    """Copy ``{path under the device's base dir: local file}`` there, skipping files already intact.
 
     One ``sha256sum`` over every target decides what to skip, so a resumed run re-sends
-    nothing. Each copy lands under a name unique to this run and is then renamed into place,
-    so two runs pushing the same file (two names for one board in a fleet) cannot collide.
-    Returns how many files were sent.
+    nothing. What is missing travels as one tar archive (one verified push instead of several
+    round trips per file), is unpacked into a folder unique to this run and then renamed into
+    place file by file, so two runs pushing to one board (two names for it in a fleet) never
+    see each other's half-written files. Returns how many files were sent.
     """
-    have = remote_hashes(transport, list(files))
-    sent = 0
-    for remote, local in files.items():
-        if have.get(remote) == sha256_file(local):
-            continue
-        staged = f"{remote}.{secrets.token_hex(4)}"
-        transport.push(local, staged)
-        transport.run(["mv", "-f", staged, remote])
-        sent += 1
-    return sent
+    want = {rel: sha256_file(local) for rel, local in files.items()}
+    have = remote_hashes(transport, [transport.remote_path(rel) for rel in files])
+    missing = [rel for rel in files if have.get(transport.remote_path(rel)) != want[rel]]
+    if not missing:
+        return 0
+    stage = f".incoming-{secrets.token_hex(4)}"
+    with tempfile.TemporaryDirectory(prefix="hydra-push-") as tmp:
+        archive = Path(tmp) / "files.tar"
+        with tarfile.open(archive, "w") as tar:
+            for rel in missing:
+                tar.add(files[rel], arcname=rel)
+        transport.push(archive, transport.remote_path(f"{stage}.tar"))
+    try:
+        transport.run(["sh", "-c", _UNPACK, "sh", stage, *missing], cwd=transport.base_dir)
+    finally:
+        transport.run(["rm", "-rf", stage, f"{stage}.tar"], cwd=transport.base_dir, check=False)
+    arrived = remote_hashes(transport, [transport.remote_path(rel) for rel in missing])
+    broken = [rel for rel in missing if arrived.get(transport.remote_path(rel)) != want[rel]]
+    if broken:
+        raise IntegrityError(f"{broken[0]} did not arrive intact on {transport.device_id}; run again to re-send it")
+    return len(missing)
 
 
 def remote_hashes(transport: Transport, paths: list[str]) -> dict[str, str]:

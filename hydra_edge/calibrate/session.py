@@ -17,7 +17,7 @@ from typing import Any, Callable
 from ..convert.manifest import MANIFEST, ArtefactRecord, Manifest, read_manifest, sha256_file
 from ..errors import HydraEdgeError
 from ..runtime.engines import FORMATS
-from ..transport import Transport, TransportError
+from ..transport import RemoteCommandError, Transport, TransportError
 from . import native
 from .device import ensure_python, push_files
 from .record import Calibration, HeadResult, read_calibration
@@ -110,7 +110,8 @@ class Session:
         self.tool = native.tool_for(self.artefacts[0].format) if opts.runner else None
         self.calibration = resume_or_start(out, transport.device_id, bundle_record(opts.bundle, self.manifest),
                                            opts.settings(self.tool.name if self.tool else "python"), opts.force)
-        self.bundle_dir = transport.remote_path("bundles", self.calibration.bundle["manifest_sha256"][:16])
+        self.bundle_rel = f"bundles/{self.calibration.bundle['manifest_sha256'][:16]}"  # under the base dir
+        self.bundle_dir = transport.remote_path(self.bundle_rel)
 
     @property
     def todo(self) -> list[ArtefactRecord]:
@@ -134,8 +135,10 @@ class Session:
                 self._run_python(todo)
         except TransportError as e:
             kept = len(self.calibration.measured())
-            raise type(e)(f"{e}; {kept} of {len(self.artefacts)} head counts are saved in {self.out}, "
-                          "run the same command again to finish") from None
+            message = (f"calibrating {self.t.device_id} stopped: {e}; {kept} of {len(self.artefacts)} head "
+                       f"counts are saved in {self.out}, run the same command again to finish")
+            raise (RemoteCommandError(message, e.result) if isinstance(e, RemoteCommandError)
+                   else type(e)(message)) from None
         return self.calibration
 
     # --- steps ----------------------------------------------------------------------------
@@ -155,12 +158,12 @@ class Session:
         self.report("pushing bundle", None)
         needed = todo + ([self._soak_artefact()] if self.soak_pending else [])
         bundle = self.opts.bundle
-        files = {f"{self.bundle_dir}/{MANIFEST}": bundle / MANIFEST}
+        files = {f"{self.bundle_rel}/{MANIFEST}": bundle / MANIFEST}
         for a in needed:
-            files[f"{self.bundle_dir}/{a.file}"] = bundle / a.file
-            files[f"{self.bundle_dir}/{a.golden['file']}"] = bundle / a.golden["file"]
+            files[f"{self.bundle_rel}/{a.file}"] = bundle / a.file
+            files[f"{self.bundle_rel}/{a.golden['file']}"] = bundle / a.golden["file"]
         if not self.opts.runner:
-            files.update(runner_files(self.t.remote_path("runner")))
+            files.update(runner_files("runner"))
         push_files(self.t, files)
 
     def _run_python(self, todo: list[ArtefactRecord]) -> None:
@@ -187,6 +190,9 @@ class Session:
             for line in lines:
                 finished = self._on_line(line, todo, samples) or finished
         if not finished:
+            # A dropped link can end the stream without a word (an ssh mux client exits 255 silently):
+            # if the device no longer answers, that transport error is the real story.
+            self.t.run(["true"], timeout=30)
             said = lines.stderr.strip().splitlines()
             raise HydraEdgeError(f"the runner on {self.t.device_id} stopped (exit {lines.returncode}) before "
                                  f"it finished: {said[-1] if said else 'no error text'}")
@@ -223,8 +229,8 @@ class Session:
 
     def _run_native(self, todo: list[ArtefactRecord]) -> None:
         assert self.opts.runner is not None and self.tool is not None
+        push_files(self.t, {f"bin/{self.opts.runner.name}": self.opts.runner})
         binary = self.t.remote_path("bin", self.opts.runner.name)
-        push_files(self.t, {binary: self.opts.runner})
         self.t.run(["chmod", "755", binary])
         signals = self.manifest.target.get("signals", {})
         self.calibration.device = native.remote_device_info(self.t)
@@ -246,7 +252,7 @@ class Session:
 
 
 def runner_files(remote_root: str) -> dict[str, Path]:
-    """The runner and the torch-free modules it imports, as ``{device path: local file}``."""
+    """The runner and the torch-free modules it imports, as ``{path under remote_root: local file}``."""
     if not RUNNER.is_file():
         raise HydraEdgeError(f"the device runner {RUNNER} is missing from this installation; "
                              "reinstall hydra-edge from its source tree")

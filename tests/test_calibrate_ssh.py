@@ -1,0 +1,154 @@
+"""hydra-edge calibrate over ssh against a real OpenSSH sshd on loopback: odd remote paths, a
+fleet, clear failures, and a board whose sshd dies mid-calibration."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from standins import free_port, stop_process, wait_for_port
+from standins.sshd import SshServer, sshd_server, start_sshd  # noqa: F401  (fixture)
+from test_calibrate import HOST_TARGET, invoke, make_bundle, one_line_error, torch_free_python
+
+from hydra_edge.calibrate.record import read_calibration
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_bundle(tmp_path_factory.mktemp("onnx"), HOST_TARGET, "3,6,12")
+
+
+@pytest.fixture(scope="module")
+def device_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return torch_free_python(tmp_path_factory.mktemp("python"))
+
+
+def _ssh_args(server: SshServer) -> tuple[object, ...]:
+    return ("--identity", server.identity_file, "--known-hosts", server.known_hosts)
+
+
+def test_calibration_over_ssh_into_a_remote_dir_with_spaces_quotes_and_semicolons(
+        bundle: Path, device_python: Path, sshd_server: SshServer, tmp_path: Path) -> None:
+    remote = tmp_path / "board dir; touch pwned 'q\" $(touch pwned)"
+    result = invoke("--bundle", bundle, "--host", sshd_server.spec, *_ssh_args(sshd_server), "--remote-dir", remote,
+                    "--python", device_python, "--out", tmp_path / "cal", "--runs", 10)
+    assert result.exit_code == 0, result.output
+    path = tmp_path / "cal" / f"ssh_{sshd_server.user}@127.0.0.1_{sshd_server.port}.json"
+    cal = read_calibration(path)
+    assert cal.device_id == f"ssh:{sshd_server.spec}" and [r.heads for r in cal.measured()] == [3, 6, 12]
+    assert (remote / "runner" / "calibration" / "runner.py").is_file()
+    assert not list(tmp_path.rglob("pwned")) and not Path("pwned").exists()
+
+
+def test_a_fleet_is_calibrated_concurrently_one_file_each(bundle: Path, device_python: Path,
+                                                          sshd_server: SshServer, tmp_path: Path) -> None:
+    """Two names for one board (address and ssh-config alias) stand in for two boards."""
+    result = invoke("--bundle", bundle, "--host", sshd_server.spec, "--host", sshd_server.alias,
+                    "--ssh-config", sshd_server.ssh_config, *_ssh_args(sshd_server),
+                    "--remote-dir", tmp_path / "board", "--python", device_python, "--out", tmp_path / "cal",
+                    "--runs", 5)
+    assert result.exit_code == 0, result.output
+    files = sorted(p.name for p in (tmp_path / "cal").glob("*.json"))
+    assert files == sorted([f"ssh_{sshd_server.alias}.json",
+                            f"ssh_{sshd_server.user}@127.0.0.1_{sshd_server.port}.json"])
+    for name in files:
+        assert [r.heads for r in read_calibration(tmp_path / "cal" / name).measured()] == [3, 6, 12]
+
+
+@pytest.mark.parametrize("case", ["unknown host key", "refused", "odd user"])
+def test_ssh_failures_are_one_line(case: str, bundle: Path, sshd_server: SshServer, tmp_path: Path) -> None:
+    host, options = sshd_server.spec, _ssh_args(sshd_server)
+    if case == "unknown host key":
+        (tmp_path / "known_hosts").write_text("")
+        options, expected = ("--identity", sshd_server.identity_file, "--known-hosts", tmp_path / "known_hosts"), \
+            "is not in known_hosts"
+    elif case == "refused":
+        host, expected = f"root@127.0.0.1:{free_port()}", "refused the connection"
+    else:
+        host, expected = f"o'dd; touch {tmp_path / 'pwned'}@127.0.0.1:{sshd_server.port}", "refused to log in"
+    line = one_line_error(invoke("--bundle", bundle, "--host", host, *options, "--out", tmp_path / "cal"))
+    assert expected in line
+    assert not (tmp_path / "pwned").exists() and not (tmp_path / "cal").exists()
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid``: sshd's per-connection children start their own sessions, so
+    killing the listener's group leaves them (and the runner they started) alive."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _pull_the_plug(server: SshServer) -> None:
+    """The board vanishes: sshd, its connections and everything they run die at once."""
+    doomed = _descendants(server.pid)
+    server.stop()
+    for pid in doomed:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _restart(server: SshServer) -> subprocess.Popen:
+    """Start sshd again with the same config, key and port: the board came back."""
+    sshd = shutil.which("sshd") or "/usr/sbin/sshd"
+    with open(server.root / "sshd-2.log", "wb") as log:
+        proc = subprocess.Popen([sshd, "-D", "-e", "-f", str(server.root / "sshd_config")], stdin=subprocess.DEVNULL,
+                                stdout=log, stderr=log, start_new_session=True)
+    wait_for_port(server.port, lambda: proc.poll() is None, "sshd")
+    return proc
+
+
+def test_sshd_killed_mid_calibration_then_a_rerun_finishes_every_head_count(
+        bundle: Path, device_python: Path, tmp_path: Path) -> None:
+    server = start_sshd(tmp_path / "sshd")
+    out = tmp_path / "board.json"
+    args = ("--bundle", bundle, "--host", server.spec, *_ssh_args(server), "--remote-dir", tmp_path / "board",
+            "--python", device_python, "--out", out, "--runs", 4000, "--warmup", 0)
+
+    def kill_after_first_head_count() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if out.exists() and read_calibration(out).results:
+                _pull_the_plug(server)
+                return
+            time.sleep(0.02)
+
+    killer = threading.Thread(target=kill_after_first_head_count)
+    killer.start()
+    restarted = None
+    try:
+        line = one_line_error(invoke(*args))
+        killer.join()
+        assert f"ssh:{server.spec}" in line and f"of 3 head counts are saved in {out}" in line
+        assert "run the same command again to finish" in line
+        first = read_calibration(out)
+        assert 1 <= len(first.measured()) < 3  # the kill landed mid-run
+        restarted = _restart(server)
+        result = invoke(*args)
+        assert result.exit_code == 0, result.output
+    finally:
+        killer.join()
+        server.stop()
+        if restarted is not None:
+            stop_process(restarted)
+    final = read_calibration(out)
+    assert [r.heads for r in final.measured()] == [3, 6, 12]
+    assert final.results[0] == first.results[0]  # what was measured before the drop was kept, not redone

@@ -1,0 +1,102 @@
+"""The device-side runner (calibration/runner.py) on its own, as a board runs it: only the files
+the calibrator pushes, no torch, and artefacts whose outputs are wrong reported, never timed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_calibrate import HOST_TARGET, make_bundle
+
+from hydra_edge.calibrate.session import runner_files
+from hydra_edge.convert.manifest import read_manifest, sha256_file
+
+# Blocks torch, runs the runner as __main__, then reports where every hydra_edge module came from.
+GUARD = """\
+import json, runpy, sys
+sys.modules["torch"] = None
+runner, sys.argv = sys.argv[1], sys.argv[1:]
+try:
+    runpy.run_path(runner, run_name="__main__")
+except SystemExit as e:
+    code = e.code
+print(json.dumps({"event": "modules", "code": code,
+                  "files": [getattr(m, "__file__", "") for n, m in sys.modules.items() if n.startswith("hydra_edge")]}))
+"""
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_bundle(tmp_path_factory.mktemp("onnx"), HOST_TARGET, "3,6,12")
+
+
+@pytest.fixture(scope="module")
+def pushed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The runner and exactly the modules the calibrator pushes, as they lie on a board."""
+    root = tmp_path_factory.mktemp("board")
+    for rel, local in runner_files("runner").items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(local, root / rel)
+    return root / "runner"
+
+
+def run_runner(pushed: Path, *args: object) -> tuple[list[dict], dict]:
+    done = subprocess.run([sys.executable, "-c", GUARD, str(pushed / "calibration" / "runner.py"),
+                           *map(str, args)], capture_output=True, text=True, timeout=120, cwd=pushed.parent)
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return events[:-1], events[-1]
+
+
+def test_the_pushed_files_suffice_and_torch_is_never_imported(bundle: Path, pushed: Path) -> None:
+    events, modules = run_runner(pushed, "--bundle", bundle, "--runs", 7, "--warmup", 1)
+    assert modules["code"] in (None, 0)
+    assert modules["files"] and all(f.startswith(str(pushed)) for f in modules["files"])
+    assert [e["event"] for e in events] == ["device", "result", "result", "result", "done"]
+    assert events[0]["runtimes"]["onnxruntime"] and events[0]["device"]["cores"] >= 1
+    for e, heads in zip(events[1:4], (3, 6, 12)):
+        assert e["heads"] == heads and e["status"] == "ok" and e["golden"]["passed"]
+        assert e["latency"]["count"] == 7 and e["latency"]["p50_ms"] > 0 and e["peak_rss_mb"] > 0
+
+
+def _copy(bundle: Path, to: Path) -> Path:
+    shutil.copytree(bundle, to)
+    return to
+
+
+def test_outputs_outside_tolerance_are_reported_not_timed(bundle: Path, pushed: Path, tmp_path: Path) -> None:
+    """As if the runtime computed garbage: the reference no longer matches what the model outputs."""
+    broken = _copy(bundle, tmp_path / "bundle")
+    manifest = read_manifest(broken)
+    record = manifest.by_id()["h6_onnx_fp32"]
+    golden = broken / record.golden["file"]
+    with np.load(golden) as z:
+        pair = {k: z[k] for k in z.files}
+    pair["reference"] = np.random.default_rng(0).standard_normal(pair["reference"].shape).astype(np.float32)
+    np.savez(golden, **pair)
+    record.golden["sha256"] = sha256_file(golden)
+    manifest.write(broken)
+    events, _ = run_runner(pushed, "--bundle", broken, "--runs", 3)
+    results = {e["heads"]: e for e in events if e["event"] == "result"}
+    assert results[6]["status"] == "golden_failed" and "latency" not in results[6]
+    assert "outside tolerance, not timed" in results[6]["error"] and not results[6]["golden"]["passed"]
+    assert results[3]["status"] == results[12]["status"] == "ok"
+
+
+def test_a_corrupted_artefact_is_refused_by_sha256(bundle: Path, pushed: Path, tmp_path: Path) -> None:
+    broken = _copy(bundle, tmp_path / "bundle")
+    with open(broken / "vit_h12_onnx_fp32.onnx", "r+b") as f:
+        f.seek(100)
+        f.write(b"\xff\xff")
+    events, _ = run_runner(pushed, "--bundle", broken, "--runs", 3, "--only", "h12_onnx_fp32")
+    (result,) = [e for e in events if e["event"] == "result"]
+    assert result["status"] == "error" and "vit_h12_onnx_fp32.onnx is missing or its sha256 differs" in result["error"]
+
+
+def test_no_bundle_is_a_fatal_line(pushed: Path, tmp_path: Path) -> None:
+    events, modules = run_runner(pushed, "--bundle", tmp_path / "nothing")
+    assert modules["code"] == 2 and events[-1]["event"] == "fatal" and "no manifest" in events[-1]["message"]
