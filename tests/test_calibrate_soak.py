@@ -3,8 +3,8 @@ fake sysfs heats up while a fake vcgencmd reports throttling."""
 
 from __future__ import annotations
 
+import os
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -62,7 +62,7 @@ def test_soak_on_a_heating_board_gives_a_derating_curve(bundle: Path, tmp_path: 
         'case "$1" in get_throttled) [ "$t" -ge 60000 ] && echo throttled=0x50004 || echo throttled=0x0 ;;\n'
         "  measure_temp) echo \"temp=$((t / 1000)).0'C\" ;;\nesac\n")
     (bin_dir / "vcgencmd").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     stop = threading.Event()
 
     def heat() -> None:

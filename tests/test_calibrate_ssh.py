@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -152,3 +153,26 @@ def test_sshd_killed_mid_calibration_then_a_rerun_finishes_every_head_count(
     final = read_calibration(out)
     assert [r.heads for r in final.measured()] == [3, 6, 12]
     assert final.results[0] == first.results[0]  # what was measured before the drop was kept, not redone
+
+
+def test_ctrl_c_mid_calibration_keeps_what_was_measured(bundle: Path, device_python: Path, tmp_path: Path) -> None:
+    out = tmp_path / "here.json"
+    args = ["--bundle", str(bundle), "--local", "--python", str(device_python), "--out", str(out),
+            "--runs", "4000", "--warmup", "0"]
+    code = f"from hydra_edge.calibrate.command import calibrate; calibrate({args!r})"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out.exists() and read_calibration(out).results) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)  # what Ctrl-C sends to the foreground process
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1
+    assert output.strip().splitlines()[-1].startswith("Error: calibrating local:") and "interrupted" in output
+    assert 1 <= len(read_calibration(out).measured()) < 3
+    result = invoke(*args)
+    assert result.exit_code == 0, result.output
+    assert [r.heads for r in read_calibration(out).measured()] == [3, 6, 12]
