@@ -112,7 +112,7 @@ def measure(bundle: Path, artefact: ArtefactRecord, args: argparse.Namespace, de
     result["load_s"] = time.perf_counter() - start
     golden = load_golden(bundle / artefact.golden["file"])
     check = check_golden(engine, golden, artefact.golden["tolerance"])
-    result["golden"] = {"passed": check.ok, "max_abs_diff": check.max_abs_diff,
+    result["golden"] = {"checked": True, "passed": check.ok, "max_abs_diff": check.max_abs_diff,
                         "top1_agreement": check.top1_agreement, "tolerance": check.tolerance}
     if not check.ok:
         result["status"] = "golden_failed"
