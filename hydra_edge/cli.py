@@ -6,7 +6,10 @@ from pathlib import Path
 
 import click
 
+from .calibrate.command import calibrate
 from .convert.command import convert
+from .demo import demo
+from .deploy import deploy
 from .errors import HydraEdgeError
 from .lut.command import lut
 
@@ -163,8 +166,8 @@ def evaluate(checkpoint: Path, data: str | None, heads: str | None, out: Path | 
     click.echo(f"saved {out / 'eval.json'} and {out / 'eval.png'}")
 
 
-main.add_command(convert)
-main.add_command(lut)
+for command in (convert, calibrate, lut, deploy, demo):
+    main.add_command(command)
 
 
 if __name__ == "__main__":  # torchrun --nproc_per_node N -m hydra_edge.cli train ...

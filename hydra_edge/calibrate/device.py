@@ -14,7 +14,9 @@ import tempfile
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from ..convert.manifest import ArtefactRecord
 from ..errors import HydraEdgeError
+from ..runtime.engines import FORMATS
 from ..transport import IntegrityError, RemoteCommandError, Transport
 from ..transport.base import sha256_file
 
@@ -27,6 +29,29 @@ _UNPACK = ('set -e; stage=$1; shift; mkdir -p "$stage"; tar -xf "$stage.tar" -C 
 _PROBE = ("import importlib.util, json, sys; "
           "print(json.dumps({'version': list(sys.version_info[:2]), "
           "'missing': [m for m in sys.argv[1:] if importlib.util.find_spec(m) is None]}))")
+
+
+PACKAGE = Path(__file__).resolve().parents[1]
+# The torch-free part of hydra_edge a device runs (the runner, the switcher, the board app),
+# pushed as a package so that device code imports it exactly as the host does.
+DEVICE_MODULES = ("__init__.py", "errors.py", "atomic.py", "runtime/*.py", "runtime/signals/*.py",
+                  "convert/__init__.py", "convert/manifest.py")
+
+
+def package_files(remote_root: str) -> dict[str, Path]:
+    """``DEVICE_MODULES`` as ``{device path under remote_root: local file}``."""
+    return {f"{remote_root}/hydra_edge/{path.relative_to(PACKAGE).as_posix()}": path
+            for pattern in DEVICE_MODULES for path in sorted(PACKAGE.glob(pattern))}
+
+
+def runtime_requirements(artefacts: Iterable[ArtefactRecord]) -> dict[str, str]:
+    """``{import name: pip requirement}`` a device needs to run ``artefacts``: numpy and their runtimes."""
+    requirements = {"numpy": "numpy"}
+    for a in artefacts:
+        fmt = FORMATS[a.format]
+        pin = f">={a.runtime_min_version}" if a.runtime == fmt.runtime else ""
+        requirements[fmt.module] = fmt.runtime + pin
+    return requirements
 
 
 class RuntimeMissingError(HydraEdgeError):

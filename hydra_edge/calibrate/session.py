@@ -16,18 +16,13 @@ from typing import Any, Callable
 
 from ..convert.manifest import MANIFEST, ArtefactRecord, Manifest, read_manifest, sha256_file
 from ..errors import HydraEdgeError
-from ..runtime.engines import FORMATS
 from ..transport import RemoteCommandError, Transport, TransportError
 from . import native
-from .device import ensure_python, push_files
+from .device import ensure_python, package_files, push_files, runtime_requirements
 from .record import Calibration, HeadResult, read_calibration
 from .soak import derate
 
 RUNNER = Path(__file__).resolve().parents[2] / "calibration" / "runner.py"
-PACKAGE = Path(__file__).resolve().parents[1]
-# The torch-free modules the runner imports, pushed beside it (paths relative to the package).
-RUNNER_MODULES = ("__init__.py", "errors.py", "atomic.py", "runtime/__init__.py", "runtime/engines.py",
-                  "runtime/signals/*.py", "convert/__init__.py", "convert/manifest.py")
 _HEAD_FIELDS = {f.name for f in fields(HeadResult)}
 
 Report = Callable[[str, "int | None"], None]  # (stage, head count or None); called as work happens
@@ -167,13 +162,9 @@ class Session:
         push_files(self.t, files)
 
     def _run_python(self, todo: list[ArtefactRecord]) -> None:
-        requirements = {"numpy": "numpy"}
-        for a in self.artefacts:
-            fmt = FORMATS[a.format]
-            pin = f">={a.runtime_min_version}" if a.runtime == fmt.runtime else ""
-            requirements[fmt.module] = fmt.runtime + pin
         self.report("checking python", None)
-        python = ensure_python(self.t, self.opts.python, requirements, self.opts.setup, self.opts.pip_args)
+        python = ensure_python(self.t, self.opts.python, runtime_requirements(self.artefacts), self.opts.setup,
+                               self.opts.pip_args)
         argv = [python, self.t.remote_path("runner", "calibration", "runner.py"), "--bundle", self.bundle_dir,
                 "--runs", str(self.opts.runs), "--warmup", str(self.opts.warmup),
                 "--threads", str(self.opts.threads or 0), "--only", *[a.id for a in todo]]
@@ -252,12 +243,8 @@ class Session:
 
 
 def runner_files(remote_root: str) -> dict[str, Path]:
-    """The runner and the torch-free modules it imports, as ``{path under remote_root: local file}``."""
+    """The runner and the torch-free package it imports, as ``{device path: local file}``."""
     if not RUNNER.is_file():
         raise HydraEdgeError(f"the device runner {RUNNER} is missing from this installation; "
                              "reinstall hydra-edge from its source tree")
-    files = {f"{remote_root}/calibration/runner.py": RUNNER}
-    for pattern in RUNNER_MODULES:
-        for path in sorted(PACKAGE.glob(pattern)):
-            files[f"{remote_root}/hydra_edge/{path.relative_to(PACKAGE).as_posix()}"] = path
-    return files
+    return {f"{remote_root}/calibration/runner.py": RUNNER, **package_files(remote_root)}

@@ -1,0 +1,112 @@
+"""``hydra-edge deploy``: put the board demo app, a bundle and its lookup table on a board and start it.
+
+Uses the calibrator's transport and device preparation (sha256-checked pushes that skip what is
+already there, the same venv ``--setup`` makes), so a board that was calibrated is ready at once.
+The device gets the torch-free ``hydra_edge`` package, ``app.py``, the artefacts and ``lut.json``.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+from pathlib import Path
+
+import click
+
+from .calibrate.command import Target
+from .calibrate.device import ensure_python, package_files, push_files, runtime_requirements
+from .convert.manifest import MANIFEST, read_manifest
+from .errors import HydraEdgeError
+from .runtime.lut import read_table
+from .runtime.preprocess import IMAGE_SUFFIXES
+from .transport import Transport
+
+APP = Path(__file__).resolve().parents[1] / "apps" / "board-demo" / "app.py"
+APP_DIR = "app"  # under the device's hydra-edge dir
+
+
+def payload(bundle: Path, lut: Path, images: Path | None) -> dict[str, str | Path]:
+    """``{path under the device's hydra-edge dir: local file}`` for the app and what it runs."""
+    if not APP.is_file():
+        raise HydraEdgeError(f"the board app {APP} is missing from this installation; reinstall from the source tree")
+    read_table(lut, bundle)  # a table for another bundle is refused here, not on the board
+    manifest = read_manifest(bundle)
+    files: dict[str, Path] = {f"{APP_DIR}/app.py": APP, **package_files(APP_DIR)}
+    files[f"{APP_DIR}/bundle/{MANIFEST}"] = bundle / MANIFEST
+    files[f"{APP_DIR}/bundle/lut.json"] = lut
+    for a in manifest.artefacts:
+        files[f"{APP_DIR}/bundle/{a.file}"] = bundle / a.file
+    if images is not None:
+        found = [f for f in sorted(images.rglob("*")) if f.suffix.lower() in IMAGE_SUFFIXES]
+        if not found:
+            raise HydraEdgeError(f"no images under {images}; give a folder of images (a sub-folder per class)")
+        files.update({f"{APP_DIR}/images/{f.relative_to(images).as_posix()}": f for f in found})
+    return files
+
+
+def deploy_to(transport: Transport, bundle: Path, lut: Path, images: Path | None, camera: int | None,
+              python: str, setup: bool, pip_args: tuple[str, ...], app_args: list[str], detach: bool) -> int:
+    """Push, prepare the device's Python, start the app; returns its exit code (0 when detached)."""
+    files = payload(bundle, lut, images)
+    sent = push_files(transport, files)
+    click.echo(f"{transport.device_id}: {sent} of {len(files)} files sent (the rest were already there)", err=True)
+    requirements = {**runtime_requirements(read_manifest(bundle).artefacts), "PIL": "pillow"}
+    python = ensure_python(transport, python, requirements, setup, pip_args)
+    root = transport.remote_path(APP_DIR)
+    source = ["--images", posixpath.join(root, "images")] if images is not None else ["--camera", str(camera)]
+    argv = [python, posixpath.join(root, "app.py"), "--bundle", posixpath.join(root, "bundle"), *source, *app_args]
+    env = {"PYTHONPATH": root}
+    if detach:
+        log = posixpath.join(root, "app.log")
+        line = f"nohup {shlex.join(argv)} > {shlex.quote(log)} 2>&1 &"
+        transport.run(["sh", "-c", line], env=env)
+        click.echo(f"started on {transport.device_id}; its output goes to {log}")
+        return 0
+    with transport.stream(argv, env=env, check=False) as lines:
+        for line in lines:
+            click.echo(line)
+    if lines.returncode:
+        said = lines.stderr.strip().splitlines()
+        raise HydraEdgeError(f"the app on {transport.device_id} stopped with exit {lines.returncode}: "
+                             f"{said[-1] if said else 'no error text'}")
+    return 0
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--bundle", "-b", required=True, type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.option("--lut", "-l", "lut_path", required=True, type=click.Path(exists=True, path_type=Path),
+              help="lut.json, or the folder hydra-edge lut wrote.")
+@click.option("--host", default=None, help="The board: user@host[:port] or an ssh config alias.")
+@click.option("--local", is_flag=True, help="This machine is the board.")
+@click.option("--images", type=click.Path(file_okay=False, exists=True, path_type=Path),
+              help="Images to push and classify (a sub-folder per class shows live accuracy).")
+@click.option("--camera", type=int, default=None, help="Classify this OpenCV camera on the board instead.")
+@click.option("--max-images", type=int, default=None, help="Stop after this many images (default: run on).")
+@click.option("--python", default="python3", show_default=True, help="The board's Python interpreter.")
+@click.option("--setup", is_flag=True, help="Create a venv on the board and pip install what it lacks (reused).")
+@click.option("--pip-arg", "pip_args", multiple=True, help="Extra argument for pip on the board.")
+@click.option("--detach", is_flag=True, help="Leave the app running on the board (output in app.log there).")
+@click.option("--remote-dir", default=None, help="Where the board keeps hydra-edge's files.")
+@click.option("--identity", "identity_file", default=None, help="ssh private key.")
+@click.option("--known-hosts", default=None, help="ssh known_hosts file (host keys are always checked).")
+@click.option("--ssh-config", default=None, help="ssh config file (default: ~/.ssh/config).")
+def deploy(bundle: Path, lut_path: Path, host: str | None, local: bool, images: Path | None, camera: int | None,
+           max_images: int | None, python: str, setup: bool, pip_args: tuple[str, ...], detach: bool,
+           remote_dir: str | None, identity_file: str | None, known_hosts: str | None, ssh_config: str | None) -> None:
+    """Push the board demo app, the artefacts and the lookup table to a board and start the app.
+
+    Example: hydra-edge deploy --bundle bundles/rpi --lut lut/ --host pi@raspberrypi.local --images photos --setup
+    """
+    if bool(host) == local:
+        raise click.UsageError("name the board with --host, or --local for this machine")
+    if (images is None) == (camera is None):
+        raise click.UsageError("give exactly one of --images and --camera")
+    lut_file = lut_path / "lut.json" if lut_path.is_dir() else lut_path
+    options = {k: v for k, v in {"remote_dir": remote_dir, "identity_file": identity_file,
+                                 "known_hosts": known_hosts, "ssh_config": ssh_config}.items() if v is not None}
+    app_args = ["--plain"] + (["--max-images", str(max_images)] if max_images else [])
+    try:
+        with Target("local", None).open(options) if local else Target("host", host).open(options) as transport:
+            deploy_to(transport, bundle, lut_file, images, camera, python, setup, pip_args, app_args, detach)
+    except HydraEdgeError as e:
+        raise click.ClickException(str(e)) from None

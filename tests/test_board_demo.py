@@ -1,0 +1,111 @@
+"""The board demo app and `hydra-edge deploy`: a real bundle and table, a scripted day, a loopback board."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from PIL import Image
+from standins.sshd import SshServer, sshd_server  # noqa: F401  (fixture)
+from test_calibrate import HOST_TARGET, make_bundle, torch_free_python
+
+from hydra_edge.calibrate.record import Calibration, HeadResult
+from hydra_edge.calibrate.session import bundle_record
+from hydra_edge.convert.manifest import read_manifest
+from hydra_edge.demo import APP, scenario_steps
+from hydra_edge.deploy import deploy
+from hydra_edge.lut.command import make_lut
+
+ROOT = Path(__file__).resolve().parents[1]
+# The Raspberry Pi's signals plus a battery (a UPS HAT), as a user-added profile.
+BOARD_TARGET = HOST_TARGET.replace("[signals.files]\n", "[signals.files]\n"
+                                   'battery_capacity = "/sys/class/power_supply/battery/capacity"\n')
+
+
+@pytest.fixture(scope="module")
+def board(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A converted bundle whose held-out accuracy rises with heads, its calibration and table, and images."""
+    root = tmp_path_factory.mktemp("board")
+    bundle = make_bundle(root, BOARD_TARGET, "3,6,12")
+    manifest_file = bundle / "manifest.json"
+    manifest = json.loads(manifest_file.read_text())
+    for a in manifest["artefacts"]:  # the tiny model is untrained: give it the accuracy a trained one has
+        a["accuracy"]["top1"] = 80.0 + a["heads"]
+    manifest_file.write_text(json.dumps(manifest))
+    records = read_manifest(bundle)
+    ms = {3: 1.0, 6: 6.0, 12: 9.0}  # budget 10: 12 heads when cool on mains, 3 when very hot or nearly empty
+    calibration = Calibration("local:test", {}, bundle_record(bundle, records), {"runs": 5}, results=[
+        HeadResult(a.heads, a.id, a.sha256, "ok", "python", latency={"count": 5, "mean_ms": ms[a.heads], "p50_ms": ms[a.heads]})
+        for a in records.artefacts])
+    calibration.write(root / "calibration.json")
+    make_lut(bundle, root / "calibration.json", root / "lut", budget_ms=10.0)
+    images = root / "images"
+    rng = np.random.default_rng(0)
+    for label in range(3):
+        (images / str(label)).mkdir(parents=True)
+        for i in range(4):
+            Image.fromarray(rng.integers(0, 255, (8, 8), dtype=np.uint8), mode="L").save(images / str(label) / f"{i}.png")
+    return {"bundle": bundle, "lut": root / "lut" / "lut.json", "images": images, "root": root}
+
+
+def test_app_follows_a_scripted_day(board: dict[str, Path], tmp_path: Path) -> None:
+    """Hot and low battery take heads away, cool and charging give them back; every switch is logged."""
+    scenario = tmp_path / "scenario.json"
+    scenario.write_text(json.dumps({"steps": scenario_steps(images_per_step=3)}))
+    log = tmp_path / "events.json"
+    proc = subprocess.run(
+        [sys.executable, str(APP), "--bundle", str(board["bundle"]), "--lut", str(board["lut"]), "--images",
+         str(board["images"]), "--scenario", str(scenario), "--sysfs-root", str(tmp_path / "sysfs"), "--threads", "1",
+         "--plain", "--log", str(log)],
+        capture_output=True, text=True, timeout=300, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    events = json.loads(log.read_text())["events"]
+    path = [e["to"] for e in events]
+    assert path[0] == 12 and events[0]["reason"] == "start"  # on the charger, cool
+    assert min(path) == 3 and path[-1] == 12  # very hot or low battery: 3 heads; back on the charger: 12 again
+    down = {(round(e["reading"]["thermal"]), round(e["reading"]["battery_pct"])) for e in events if e["to"] == 3}
+    assert down == {(84, 68), (50, 18)}  # very hot at 68 % battery; nearly empty when cool
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("switch ")]
+    assert len(lines) == len(events) and "-> 12 heads [start]" in lines[0] and "92.0% held-out top-1" in lines[0]
+
+
+def test_deploy_over_ssh_pushes_and_runs_the_app(board: dict[str, Path], sshd_server: SshServer,
+                                                 tmp_path: Path) -> None:
+    remote = tmp_path / "pi home; it's \"here\""
+    python = torch_free_python(tmp_path / "py")
+    args = ["--bundle", board["bundle"], "--lut", board["lut"].parent, "--host", sshd_server.spec,
+            "--identity", sshd_server.identity_file, "--known-hosts", sshd_server.known_hosts,
+            "--remote-dir", remote, "--images", board["images"], "--max-images", 12, "--python", python]
+    result = CliRunner().invoke(deploy, [str(a) for a in args])
+    assert result.exit_code == 0, result.output
+    assert "switch None -> 12 heads [start]" in result.output and "12 heads: 12 images" in result.output
+    assert (remote / "app" / "bundle" / "lut.json").read_bytes() == board["lut"].read_bytes()
+    assert (remote / "app" / "images" / "2" / "3.png").is_file()
+    again = CliRunner().invoke(deploy, [str(a) for a in args])
+    assert again.exit_code == 0 and f"0 of " in again.output  # nothing re-sent
+
+    detached = CliRunner().invoke(deploy, [str(a) for a in args + ["--detach"]])
+    assert detached.exit_code == 0, detached.output
+    log = remote / "app" / "app.log"
+    for _ in range(600):
+        if log.is_file() and "12 images" in log.read_text():
+            break
+        time.sleep(0.1)
+    assert "12 heads: 12 images" in log.read_text()
+
+
+def test_deploy_refuses_a_table_of_another_bundle(board: dict[str, Path], tmp_path: Path) -> None:
+    other = tmp_path / "other.json"
+    table = json.loads(board["lut"].read_text())
+    table["bundle"]["manifest_sha256"] = "0" * 64
+    other.write_text(json.dumps(table))
+    result = CliRunner().invoke(deploy, ["--bundle", str(board["bundle"]), "--lut", str(other), "--local",
+                                         "--images", str(board["images"]), "--remote-dir", str(tmp_path / "dev")])
+    assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1, result.output
+    assert "Error:" in result.output and not (tmp_path / "dev" / "app").exists()
