@@ -7,13 +7,11 @@ always a complete, valid manifest: it is replaced whole, never appended to.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..atomic import write_json
+from ..atomic import read_json, sha256_file, write_json
 from ..errors import HydraEdgeError
 
 SCHEMA = "hydra-edge/bundle"
@@ -21,12 +19,6 @@ SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
 
 
-def sha256_file(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 @dataclass
@@ -106,13 +98,7 @@ def read_manifest(folder_or_file: str | Path) -> Manifest:
     """Read ``bundle/manifest.json`` (or the file itself), checking schema and version."""
     path = Path(folder_or_file)
     path = path / MANIFEST if path.is_dir() else path
-    try:
-        d = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise HydraEdgeError(f"no manifest at {path}; run hydra-edge convert first") from None
-    except (OSError, json.JSONDecodeError) as e:
-        raise HydraEdgeError(f"cannot read manifest {path}: {e}") from None
-    return Manifest.from_dict(d, str(path))
+    return Manifest.from_dict(read_json(path, "manifest", "run hydra-edge convert first"), str(path))
 
 
 def intact(folder: str | Path, record: ArtefactRecord) -> bool:

@@ -230,12 +230,15 @@ def _run_in_worker(job: Job, reports: Any) -> ArtefactRecord:
 # The whole bundle.
 
 
-def plan(opts: ConvertOptions) -> tuple[Manifest, list[Job], list[str]]:
-    """Check every input, then split the artefacts into jobs to run and records still valid.
+@dataclass
+class Plan:
+    manifest: Manifest  # to update: old records kept when checkpoint and target are unchanged
+    jobs: list[Job]  # artefacts to make
+    skipped: list[str]  # files whose fingerprint and bytes are unchanged
 
-    Returns the manifest to update (old records kept when checkpoint and target are unchanged),
-    the jobs, and the ids skipped because their fingerprint and files are unchanged.
-    """
+
+def plan(opts: ConvertOptions) -> Plan:
+    """Check every input, then split the artefacts into jobs to run and records still valid."""
     from ..checkpoint import load_checkpoint, read_file
     from ..config import parse_heads
     from ..data import DataSpec, load_data
@@ -280,7 +283,7 @@ def plan(opts: ConvertOptions) -> tuple[Manifest, list[Job], list[str]]:
                 out=str(opts.out), data=data, eval_limit=opts.eval_limit, golden_inputs=target.golden_inputs,
                 max_drop=opts.max_drop, threads=target.threads, fingerprint=fp, device_build=build,
             ))
-    return manifest, jobs, skipped
+    return Plan(manifest, jobs, skipped)
 
 
 def _failure(job: Job, error: BaseException) -> str:
@@ -297,10 +300,11 @@ def convert(opts: ConvertOptions, report: Report | None = None) -> ConvertResult
     manifest is rewritten after every artefact, so an interrupted run resumes where it stopped.
     """
     report = report or (lambda file, stage, size: None)
-    manifest, jobs, skipped = plan(opts)
-    for file in skipped:
+    todo = plan(opts)
+    manifest, jobs = todo.manifest, todo.jobs
+    for file in todo.skipped:
         report(file, "skipped (unchanged)", None)
-    result = ConvertResult(manifest=manifest, out=opts.out, skipped=skipped)
+    result = ConvertResult(manifest=manifest, out=opts.out, skipped=todo.skipped)
     manifest.write(opts.out)
 
     def finish(job: Job, record: ArtefactRecord | None, error: BaseException | None) -> None:
