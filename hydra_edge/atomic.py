@@ -1,7 +1,9 @@
-"""Atomic file writes: a reader sees the old file or the new one, never half of either."""
+"""Files: atomic writes (a reader sees the old file or the new one, never half of either), and the
+JSON reads and sha256 hashes that pair with them. Standard library only: devices use it too."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -10,6 +12,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .errors import HydraEdgeError
+
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)  # read once at import: os.umask can only be read by setting it
 
 
 @contextmanager
@@ -25,6 +30,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        os.chmod(tmp_path, 0o666 & ~_UMASK)  # mkstemp makes 0600; the file gets what open() would give
         os.replace(tmp_path, path)
     finally:
         tmp_path.unlink(missing_ok=True)
@@ -41,3 +47,28 @@ def write_text(path: str | Path, text: str) -> None:
 
 def write_json(path: str | Path, obj: Any) -> None:
     write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+
+def read_json(path: str | Path, what: str, hint: str, error: type[HydraEdgeError] = HydraEdgeError) -> dict[str, Any]:
+    """A JSON object from ``path``; a missing, unreadable or non-object file is one ``error`` line.
+
+    ``what`` names the file for the message ("manifest"); ``hint`` says how to make one.
+    """
+    path = Path(path)
+    try:
+        d = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise error(f"no {what} at {path}; {hint}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise error(f"cannot read {what} {path}: {e}") from None
+    if not isinstance(d, dict):
+        raise error(f"{path} is not a hydra-edge {what}")
+    return d
+
+
+def sha256_file(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -88,7 +88,7 @@ def test_deploy_over_ssh_pushes_and_runs_the_app(board: dict[str, Path], sshd_se
     assert (remote / "app" / "bundle" / "lut.json").read_bytes() == board["lut"].read_bytes()
     assert (remote / "app" / "images" / "2" / "3.png").is_file()
     again = CliRunner().invoke(deploy, [str(a) for a in args])
-    assert again.exit_code == 0 and f"0 of " in again.output  # nothing re-sent
+    assert again.exit_code == 0 and "0 of " in again.output  # nothing re-sent
 
     detached = CliRunner().invoke(deploy, [str(a) for a in args + ["--detach"]])
     assert detached.exit_code == 0, detached.output

@@ -18,7 +18,7 @@ from ..convert.manifest import ArtefactRecord
 from ..errors import HydraEdgeError
 from ..runtime.engines import FORMATS
 from ..transport import IntegrityError, RemoteCommandError, Transport
-from ..transport.base import sha256_file
+from ..atomic import sha256_file
 
 MIN_PYTHON = (3, 9)
 PIP_TIMEOUT_S = 1800  # a board compiling a wheel from source is slow, but not this slow

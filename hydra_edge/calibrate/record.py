@@ -6,12 +6,11 @@ the lookup table reads it; neither parses the JSON by hand. Torch-free: boards m
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from ..atomic import write_json
+from ..atomic import read_json, write_json
 from ..errors import HydraEdgeError
 
 SCHEMA = "hydra-edge/calibration"
@@ -113,13 +112,4 @@ class Calibration:
 
 def read_calibration(path: str | Path) -> Calibration:
     """Read a calibration file, checking schema and version; one clear line when it is not one."""
-    path = Path(path)
-    try:
-        d = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise HydraEdgeError(f"no calibration at {path}; run hydra-edge calibrate first") from None
-    except (OSError, json.JSONDecodeError) as e:
-        raise HydraEdgeError(f"cannot read calibration {path}: {e}") from None
-    if not isinstance(d, dict):
-        raise HydraEdgeError(f"{path} is not a hydra-edge calibration")
-    return Calibration.from_dict(d, str(path))
+    return Calibration.from_dict(read_json(path, "calibration", "run hydra-edge calibrate first"), str(path))

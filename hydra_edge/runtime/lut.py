@@ -25,13 +25,13 @@ The decision is a pure function of five numbers, so it is the same in every lang
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from ..convert.manifest import MANIFEST, sha256_file  # torch-free, like this module
+from ..atomic import read_json, sha256_file
+from ..convert.manifest import MANIFEST  # torch-free, like this module
 from ..errors import HydraEdgeError
 
 SCHEMA = "hydra-edge/lut"
@@ -168,13 +168,7 @@ def _check_shape(t: Table, where: str) -> None:
 def read_table(path: Union[str, Path], bundle: Optional[Union[str, Path]] = None) -> Table:
     """Read ``lut.json``; with ``bundle``, also check it was built for that bundle's manifest."""
     path = Path(path)
-    try:
-        d = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise LutError(f"no lookup table at {path}; run hydra-edge lut") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise LutError(f"cannot read lookup table {path}: {e}") from None
-    table = table_from_dict(d, str(path))
+    table = table_from_dict(read_json(path, "lookup table", "run hydra-edge lut", LutError), str(path))
     if bundle is not None:
         manifest = Path(bundle) / MANIFEST
         actual = sha256_file(manifest) if manifest.is_file() else None

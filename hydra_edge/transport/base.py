@@ -9,7 +9,6 @@ the device. A subclass only says how to launch its client and how to copy a file
 
 from __future__ import annotations
 
-import hashlib
 import os
 import posixpath
 import re
@@ -22,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Iterator, Mapping, NamedTuple, Sequence
 
-from ..atomic import atomic_path
+from ..atomic import atomic_path, sha256_file
 from .errors import (
     IntegrityError,
     NoSpaceError,
@@ -115,12 +114,6 @@ def check_argv(argv: Sequence[str]) -> list[str]:
     return [str(a) for a in argv]
 
 
-def sha256_file(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def shown(argv: Sequence[str], limit: int = 120) -> str:
