@@ -97,9 +97,17 @@ def test_soak_deratings_replace_defaults_and_never_fall_with_heat(tmp_path: Path
     soak = Derating(heads=12, duration_s=600, samples=[], by_temperature=[(30, 1.0), (55, 1.1), (65, 1.3)],
                     by_throttled={"false": 1.0, "true": 1.8})
     doc = table(tmp_path, {3: 10, 12: 40}, budget_ms=50, soak=soak)
-    assert doc["thermal"]["derating"] == [1.1, 1.3, 1.3, 1.8]  # 1.8: a throttled Pi counts as >= 80 °C
-    assert doc["thermal"]["derating_basis"] == ["soak"] * 4 and doc["calibration"]["soak"]
+    # 70-80 °C was never reached: the default 1.4; 1.8: a throttled Pi counts as >= 80 °C
+    assert doc["thermal"]["derating"] == [1.1, 1.3, 1.4, 1.8]
+    assert doc["thermal"]["derating_basis"] == ["soak", "soak", "default", "soak"] and doc["calibration"]["soak"]
     assert heads_grid(doc)[0] == [12, 3, 3, 3]
+
+
+def test_a_soak_that_stayed_cool_leaves_the_hot_bands_at_their_defaults(tmp_path: Path) -> None:
+    soak = Derating(heads=12, duration_s=600, samples=[], by_temperature=[(40, 1.0), (45, 1.02), (55, 1.05)])
+    doc = table(tmp_path, {3: 10, 12: 40}, budget_ms=50, soak=soak)
+    assert doc["thermal"]["derating"] == [1.05, 1.15, 1.4, 2.0]
+    assert doc["thermal"]["derating_basis"] == ["soak", "default", "default", "default"]
 
 
 def test_android_targets_use_thermal_status(tmp_path: Path) -> None:

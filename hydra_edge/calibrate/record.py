@@ -59,6 +59,7 @@ class Derating:
     by_temperature: list[tuple[float, float]]  # (temperature °C lower bound of the bin, multiplier), ascending
     by_thermal_status: dict[str, float] = field(default_factory=dict)  # Android status name -> multiplier
     by_throttled: dict[str, float] = field(default_factory=dict)  # "false"/"true" -> multiplier (Raspberry Pi)
+    bin_c: float = 5.0  # width of a by_temperature bin: bin i covers [lower, lower + bin_c)
 
 
 @dataclass

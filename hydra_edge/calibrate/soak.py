@@ -77,4 +77,5 @@ def derate(heads: int, duration_s: float, samples: list[dict[str, Any]]) -> Dera
     if not samples:
         raise HydraEdgeError("the soak produced no samples; give it a longer --soak")
     return Derating(heads=heads, duration_s=duration_s, samples=samples, by_temperature=by_temperature(samples),
-                    by_thermal_status=by_thermal_status(samples), by_throttled=by_throttled(samples))
+                    by_thermal_status=by_thermal_status(samples), by_throttled=by_throttled(samples),
+                    bin_c=TEMP_BIN_C)

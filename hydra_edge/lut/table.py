@@ -71,11 +71,12 @@ def thermal_source(policy: Policy, manifest: Manifest, soak: Derating | None) ->
     return "android" if android else "temperature"
 
 
-def _bins_max(bins: list[tuple[float, float]], lo: float, hi: float) -> float | None:
-    """Largest soak multiplier among temperature bins overlapping [lo, hi)."""
-    found = [m for i, (lower, m) in enumerate(bins)
-             if lower < hi and (bins[i + 1][0] if i + 1 < len(bins) else math.inf) > lo]
-    return max(found, default=None)
+def _bins_max(bins: list[tuple[float, float]], width: float, lo: float, hi: float) -> float | None:
+    """Largest soak multiplier among temperature bins [lower, lower + width) overlapping [lo, hi).
+
+    A band the soak never reached has none: it keeps the policy's default, not the hottest bin's.
+    """
+    return max((m for lower, m in bins if lower < hi and lower + width > lo), default=None)
 
 
 def thermal_axis(policy: Policy, source: str, soak: Derating | None) -> dict[str, Any]:
@@ -97,7 +98,7 @@ def thermal_axis(policy: Policy, source: str, soak: Derating | None) -> dict[str
         names = [f"<{edges[0]:g} °C", *(f"{a:g}-{b:g} °C" for a, b in zip(edges, edges[1:])), f">={edges[-1]:g} °C"] \
             if edges else ["any"]
         bins = list(soak.by_temperature) if soak else []
-        found = [_bins_max(bins, lo, hi) for lo, hi in zip(bounds, bounds[1:])]
+        found = [_bins_max(bins, soak.bin_c if soak else 0.0, lo, hi) for lo, hi in zip(bounds, bounds[1:])]
         throttled = soak.by_throttled.get("true") if soak else None
         if throttled is not None and throttled_c is not None:
             hot = sum(1 for e in edges if throttled_c >= e)
