@@ -104,11 +104,23 @@ def train(data: str, out: Path, preset_name: str | None, heads: str | None, weig
     from .model import HydraViT
     from .train import TrainSettings, train as run_training
 
+    from .train import CHECKPOINT
+
     if threads:
         torch.set_num_threads(threads)
     torch.manual_seed(seed)  # the same initial weights on every run and every DDP rank
     spec = DataSpec(data, seed=seed)
-    if checkpoint:
+    previous = out / CHECKPOINT
+    shaping = [flag for flag, given in (("--preset", preset_name), ("--heads", heads), ("--init", init_from),
+                                        ("--separate-heads", separate_heads)) if given]
+    if previous.is_file() and not resume:
+        raise HydraEdgeError(f"{out} already holds a training run; pass --resume to continue it "
+                             "or choose another --out")
+    if checkpoint and shaping:
+        raise HydraEdgeError(f"--checkpoint fine-tunes the model as saved; drop {', '.join(shaping)}")
+    if resume and previous.is_file():
+        model = load_checkpoint(previous)  # the run's own config, whatever the flags say
+    elif checkpoint:
         model = load_checkpoint(checkpoint)
     else:
         name = preset_name or ("digits" if data == "digits" else "b16")
@@ -120,13 +132,20 @@ def train(data: str, out: Path, preset_name: str | None, heads: str | None, weig
             click.echo(f"initialised heads 1-{k} from {init_from}")
     settings = TrainSettings(
         epochs=epochs, batch_size=batch_size, seed=seed,
-        weights=tuple(int(w) for w in weights.split(",")) if weights else None,
+        weights=_integers(weights, "--weights") if weights else None,
         **({"lr": lr} if lr else {}),
     )
     result = run_training(model, load_data(spec, model.config), settings, out, resume=resume)
     if result.accuracy:
         _print_accuracy(model.config, result.accuracy, f"held-out accuracy, {data}")
         click.echo(f"checkpoint: {result.checkpoint}\nreport: {out / 'accuracy.json'}, {out / 'accuracy.png'}")
+
+
+def _integers(text: str, option: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(w) for w in text.split(","))
+    except ValueError:
+        raise HydraEdgeError(f"{option} {text!r}: give comma-separated integers, e.g. 40,20,20,20") from None
 
 
 def _print_accuracy(cfg, accuracy: dict[int, float], title: str) -> None:
@@ -155,7 +174,9 @@ def evaluate(checkpoint: Path, data: str | None, heads: str | None, out: Path | 
 
     model = load_checkpoint(checkpoint)
     stored = read_file(checkpoint).get("data")
-    spec = DataSpec.from_dict(stored) if stored else DataSpec("digits")
+    if not (stored or data):
+        raise HydraEdgeError(f"{checkpoint} does not say what it was trained on; pass --data (digits or a folder)")
+    spec = DataSpec.from_dict(stored) if stored else DataSpec(data)
     if data:
         spec = DataSpec(data, spec.seed, spec.val_fraction)
     served = parse_heads(heads, model.config.num_heads) if heads else model.config.heads

@@ -16,7 +16,7 @@ from torch.utils.data import Dataset, TensorDataset
 
 from .config import HydraConfig
 from .errors import HydraEdgeError
-from .runtime.preprocess import IMAGE_SUFFIXES, load_image
+from .runtime.preprocess import IMAGE_SUFFIXES, load_image, normalisation
 
 
 
@@ -53,7 +53,7 @@ def _stratified_split(labels: np.ndarray, spec: DataSpec) -> tuple[np.ndarray, n
 
 
 def _fit_channels_and_size(x: torch.Tensor, cfg: HydraConfig) -> torch.Tensor:
-    """(N, C, H, W) -> the model's channels and size."""
+    """(N, C, H, W) pixels in [0, 1] -> the model's channels and size."""
     if x.shape[1] != cfg.in_chans:
         x = x.mean(1, keepdim=True).expand(-1, cfg.in_chans, -1, -1)
     if x.shape[-1] != cfg.img_size or x.shape[-2] != cfg.img_size:
@@ -65,8 +65,10 @@ def _digits(cfg: HydraConfig, spec: DataSpec) -> DataSplits:
     from sklearn.datasets import load_digits
 
     digits = load_digits()
-    x = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0  # (N, 1, 8, 8) in [0, 1]
-    x = _fit_channels_and_size((x - 0.5) / 0.5, cfg)
+    _check_classes("digits", 10, cfg)
+    x = _fit_channels_and_size(torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0, cfg)
+    mean, std = normalisation(cfg.in_chans)  # the device's, so a board feeds the pixels training saw
+    x = (x - torch.tensor(mean)[:, None, None]) / torch.tensor(std)[:, None, None]  # (N, C, H, W)
     y = torch.tensor(digits.target, dtype=torch.long)
     train, val = _stratified_split(digits.target, spec)
     classes = [str(c) for c in digits.target_names]
@@ -105,18 +107,20 @@ def _image_folder(cfg: HydraConfig, spec: DataSpec) -> DataSplits:
     root = Path(spec.source)
     if not root.is_dir():
         raise HydraEdgeError(f"data {spec.source!r} is neither 'digits' nor a folder; give a class-per-folder directory")
-    if (root / "train").is_dir() and (root / "val").is_dir():
+    if _presplit(root):
         train, classes = _scan(root / "train")
         val, _ = _scan(root / "val", classes)
     else:
         files, classes = _scan(root)
-        tr, va = _stratified_split(np.array([label for _, label in files]), spec)
+        labels = np.array([label for _, label in files])
+        try:
+            tr, va = _stratified_split(labels, spec)
+        except ValueError:  # scikit-learn: a class too small to be in both splits
+            fewest = classes[int(np.bincount(labels, minlength=len(classes)).argmin())]
+            raise HydraEdgeError(f"{root}: class {fewest!r} has too few images to split off "
+                                 f"{spec.val_fraction:.0%} for validation; add images or use train/ and val/ folders") from None
         train, val = [files[i] for i in tr], [files[i] for i in va]
-    if len(classes) != cfg.num_classes:
-        raise HydraEdgeError(
-            f"{root} has {len(classes)} classes but the model has {cfg.num_classes}; "
-            f"pass --classes {len(classes)} or pick the matching data"
-        )
+    _check_classes(root, len(classes), cfg)
     return DataSplits(ImageFolder(train, cfg), ImageFolder(val, cfg), classes, spec)
 
 
@@ -140,11 +144,22 @@ def data_classes(source: str) -> list[str]:
     root = Path(source)
     if not root.is_dir():
         raise HydraEdgeError(f"data {source!r} is neither 'digits' nor a folder; give a class-per-folder directory")
-    scan = root / "train" if (root / "train").is_dir() else root
+    scan = root / "train" if _presplit(root) else root
     classes = _class_dirs(scan)
     if not classes:
         raise HydraEdgeError(f"no class folders under {scan}: expected one sub-folder of images per class")
     return classes
+
+
+def _presplit(root: Path) -> bool:
+    """The folder holds its own split: ``train/<class>/`` and ``val/<class>/``."""
+    return (root / "train").is_dir() and (root / "val").is_dir()
+
+
+def _check_classes(source: object, found: int, cfg: HydraConfig) -> None:
+    if found != cfg.num_classes:
+        raise HydraEdgeError(f"{source} has {found} classes but the model has {cfg.num_classes}; "
+                             "use data with the model's classes, or train a new model on this data")
 
 
 def _class_dirs(root: Path) -> list[str]:

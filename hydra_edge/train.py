@@ -107,7 +107,9 @@ def train(
     heads = model.config.heads
     sampler = HeadSampler(heads, settings.weights, settings.seed)
     model.to(device)
-    net: nn.Module = nn.parallel.DistributedDataParallel(model) if world > 1 else model
+    # Separate classifiers: each step trains one, so DDP must expect the others to get no gradient.
+    net: nn.Module = nn.parallel.DistributedDataParallel(
+        model, find_unused_parameters=model.config.separate_heads) if world > 1 else model
 
     shard = DistributedSampler(data.train, num_replicas=world, rank=rank, shuffle=True, seed=settings.seed)
     # drop_last: every step sees a full batch, so N ranks of batch B/N take exactly the steps of one of B
@@ -126,6 +128,8 @@ def train(
     start, history = 0, []
     if resume and (out / CHECKPOINT).is_file():
         state = read_file(out / CHECKPOINT)
+        if "train" not in state:
+            raise HydraEdgeError(f"{out / CHECKPOINT} holds no training state to resume; choose another --out")
         model.load_state_dict(state["state_dict"])
         optimizer.load_state_dict(state["train"]["optimizer"])
         schedule.load_state_dict(state["train"]["schedule"])

@@ -124,21 +124,48 @@ def test_cli_rejects_a_missing_data_folder(tmp_path):
 
 
 def test_distributed_training_with_two_cpu_processes_matches_one_process(tmp_path):
-    """torchrun, gloo, 2 ranks of batch 16: the same steps, draws and weights as one process of batch 32."""
+    """torchrun, gloo, 2 ranks of batch 16: the same steps, draws and weights as one process of batch 32.
+
+    With a classifier per head count, so each step leaves the other classifiers without a gradient.
+    """
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
            "-m", "hydra_edge.cli", "train", "--data", "digits", "--epochs", "2", "--batch-size", "32",
-           "--heads", "3,6,12", "--out", str(tmp_path / "ddp")]
+           "--heads", "3,6,12", "--separate-heads", "--out", str(tmp_path / "ddp")]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     history = json.loads((tmp_path / "ddp" / "history.json").read_text())
     assert [h["world_size"] for h in history] == [2, 2]
 
     torch.manual_seed(0)
-    single = HydraViT(preset("digits", heads=(3, 6, 12)))
+    single = HydraViT(preset("digits", heads=(3, 6, 12), separate_heads=True))
     train(single, load_data("digits", single.config), TrainSettings(epochs=2, batch_size=32), tmp_path / "one")
     one = json.loads((tmp_path / "one" / "history.json").read_text())
     assert [h["drawn"] for h in history] == [h["drawn"] for h in one]
     ddp = load_checkpoint(tmp_path / "ddp" / "checkpoint.pt")
     for (name, a), b in zip(single.state_dict().items(), ddp.state_dict().values()):
         assert (a - b).abs().max() <= 1e-3, (name, (a - b).abs().max())
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--weights", "30,a"], "--weights '30,a': give comma-separated integers"),
+    (["--checkpoint", "{ckpt}", "--heads", "3,6"], "--checkpoint fine-tunes the model as saved; drop --heads"),
+    (["--out", "{run}"], "already holds a training run; pass --resume"),
+    (["--data", "{tiny}", "--preset", "digits"], "class 'class_1' has too few images"),
+])
+def test_train_option_mistakes_are_one_line(tmp_path, args, message):
+    run = tmp_path / "run"
+    _small().save(run / "checkpoint.pt", train={"epoch": 1})
+    tiny = _image_folder(tmp_path / "tiny", classes=2, per_class=4)
+    for f in list((tiny / "class_1").iterdir())[1:]:
+        f.unlink()
+    args = [a.format(ckpt=run / "checkpoint.pt", run=run, tiny=tiny) for a in args]
+    result = CliRunner().invoke(main, ["train", "--epochs", "1", "--out", str(tmp_path / "new"), *args])
+    assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1, result.output
+    assert message in result.output
+
+
+def test_eval_of_a_foreign_checkpoint_needs_data(tmp_path, b16_like):
+    torch.save({"model": HydraViT(b16_like).state_dict()}, tmp_path / "deit.pth")
+    result = CliRunner().invoke(main, ["eval", "--checkpoint", str(tmp_path / "deit.pth")])
+    assert result.exit_code == 1 and "does not say what it was trained on; pass --data" in result.output
