@@ -87,6 +87,15 @@ def test_rpi_bundle_is_verified_recorded_and_skipped_on_rerun(checkpoint: Path, 
     assert code == 0 and "0 converted, 2 unchanged" in output
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir() if p.name != "manifest.json"} == \
         {n: t for n, t in mtimes.items() if n != "manifest.json"}
+    assert read_manifest(out).classes == [str(d) for d in range(10)]
+
+    # A stricter --max-drop than a recorded drop is not satisfied by skipping: that artefact is made again.
+    doc = json.loads((out / "manifest.json").read_text())
+    doc["artefacts"][0]["accuracy"]["drop_pp"] = 0.9
+    (out / "manifest.json").write_text(json.dumps(doc))
+    code, output = _run("-c", checkpoint, "--target", "rpi", "--out", out, "--heads", "3,12", "--max-drop", "0.5")
+    assert "1 converted, 1 unchanged" in output or "vit_h3_tflite_int8-dynamic.tflite: top-1" in output, output
+    assert read_manifest(out).artefacts[0].accuracy["drop_pp"] != 0.9
 
 
 def test_android_bundle_is_an_xnnpack_pte(checkpoint: Path, tmp_path: Path) -> None:

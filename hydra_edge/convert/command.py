@@ -79,7 +79,7 @@ def convert(checkpoint: Path, target: str, out: Path, heads: str | None, quant: 
 
     \b
     Example:
-      hydra-edge convert -c runs/digits/model.pt --target rpi --out bundles/rpi
+      hydra-edge convert -c runs/digits/checkpoint.pt --target rpi --out bundles/rpi
       hydra-edge convert -c model.pt --target jetson --heads 3,6,12 --jobs 2 --out bundles/jetson
     """
     opts = ConvertOptions(checkpoint=checkpoint, target=target, out=out, heads=heads, quant=quant, max_drop=max_drop,

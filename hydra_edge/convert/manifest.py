@@ -56,6 +56,7 @@ class Manifest:
     max_drop: float
     artefacts: list[ArtefactRecord] = field(default_factory=list)
     created_by: str = ""
+    classes: list[str] | None = None  # class names in logit order (from the training data), None if unknown
     schema: str = SCHEMA
     schema_version: int = SCHEMA_VERSION
 

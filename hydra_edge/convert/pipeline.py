@@ -253,14 +253,14 @@ def plan(opts: ConvertOptions) -> Plan:
     if cfg.separate_heads and set(heads) - set(cfg.heads):
         raise HydraEdgeError(f"{opts.checkpoint} has classifiers only for heads {list(cfg.heads)}; pick --heads among them")
     data = _data_spec(read_file(opts.checkpoint), opts.data)
-    if data is not None:
-        load_data(DataSpec.from_dict(data), cfg)  # fails now, in one line, if the data is gone
+    # fails now, in one line, if the data is gone; its class names let a device label what it sees
+    classes = load_data(DataSpec.from_dict(data), cfg).classes if data is not None else None
     _prepare_out(opts.out)
     ckpt_sha = sha256_file(opts.checkpoint)
     old = read_manifest(opts.out) if (opts.out / MANIFEST).is_file() else None
     keep = old is not None and old.checkpoint["sha256"] == ckpt_sha and old.target.get("name") == target.name
     manifest = Manifest(
-        checkpoint={"path": str(opts.checkpoint), "sha256": ckpt_sha}, model=cfg.to_dict(), data=data,
+        checkpoint={"path": str(opts.checkpoint), "sha256": ckpt_sha}, model=cfg.to_dict(), data=data, classes=classes,
         target={**target.to_dict(), "sha256": target.sha256}, tools=tool_versions(), max_drop=opts.max_drop,
         artefacts=list(old.artefacts) if keep and old else [], created_by=f"hydra-edge {__version__}",
     )
@@ -272,7 +272,8 @@ def plan(opts: ConvertOptions) -> Plan:
             fp = fingerprint(ckpt_sha, k, v, data, opts.eval_limit, target.golden_inputs)
             build = v.device_build.format(file=file, engine=f"{Path(file).stem}.engine") if v.device_build else None
             rec = previous.get(f"h{k}_{v.key}")
-            if rec and not opts.force and rec.fingerprint == fp and intact(opts.out, rec):
+            within = (rec.accuracy.get("drop_pp") or 0.0) <= opts.max_drop if rec else False  # a stricter --max-drop re-checks
+            if rec and within and not opts.force and rec.fingerprint == fp and intact(opts.out, rec):
                 # Unchanged bytes; refresh what the profile says about running them.
                 manifest.put(replace(rec, runtime=v.runtime, runtime_min_version=v.runtime_min_version,
                                      threads=target.threads, device_build=build))
