@@ -8,7 +8,6 @@ so the demo shows exactly what each command shows; re-running it resumes or skip
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
@@ -16,7 +15,9 @@ from pathlib import Path
 
 import click
 
-APP = Path(__file__).resolve().parents[1] / "apps" / "board-demo" / "app.py"
+from .atomic import write_json
+from .deploy import APP
+
 
 # A day on a battery-powered board: plugged in, unplugged, working hard and heating up, cooling
 # off, running low, plugged in again. ``seconds`` is simulated time (longer than the table's dwell).
@@ -106,9 +107,9 @@ def demo(ctx: click.Context, out: Path, epochs: int, heads: str, runs: int, imag
     ctx.invoke(convert, checkpoint=checkpoint, target="rpi", out=bundle, jobs=jobs)
 
     _stage(3, "calibrate: this machine plays the board (ssh/adb work the same way)")
-    ctx.invoke(calibrate, bundle=bundle, local=True, out=calibration, runs=runs, warmup=5, threads=1,
+    record = calibration / "this-machine.json"
+    ctx.invoke(calibrate, bundle=bundle, local=True, out=record, runs=runs, warmup=5, threads=1,
                python=sys.executable)
-    record = next(calibration.glob("*.json"))
 
     budget = demo_budget(bundle, record)
     _stage(4, f"lookup table: budget {budget} ms (the most accurate subnetwork's latency + 10 %)")
@@ -117,7 +118,7 @@ def demo(ctx: click.Context, out: Path, epochs: int, heads: str, runs: int, imag
     _stage(5, "board demo app: a scripted day (battery and temperature) on a simulated sysfs tree")
     images = export_images(checkpoint, app / "images", limit=200)
     scenario = app / "scenario.json"
-    scenario.write_text(json.dumps({"steps": scenario_steps(images_per_step)}, indent=2))
+    write_json(scenario, {"steps": scenario_steps(images_per_step)})
     for i, (label, pct, status, temp) in enumerate(SCENARIO):
         click.echo(f"  step {i + 1:>2}: {label:<22} battery {pct:>3}% {status:<11} {temp:.0f} °C")
     log = app / "events.json"

@@ -18,7 +18,8 @@ from test_calibrate import HOST_TARGET, make_bundle, torch_free_python
 from hydra_edge.calibrate.record import Calibration, HeadResult
 from hydra_edge.calibrate.session import bundle_record
 from hydra_edge.convert.manifest import read_manifest
-from hydra_edge.demo import APP, scenario_steps
+from hydra_edge.demo import scenario_steps
+from hydra_edge.deploy import APP
 from hydra_edge.deploy import deploy
 from hydra_edge.lut.command import make_lut
 
@@ -109,3 +110,23 @@ def test_deploy_refuses_a_table_of_another_bundle(board: dict[str, Path], tmp_pa
                                          "--images", str(board["images"]), "--remote-dir", str(tmp_path / "dev")])
     assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1, result.output
     assert "Error:" in result.output and not (tmp_path / "dev" / "app").exists()
+
+
+@pytest.mark.parametrize("case, message", [
+    ("unknown class", "is not one of the model's classes"),
+    ("bad scenario", "step 1 needs temp_c and battery_pct"),
+])
+def test_app_mistakes_are_one_line(board: dict[str, Path], tmp_path: Path, case: str, message: str) -> None:
+    images = tmp_path / "images"
+    (images / "cat").mkdir(parents=True)
+    Image.fromarray(np.zeros((8, 8), np.uint8), mode="L").save(images / "cat" / "a.png")
+    scenario = tmp_path / "scenario.json"
+    scenario.write_text(json.dumps({"steps": [{"battery_pct": 50}]}))
+    args = ["--images", str(images)] if case == "unknown class" else \
+        ["--images", str(board["images"]), "--scenario", str(scenario), "--sysfs-root", str(tmp_path / "sys")]
+    proc = subprocess.run([sys.executable, str(APP), "--bundle", str(board["bundle"]), "--lut", str(board["lut"]),
+                           "--plain", "--max-images", "1", *args],
+                          capture_output=True, text=True, timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 1 and message in proc.stderr
+    assert [line for line in proc.stderr.splitlines() if line.strip()][-1].startswith("Error: ")
+    assert "Traceback" not in proc.stderr

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import logging
 import statistics
 import sys
@@ -29,6 +28,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
+from hydra_edge.atomic import read_json, write_json
 from hydra_edge.convert.manifest import read_manifest
 from hydra_edge.errors import HydraEdgeError
 from hydra_edge.runtime.preprocess import IMAGE_SUFFIXES, load_image
@@ -37,14 +37,25 @@ from hydra_edge.runtime.switcher import Switcher
 Sample = Tuple[np.ndarray, Optional[int]]  # (C, H, W) image, label if known
 
 
-def folder_images(folder: Path, img_size: int, in_chans: int) -> Tuple[List[Sample], List[str]]:
-    """Every image under ``folder``; sub-folder names are class labels (sorted, as in training)."""
-    classes = sorted(d.name for d in folder.iterdir() if d.is_dir())
-    files = [(f, classes.index(f.parent.name) if f.parent != folder else None)
-             for f in sorted(folder.rglob("*")) if f.suffix.lower() in IMAGE_SUFFIXES]
-    if not files:
+def folder_images(folder: Path, img_size: int, in_chans: int, classes: Optional[List[str]]) -> List[Sample]:
+    """Every image under ``folder``; the first sub-folder below it names the class (one of ``classes``)."""
+    if not folder.is_dir():
+        raise HydraEdgeError(f"image folder {folder} does not exist; give a folder of images")
+    samples = []
+    for f in sorted(folder.rglob("*")):
+        if f.suffix.lower() not in IMAGE_SUFFIXES:
+            continue
+        parts = f.relative_to(folder).parts
+        label = None
+        if len(parts) > 1 and classes is not None:
+            if parts[0] not in classes:
+                raise HydraEdgeError(f"{folder / parts[0]} is not one of the model's classes {classes}; "
+                                     "rename it, or put unlabelled images directly in the folder")
+            label = classes.index(parts[0])
+        samples.append((load_image(f, img_size, in_chans), label))
+    if not samples:
         raise HydraEdgeError(f"no images in {folder}; give a folder of images (a sub-folder per class for accuracy)")
-    return [(load_image(f, img_size, in_chans), label) for f, label in files], classes
+    return samples
 
 
 def camera_images(index: int, img_size: int, in_chans: int) -> Iterator[Sample]:
@@ -149,26 +160,40 @@ def describe(event: Dict[str, Any], accuracy: Dict[int, Optional[float]], stats:
     return f"switch {event['from']} -> {event['to']} heads [{event['reason']}] at {state}: {bought}{after}"
 
 
+def read_scenario(path: Path) -> List[Dict[str, Any]]:
+    """The steps of a scenario file, each checked for what ``SimulatedBoard.apply`` needs."""
+    steps = read_json(path, "scenario", "write one as {\"steps\": [...]}").get("steps")
+    if not isinstance(steps, list) or not steps:
+        raise HydraEdgeError(f"{path} has no \"steps\" list; see hydra-edge demo's scenario.json for the format")
+    for i, step in enumerate(steps, 1):
+        if not isinstance(step, dict) or not {"temp_c", "battery_pct"} <= set(step):
+            raise HydraEdgeError(f"{path}: step {i} needs temp_c and battery_pct (and may set seconds, status, images)")
+    return steps
+
+
 def run(args: argparse.Namespace) -> Dict[str, Any]:
     bundle = Path(args.bundle)
     manifest = read_manifest(bundle)
     model = manifest.model
-    accuracy = {a.heads: (a.accuracy or {}).get("top1") for a in manifest.artefacts}
-    scenario = json.loads(Path(args.scenario).read_text())["steps"] if args.scenario else None
+    scenario = read_scenario(Path(args.scenario)) if args.scenario else None
     board = SimulatedBoard(Path(args.sysfs_root), scenario) if scenario else None
     switcher = Switcher(bundle, lut=args.lut, root=args.sysfs_root or "/", poll_s=args.poll_s, threads=args.threads,
                         clock=board.clock if board else time.monotonic)
+    # The held-out accuracy of the artefact each head count runs (a bundle may hold several per head count).
+    records = manifest.by_id()
+    accuracy = {c.heads: (records[c.artefact].accuracy or {}).get("top1") if c.artefact in records else None
+                for c in switcher.table.candidates}
     if args.camera is not None:
         samples: Iterator[Sample] = camera_images(args.camera, model["img_size"], model["in_chans"])
     else:
-        images, _ = folder_images(Path(args.images), model["img_size"], model["in_chans"])
-        samples = itertools.cycle(images)
+        samples = itertools.cycle(folder_images(Path(args.images), model["img_size"], model["in_chans"],
+                                                manifest.classes))
     steps = scenario or [{"images": args.max_images or 10**12}]
     display, stats, shown = Display(args.plain), Stats(), 0
     try:
         if not board:
             switcher.start()
-        for step in steps:
+        for step in steps:  # Ctrl-C ends the run; the summary and the log below still follow
             if board:
                 board.apply(step)
                 switcher.poll()
@@ -182,13 +207,15 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
                 shown = len(switcher.events)
                 display.status({"heads": prediction.heads, "latency ms": f"{ms:.2f}",
                                 "held-out top-1": accuracy.get(prediction.heads), **(step if board else {})})
+    except KeyboardInterrupt:
+        display.line("stopped")
     finally:
         display.close()
         switcher.close()
     report = {"events": switcher.event_log(), "per_heads": {k: stats.summary(k) for k in sorted(stats.latency_ms)},
               "fallback": switcher.fallback}
     if args.log:
-        Path(args.log).write_text(json.dumps(report, indent=2) + "\n")
+        write_json(args.log, report)
     for k, s in report["per_heads"].items():
         live = "n/a" if s["live_top1"] is None else f"{s['live_top1']:.1f}%"
         print(f"{k:>3} heads: {s['images']} images, median {s['median_ms']:.2f} ms, live top-1 {live}", flush=True)
@@ -219,8 +246,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     except HydraEdgeError as e:
         print(f"Error: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        return 130
     return 0
 
 
