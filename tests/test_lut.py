@@ -141,6 +141,9 @@ def test_policy_docstring_example_is_the_defaults() -> None:
     ("[battery]\nbands = [{min_pct = 20, budget_scale = 1}]\n", "end at min_pct = 0"),
     ("budget_ms = -1\n", "budget_ms must be positive"),
     ("budget_ms = \n", "cannot read policy"),
+    ('[thermal]\nmargin_c = "3"\n', "thermal: margin_c must be a finite number, not '3'"),
+    ("min_dwell_s = inf\n", "p.toml: min_dwell_s must be a finite number, not inf"),
+    ("[battery]\nbands = [{min_pct = nan, budget_scale = 1}]\n", "battery.bands[0]: min_pct must be a finite number"),
 ])
 def test_bad_policy_files_are_one_line(tmp_path: Path, text: str, message: str) -> None:
     (tmp_path / "p.toml").write_text(text)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ..atomic import write_json, write_text
+from ..atomic import write_bytes, write_json, write_text
 from ..calibrate.record import read_calibration
 from ..convert.manifest import read_manifest
 from ..errors import HydraEdgeError
@@ -29,12 +29,13 @@ def make_lut(bundle: Path, calibration: Path, out: Path, budget_ms: float | None
             raise HydraEdgeError("--budget-ms must be positive")
         pol = replace(pol, budget_ms=budget_ms)
     lut = build_table(bundle, read_manifest(bundle), read_calibration(calibration), calibration, pol)
-    header, kotlin = emit_c(lut), emit_kotlin(lut)  # both before any write: a failure leaves nothing
+    # Everything rendered before anything is written: a failure leaves the old outputs as they were.
+    header, kotlin, table, png = emit_c(lut), emit_kotlin(lut), markdown(lut), plot_grid(lut)
     write_json(out / "lut.json", lut)
     write_text(out / "hydra_lut.h", header)
     write_text(out / "HydraLut.kt", kotlin)
-    write_text(out / "lut.md", markdown(lut))
-    plot_grid(lut, out / "lut.png")
+    write_text(out / "lut.md", table)
+    write_bytes(out / "lut.png", png)
     return lut
 
 

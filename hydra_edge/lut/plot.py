@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import io
 from typing import Any
 
-from ..atomic import atomic_path
 
 
 def _heads_grid(lut: dict[str, Any]) -> list[list[int]]:
@@ -13,7 +12,7 @@ def _heads_grid(lut: dict[str, Any]) -> list[list[int]]:
     return [[heads[i] for i in row] for row in lut["selection"]["cells"]]
 
 
-def plot_grid(lut: dict[str, Any], path: str | Path) -> Path:
+def plot_grid(lut: dict[str, Any]) -> bytes:
     """Battery bands (rows) x thermal bands (columns), each cell coloured and labelled by its head count."""
     import matplotlib
 
@@ -44,10 +43,10 @@ def plot_grid(lut: dict[str, Any], path: str | Path) -> Path:
                  fontsize=9)
     fig.colorbar(image, ax=ax, ticks=heads, label="heads")
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
+    png = io.BytesIO()
+    fig.savefig(png, dpi=120, format="png")
     plt.close(fig)
-    return Path(path)
+    return png.getvalue()
 
 
 def markdown(lut: dict[str, Any]) -> str:

@@ -93,19 +93,33 @@ def _numbers(values: Any, where: str) -> tuple[float, ...]:
     return tuple(float(v) for v in values)
 
 
+# Keys that hold one number: checked finite here, since the C and Kotlin emitters print them as literals.
+_SCALARS = {"budget_ms", "min_dwell_s", "margin_c", "throttled_c", "margin_pct", "charging_budget_scale",
+            "min_pct", "budget_scale", "max_energy_mj"}
+
+
+def _finite(section: dict[str, Any], where: str) -> dict[str, Any]:
+    for key, value in section.items():
+        if key in _SCALARS and value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)):
+            raise HydraEdgeError(f"{where}: {key} must be a finite number, not {value!r}")
+    return section
+
+
 def policy_from_dict(d: dict[str, Any], where: str = "policy") -> Policy:
     """Build and check a policy; every problem is one line naming the key."""
-    top = _section(Policy, d, where)
-    thermal = _section(ThermalPolicy, top.pop("thermal", {}), f"{where} [thermal]")
-    battery = _section(BatteryPolicy, top.pop("battery", {}), f"{where} [battery]")
+    top = _finite(_section(Policy, d, where), where)
+    thermal = _finite(_section(ThermalPolicy, top.pop("thermal", {}), f"{where} [thermal]"), f"{where} thermal")
+    battery = _finite(_section(BatteryPolicy, top.pop("battery", {}), f"{where} [battery]"), f"{where} battery")
     for key in ("edges_c", "derating", "android_derating"):
         if key in thermal:
             thermal[key] = _numbers(thermal[key], f"{where} thermal.{key}")
     if "bands" in battery:
         if not isinstance(battery["bands"], list):
             raise HydraEdgeError(f"{where} battery.bands must be a list of tables")
-        battery["bands"] = tuple(BatteryBand(**_section(BatteryBand, b, f"{where} battery.bands[{i}]"))
-                                 for i, b in enumerate(battery["bands"]))
+        battery["bands"] = tuple(
+            BatteryBand(**_finite(_section(BatteryBand, b, f"{where} battery.bands[{i}]"), f"{where} battery.bands[{i}]"))
+            for i, b in enumerate(battery["bands"]))
     try:
         policy = Policy(**top, thermal=ThermalPolicy(**thermal), battery=BatteryPolicy(**battery))
     except TypeError as e:

@@ -124,9 +124,10 @@ class Switcher:
 
     def poll(self) -> int:
         """Read the signals once and switch if the table says so; returns the head count now running."""
-        with self._lock:
+        state = read_state(self.signals, self.root, self.run)  # device commands: outside the lock, so
+        with self._lock:                                        # predict() never waits for a slow dumpsys
             self.polls += 1
-            reading = self.reading(read_state(self.signals, self.root, self.run))
+            reading = self.reading(state)
             now = self.clock()
             heads = self.table.select(reading.battery_pct, reading.charging, reading.thermal, self.heads or 0,
                                       now - self._switched_at)
