@@ -31,9 +31,19 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     try:
         yield tmp_path
         os.chmod(tmp_path, 0o666 & ~_UMASK)  # mkstemp makes 0600; the file gets what open() would give
+        _fsync(tmp_path)  # on a board's SD card a power cut must not leave a renamed, empty file
         os.replace(tmp_path, path)
+        _fsync(path.parent)
     finally:
         tmp_path.unlink(missing_ok=True)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def write_bytes(path: str | Path, data: bytes) -> None:

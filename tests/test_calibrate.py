@@ -153,6 +153,8 @@ def test_setup_makes_a_venv_once_and_pip_installs_the_missing_runtime(tmp_path: 
     with LocalTransport(tmp_path / "device dir") as t:
         with pytest.raises(RuntimeMissingError, match="lacks the Python package.s. hydra-fake-runtime>=1.0"):
             ensure_python(t, sys.executable, need, setup=False)
+        # A venv whose creation was interrupted before pip went in is made again, not reused.
+        assert os.system(f"'{sys.executable}' -m venv --without-pip '{t.remote_path('venv')}'") == 0
         python = ensure_python(t, sys.executable, need, setup=True, pip_args=offline)
         assert python == t.remote_path("venv", "bin", "python")
         assert t.run([python, "-c", "import hydra_fake_runtime as m; print(m.VERSION)"]).stdout.strip() == "1.0"

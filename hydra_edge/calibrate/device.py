@@ -151,7 +151,9 @@ def _venv(transport: Transport, base_python: str) -> str:
     venv = transport.remote_path("venv")
     python = posixpath.join(venv, "bin", "python")
     if transport.exists(python):
-        return python
+        if transport.run([python, "-m", "pip", "--version"], check=False, timeout=120).ok:
+            return python
+        transport.run(["rm", "-rf", venv], check=False)  # an interrupted creation left it without pip: redo
     probe(transport, base_python, [])  # a clear line if there is no usable Python at all
     try:
         transport.run([base_python, "-m", "venv", venv], timeout=600)
