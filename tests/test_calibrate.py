@@ -119,6 +119,12 @@ def test_local_calibration_writes_record_and_plot_and_resumes(rpi_bundle: Path, 
     final = read_calibration(path)
     assert final.results[0] == cal.results[0] and [r.heads for r in final.measured()] == [3, 12]
 
+    # Other settings into the same file: refused in one line rather than silently replacing the measurements.
+    other = [*args[:-4], "--runs", 5, "--warmup", 2]
+    line = one_line_error(invoke(*other))
+    assert "holds measurements of another settings; pass --force" in line and read_calibration(path) == final
+    assert invoke(*other, "--force").exit_code == 0 and read_calibration(path).settings["runs"] == 5
+
 
 def test_a_device_without_the_runtime_gets_one_line(rpi_bundle: Path, tmp_path: Path) -> None:
     bare = tmp_path / "bare"  # a Python with nothing installed, as on a fresh board

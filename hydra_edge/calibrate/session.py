@@ -84,9 +84,13 @@ def resume_or_start(out: Path, device_id: str, bundle: dict[str, Any], settings:
     if force or not out.exists():
         return fresh
     old = read_calibration(out)
-    same = (old.device_id == device_id and old.settings == settings
-            and old.bundle.get("manifest_sha256") == bundle["manifest_sha256"])
-    return old if same else fresh
+    differs = [what for what, same in (("device", old.device_id == device_id), ("settings", old.settings == settings),
+                                       ("bundle", old.bundle.get("manifest_sha256") == bundle["manifest_sha256"]))
+               if not same]
+    if differs and old.results:
+        raise HydraEdgeError(f"{out} holds measurements of another {' and '.join(differs)}; pass --force to "
+                             "replace them, or --out to keep both")
+    return fresh if differs else old
 
 
 def _done(calibration: Calibration, artefact: ArtefactRecord) -> bool:
