@@ -87,9 +87,10 @@ def info(preset_name: str | None, checkpoint: Path | None) -> None:
 @click.option("--checkpoint", type=click.Path(dir_okay=False, path_type=Path), help="Fine-tune this checkpoint.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run in --out.")
 @click.option("--threads", type=int, default=None, help="CPU threads (small models train fastest on 1).")
+@click.option("--workers", default=0, show_default=True, help="Processes decoding images of a folder data set.")
 def train(data: str, out: Path, preset_name: str | None, heads: str | None, weights: str | None,
           separate_heads: bool, epochs: int, batch_size: int, lr: float | None, seed: int,
-          init_from: Path | None, checkpoint: Path | None, resume: bool, threads: int | None) -> None:
+          init_from: Path | None, checkpoint: Path | None, resume: bool, threads: int | None, workers: int) -> None:
     """Train HydraViT with stochastic head sampling; writes checkpoint, history and accuracy per head count.
 
     Example: hydra-edge train --data digits --out runs/digits --epochs 30
@@ -131,7 +132,7 @@ def train(data: str, out: Path, preset_name: str | None, heads: str | None, weig
             k = init_heads_from(model, init_from)
             click.echo(f"initialised heads 1-{k} from {init_from}")
     settings = TrainSettings(
-        epochs=epochs, batch_size=batch_size, seed=seed,
+        epochs=epochs, batch_size=batch_size, seed=seed, workers=workers,
         weights=_integers(weights, "--weights") if weights else None,
         **({"lr": lr} if lr else {}),
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from .config import HydraConfig
 
@@ -28,8 +28,6 @@ class SubnetSize:
     def int8_mib(self) -> float:
         return self.params / MIB
 
-    def to_dict(self) -> dict:
-        return {**asdict(self), "gmacs": self.gmacs, "fp32_mib": self.fp32_mib, "int8_mib": self.int8_mib}
 
 
 def subnet_size(cfg: HydraConfig, k: int) -> SubnetSize:
@@ -51,5 +49,6 @@ def subnet_size(cfg: HydraConfig, k: int) -> SubnetSize:
     return SubnetSize(heads=k, width=p, params=params, macs=macs)
 
 
-def size_table(cfg: HydraConfig, heads: tuple[int, ...] | None = None) -> list[SubnetSize]:
-    return [subnet_size(cfg, k) for k in (heads or cfg.heads)]
+def size_table(cfg: HydraConfig) -> list[SubnetSize]:
+    """Every served head count's size, smallest first."""
+    return [subnet_size(cfg, k) for k in cfg.heads]

@@ -40,14 +40,13 @@ class TrainSettings:
     label_smoothing: float = 0.1
     weights: tuple[int, ...] | None = None  # sampling weights per head count (official: integers summing to 100)
     seed: int = 0
-    workers: int = 0  # data-loading processes; in-memory digits needs none
+    workers: int = 0  # image-decoding processes for folder data; in-memory digits needs none
 
 
 @dataclass
 class TrainResult:
     checkpoint: Path
-    history: list[dict] = field(default_factory=list)
-    accuracy: dict[int, float] = field(default_factory=dict)
+    accuracy: dict[int, float] = field(default_factory=dict)  # held-out top-1 per head count (rank 0 only)
 
 
 class HeadSampler:
@@ -166,7 +165,7 @@ def train(
             if world > 1:
                 dist.barrier()
 
-    result = TrainResult(out / CHECKPOINT, history)
+    result = TrainResult(out / CHECKPOINT)
     if rank == 0:
         result.accuracy = history[-1]["val_top1"] if history else accuracy_per_heads(model, data.val, heads)
         write_report(model, result.accuracy, out, title=f"HydraViT on {data.spec.source}", history=history)
