@@ -167,6 +167,9 @@ def test_command_writes_every_output_bound_to_bundle_and_calibration(tmp_path: P
     assert (tmp_path / "lut" / "lut.png").read_bytes()[:4] == b"\x89PNG"
     assert "| charging/mains (≤30 ms) | 6 (20) | 6 (23) | 6 (28) | 3 (20) |" in result.output
     assert "hydra_lut_select" in (tmp_path / "lut" / "hydra_lut.h").read_text()
+    manifest_sha = sha256_file(bundle / "manifest.json")  # apps check the bundle they ship, as the switcher does
+    assert f'#define HYDRA_LUT_MANIFEST_SHA256 "{manifest_sha}"' in (tmp_path / "lut" / "hydra_lut.h").read_text()
+    assert f'const val MANIFEST_SHA256 = "{manifest_sha}"' in (tmp_path / "lut" / "HydraLut.kt").read_text()
 
 
 @pytest.mark.parametrize("case", ["other-bundle", "no-budget", "no-calibration", "nothing-measured"])

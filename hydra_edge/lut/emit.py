@@ -29,6 +29,7 @@ class Literals:
     battery_margin_pct: str
     min_dwell_s: str
     throttled_c: str | None
+    manifest_sha256: str  # an app checks it against the bundle it ships, as the Python switcher does
     comment: list[str]  # provenance and the meaning of the axes, one line each
 
 
@@ -55,5 +56,6 @@ def literals(lut: dict[str, Any]) -> Literals:
         battery_margin_pct=number(t.battery_margin_pct),
         min_dwell_s=number(t.min_dwell_s),
         throttled_c=None if t.throttled_c is None else number(t.throttled_c),
+        manifest_sha256=t.manifest_sha256,
         comment=comment,
     )

@@ -20,6 +20,7 @@ TEMPLATE = """\
 #define HYDRA_LUT_CANDIDATES {n_heads}
 #define HYDRA_LUT_BATTERY_BANDS {n_battery}
 #define HYDRA_LUT_THERMAL_BANDS {n_thermal}
+#define HYDRA_LUT_MANIFEST_SHA256 "{manifest_sha256}"
 {throttled}
 static const int hydra_lut_heads[HYDRA_LUT_CANDIDATES] = {{{heads}}};
 static const double hydra_lut_thermal_edges[HYDRA_LUT_THERMAL_BANDS - 1] = {{{thermal_edges}}};
@@ -74,6 +75,7 @@ def emit_c(lut: dict[str, Any]) -> str:
     return TEMPLATE.format(
         comment="\n".join(f" * {line}" for line in lit.comment),
         n_heads=len(lit.heads), n_battery=len(lit.cells), n_thermal=len(lit.cells[0]),
+        manifest_sha256=lit.manifest_sha256,
         throttled="" if lit.throttled_c is None else f"#define HYDRA_LUT_THROTTLED_C {lit.throttled_c}\n",
         heads=", ".join(lit.heads), thermal_edges=", ".join(lit.thermal_edges),
         battery_min_pct=", ".join(lit.battery_min_pct),

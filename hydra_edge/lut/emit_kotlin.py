@@ -25,6 +25,7 @@ object HydraLut {{
     const val THERMAL_MARGIN = {thermal_margin}
     const val BATTERY_MARGIN_PCT = {battery_margin_pct}
     const val MIN_DWELL_S = {min_dwell_s}
+    const val MANIFEST_SHA256 = "{manifest_sha256}"
 {throttled}
     @JvmStatic fun thermalBand(thermal: Double): Int = THERMAL_EDGES.count {{ thermal >= it }}
 
@@ -61,7 +62,7 @@ def emit_kotlin(lut: dict[str, Any]) -> str:
     lit = literals(lut)
     return TEMPLATE.format(
         comment="\n".join(f" * {line}" for line in lit.comment),
-        heads=", ".join(lit.heads), thermal_edges=", ".join(lit.thermal_edges),
+        heads=", ".join(lit.heads), thermal_edges=", ".join(lit.thermal_edges), manifest_sha256=lit.manifest_sha256,
         battery_min_pct=", ".join(lit.battery_min_pct),
         cells=",\n".join(f"        intArrayOf({', '.join(row)})" for row in lit.cells),
         thermal_margin=lit.thermal_margin, battery_margin_pct=lit.battery_margin_pct, min_dwell_s=lit.min_dwell_s,
