@@ -102,3 +102,18 @@ def test_narrow_checkpoint_of_wrong_width_is_refused(tmp_path, b16_like):
     torch.save({"model": bad}, tmp_path / "odd.pth")
     with pytest.raises(CheckpointError, match="width 100 is not a whole number of 64-wide heads"):
         init_heads_from(HydraViT(b16_like), tmp_path / "odd.pth")
+
+
+def test_state_dict_keys_are_timms_vit_layout(b16_like):
+    """Written out independently of vit.py: the names the official release and timm/DeiT files use."""
+    per_block = ["norm1.weight", "norm1.bias", "attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight",
+                 "attn.proj.bias", "norm2.weight", "norm2.bias", "mlp.fc1.weight", "mlp.fc1.bias",
+                 "mlp.fc2.weight", "mlp.fc2.bias"]
+    timm = {"cls_token", "pos_embed", "patch_embed.proj.weight", "patch_embed.proj.bias", "norm.weight",
+            "norm.bias", "head.weight", "head.bias", *(f"blocks.{i}.{n}" for i in range(12) for n in per_block)}
+    with torch.device("meta"):
+        model = HydraViT.from_preset("b16")
+    shapes = {n: tuple(t.shape) for n, t in model.state_dict().items()}
+    assert set(shapes) == timm
+    assert shapes["blocks.11.attn.qkv.weight"] == (2304, 768) and shapes["pos_embed"] == (1, 197, 768)
+    assert shapes["patch_embed.proj.weight"] == (768, 3, 16, 16) and shapes["head.weight"] == (1000, 768)
