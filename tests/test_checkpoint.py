@@ -104,7 +104,7 @@ def test_narrow_checkpoint_of_wrong_width_is_refused(tmp_path, b16_like):
         init_heads_from(HydraViT(b16_like), tmp_path / "odd.pth")
 
 
-def test_state_dict_keys_are_timms_vit_layout(b16_like):
+def test_state_dict_keys_are_timms_vit_layout():
     """Written out independently of vit.py: the names the official release and timm/DeiT files use."""
     per_block = ["norm1.weight", "norm1.bias", "attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight",
                  "attn.proj.bias", "norm2.weight", "norm2.bias", "mlp.fc1.weight", "mlp.fc1.bias",
