@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import json
 import logging
 import time
@@ -182,3 +184,18 @@ def test_bad_lut_falls_back_to_the_smallest_head_count(bundle: Path, board: Boar
     (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert "\n" not in warning.getMessage() and "smallest head count (3)" in warning.getMessage()
     assert sw.events[0].reason.startswith("fallback: ")
+
+
+def test_an_artefact_that_will_not_load_is_not_retried(bundle: Path, board: Board, tmp_path: Path) -> None:
+    broken = tmp_path / "bundle"
+    shutil.copytree(bundle, broken)
+    (broken / "vit_h12_onnx_fp32.onnx").write_bytes(b"not a model")  # sha256 no longer matches the table
+    clock = Clock()
+    with Switcher(broken, root=str(board.root), clock=clock, prefetch=False) as sw:
+        assert sw.poll() == 12
+        assert sw.predict(IMAGE).heads == 3  # the fastest instead, with the reason logged
+        assert sw.events[-1].reason.startswith("load failed") and "sha256" in sw.events[-1].reason
+        for _ in range(5):
+            clock.now += 60  # long past the dwell: 12 is still what the table says
+            assert sw.poll() == 3 and sw.predict(IMAGE).heads == 3
+        assert len(sw.events) == 2

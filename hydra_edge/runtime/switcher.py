@@ -96,6 +96,7 @@ class Switcher:
         self._input_shape = (1, model["in_chans"], model["img_size"], model["img_size"]) \
             if {"in_chans", "img_size"} <= set(model) else None
         self.events: List[SwitchEvent] = []
+        self._broken: set = set()  # head counts whose artefact would not load
         self.polls = 0
         self.heads: Optional[int] = None
         self._switched_at = -math.inf
@@ -131,6 +132,8 @@ class Switcher:
             now = self.clock()
             heads = self.table.select(reading.battery_pct, reading.charging, reading.thermal, self.heads or 0,
                                       now - self._switched_at)
+            if heads in self._broken:  # failed to load once: not tried again at every dwell
+                heads = self.heads or self.table.heads[0]
             if heads != self.heads:
                 reason = "start" if self.heads is None else "state"
                 if self.fallback and self.heads is None:
@@ -234,6 +237,7 @@ class Switcher:
                 raise
             log.warning("cannot run %d heads (%s); running %d", heads, e, fastest)
             with self._lock:
+                self._broken.add(heads)
                 self._switch(fastest, f"load failed: {e}", None, self.clock())
             return self.predict(x)
         logits = engine.run(x)
