@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import shutil
-
 import json
 import logging
+import shutil
 import time
 from pathlib import Path
 from typing import Callable

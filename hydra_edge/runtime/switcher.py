@@ -23,7 +23,7 @@ from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Union
 
 import numpy as np
 
@@ -96,7 +96,7 @@ class Switcher:
         self._input_shape = (1, model["in_chans"], model["img_size"], model["img_size"]) \
             if {"in_chans", "img_size"} <= set(model) else None
         self.events: List[SwitchEvent] = []
-        self._broken: set = set()  # head counts whose artefact would not load
+        self._broken: Set[int] = set()  # head counts whose artefact would not load
         self.polls = 0
         self.heads: Optional[int] = None
         self._switched_at = -math.inf
