@@ -126,6 +126,26 @@ def test_local_calibration_writes_record_and_plot_and_resumes(rpi_bundle: Path, 
     assert invoke(*other, "--force").exit_code == 0 and read_calibration(path).settings["runs"] == 5
 
 
+def test_a_runtime_that_kills_the_runner_is_recorded_and_skipped(rpi_bundle: Path, device_python: Path,
+                                                                 tmp_path: Path) -> None:
+    """The runner dies after reporting 3 heads (as a segfaulting runtime would): 12 heads is recorded as
+    crashed, a re-run does not die on it again, and --force tries it again."""
+    dying = tmp_path / "python-that-dies"
+    dying.write_text(f'#!/bin/sh\ncase "$1" in\n  *runner.py) "{device_python}" "$@" | head -n 2; exit 0;;\n'
+                     f'  *) exec "{device_python}" "$@";;\nesac\n')
+    dying.chmod(0o755)
+    args = ("--bundle", rpi_bundle, "--local", "--out", tmp_path / "cal.json", "--runs", 3, "--warmup", 1)
+    line = one_line_error(invoke(*args, "--python", dying))
+    assert "12 heads is recorded as crashed, run again to measure the rest" in line
+    cal = read_calibration(tmp_path / "cal.json")
+    assert [(r.heads, r.status) for r in cal.results] == [(3, "ok"), (12, "crashed")]
+    again = invoke(*args, "--python", dying)
+    assert again.exit_code == 0 and "already measured" in again.output
+    fixed = invoke(*args, "--python", device_python, "--force")
+    assert fixed.exit_code == 0, fixed.output
+    assert [r.status for r in read_calibration(tmp_path / "cal.json").results] == ["ok", "ok"]
+
+
 def test_a_device_without_the_runtime_gets_one_line(rpi_bundle: Path, tmp_path: Path) -> None:
     bare = tmp_path / "bare"  # a Python with nothing installed, as on a fresh board
     assert os.system(f"'{sys.executable}' -m venv --without-pip '{bare}'") == 0

@@ -24,7 +24,7 @@ class HeadResult:
     heads: int
     artefact: str  # the manifest's ArtefactRecord.id
     sha256: str  # checked on the device before it was loaded
-    status: str  # "ok" | "golden_failed" (output outside tolerance: not timed) | "error"
+    status: str  # "ok" | "golden_failed" (output outside tolerance: not timed) | "error" | "crashed" (killed the runner)
     runner: str  # "python" (calibration/runner.py) | "benchmark_model" | "executor_runner"
     golden: dict[str, Any] = field(default_factory=dict)  # max_abs_diff, top1_agreement, passed
     load_s: Optional[float] = None

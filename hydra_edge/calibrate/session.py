@@ -94,8 +94,9 @@ def resume_or_start(out: Path, device_id: str, bundle: dict[str, Any], settings:
 
 
 def _done(calibration: Calibration, artefact: ArtefactRecord) -> bool:
+    """Measured, or known to crash the device's runtime (tried again only with --force)."""
     result = calibration.result(artefact.heads)
-    return result is not None and result.ok and result.sha256 == artefact.sha256
+    return result is not None and (result.ok or result.status == "crashed") and result.sha256 == artefact.sha256
 
 
 class Session:
@@ -189,8 +190,17 @@ class Session:
             # if the device no longer answers, that transport error is the real story.
             self.t.run(["true"], timeout=30)
             said = lines.stderr.strip().splitlines()
-            raise HydraEdgeError(f"the runner on {self.t.device_id} stopped (exit {lines.returncode}) before "
-                                 f"it finished: {said[-1] if said else 'no error text'}")
+            why = f"exit {lines.returncode}: {said[-1] if said else 'no error text'}"
+            # The device is up, so the runner itself died (a runtime that segfaults or is killed for
+            # memory) on the first artefact it had not reported: record that, so a re-run goes on
+            # with the others instead of dying on the same one again.
+            culprit = next((a for a in todo if not _done(self.calibration, a)), None)
+            if culprit is not None:
+                self._put(HeadResult(culprit.heads, culprit.id, culprit.sha256, "crashed", "python",
+                                     error=f"the runner died timing it ({why}); --force tries it again"))
+            raise HydraEdgeError(f"the runner on {self.t.device_id} stopped ({why}) before it finished"
+                                 + (f"; {culprit.heads} heads is recorded as crashed, run again to measure the rest"
+                                    if culprit else ""))
         if self.soak_pending:
             self._finish_soak(samples)
 
