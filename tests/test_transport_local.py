@@ -66,3 +66,17 @@ def test_open_transport_needs_exactly_one_device(kwargs: dict, monkeypatch: pyte
     monkeypatch.delenv("ANDROID_SERIAL", raising=False)
     with pytest.raises(HydraEdgeError, match="name"):
         open_transport(**kwargs)
+
+
+def test_stream_timeout_is_an_idle_limit(tmp_path: Path) -> None:
+    """A command that keeps printing runs past the limit; one that falls silent is stopped."""
+    from hydra_edge.transport import TransportTimeout
+
+    with LocalTransport(tmp_path / "dev") as t:
+        with t.stream(["sh", "-c", "for i in 1 2 3 4 5 6; do echo $i; sleep 0.3; done"], timeout=1.5) as lines:
+            assert list(lines) == ["1", "2", "3", "4", "5", "6"]  # 1.8 s in all, never 1.5 s silent
+        with pytest.raises(TransportTimeout, match="printed nothing for 0.5 s"):
+            with t.stream(["sh", "-c", "echo started; sleep 30"], timeout=0.5) as lines:
+                it = iter(lines)
+                assert next(it) == "started"
+                list(it)

@@ -24,6 +24,7 @@ from .soak import derate
 
 RUNNER = Path(__file__).resolve().parents[2] / "calibration" / "runner.py"
 _HEAD_FIELDS = {f.name for f in fields(HeadResult)}
+RUNNER_IDLE_S = 1800.0  # the runner prints per artefact and per soak sample; silence this long is a hung runtime
 
 Report = Callable[[str, "int | None"], None]  # (stage, head count or None); called as work happens
 
@@ -182,7 +183,7 @@ class Session:
         if todo:
             self.report("timing", todo[0].heads)
         finished = False
-        with self.t.stream(argv, check=False) as lines:
+        with self.t.stream(argv, check=False, timeout=RUNNER_IDLE_S) as lines:
             for line in lines:
                 finished = self._on_line(line, todo, samples) or finished
         if not finished:

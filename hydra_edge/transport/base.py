@@ -225,8 +225,9 @@ class Transport(ABC):
                cwd: str | None = None, env: Mapping[str, str] | None = None) -> "Stream":
         """Start ``argv`` on the device; iterate the returned ``Stream`` for stdout lines as they come.
 
-        For long runs (the calibration runner prints one JSON line per measurement). Use it as a
-        context manager so leaving early stops the command.
+        For long runs (the calibration runner prints one JSON line per measurement). ``timeout`` is
+        an idle limit: the command is stopped when it prints nothing for that long (a hung runtime),
+        however long it runs in all. Use it as a context manager so leaving early stops the command.
         """
         argv = check_argv(argv)
         proc = self._popen(self._launch(argv, cwd, env), subprocess.DEVNULL, subprocess.PIPE)
@@ -385,11 +386,18 @@ class Stream:
         self._err_reader = threading.Thread(target=self._read_stderr, daemon=True)
         self._err_reader.start()  # a full stderr pipe would otherwise stall the command
         self._timed_out = threading.Event()
-        self._timer = threading.Timer(timeout, self._time_out) if timeout is not None else None
+        self._timeout = timeout
+        self._timer: threading.Timer | None = None
+        self._arm()
+
+    def _arm(self) -> None:
+        """(Re)start the idle timer: each line of output buys the command another ``timeout``."""
         if self._timer:
+            self._timer.cancel()
+        if self._timeout is not None:
+            self._timer = threading.Timer(self._timeout, self._time_out)
             self._timer.daemon = True
             self._timer.start()
-        self._timeout = timeout
 
     def _read_stderr(self) -> None:
         assert self._proc.stderr is not None
@@ -410,6 +418,7 @@ class Stream:
         assert self._proc.stdout is not None
         try:
             for raw in self._proc.stdout:
+                self._arm()
                 yield raw.decode(errors="replace").rstrip("\r\n")
             self._proc.wait()
         except KeyboardInterrupt:
@@ -421,8 +430,8 @@ class Stream:
     def _finish(self) -> None:
         self.close()
         if self._timed_out.is_set():
-            raise TransportTimeout(f"`{shown(self._argv)}` did not finish within {self._timeout:g} s on "
-                                   f"{self._transport.device_id}; stopped it")
+            raise TransportTimeout(f"`{shown(self._argv)}` printed nothing for {self._timeout:g} s on "
+                                   f"{self._transport.device_id} (hung?); stopped it")
         rc = self._proc.returncode
         failure = self._transport._client_error(rc, self.stderr)
         if failure is not None:
