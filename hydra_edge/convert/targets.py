@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..atomic import read_json
 from ..errors import HydraEdgeError
 from ..runtime.engines import FORMATS
 from .formats import quants
@@ -129,10 +130,7 @@ def _variant(d: dict[str, Any], where: str) -> Variant:
 def load_target(target: str) -> Target:
     """Read and check a target profile, by name or path; every problem is one line naming the file."""
     path = resolve(target)
-    try:
-        d = tomllib.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise HydraEdgeError(f"cannot read target profile {path}: {e}") from None
+    d = read_json(path, "target profile", "see targets/rpi.toml for the format", loads=tomllib.loads)
     entries = d.get("artefacts")
     if not isinstance(entries, list) or not entries:
         raise HydraEdgeError(f"{path}: no [[artefacts]] entries; a target needs at least one format")

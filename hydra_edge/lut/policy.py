@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ..atomic import read_json
 from ..errors import HydraEdgeError
 from ..runtime.lut import THERMAL_SOURCES
 from ..runtime.signals.android import THERMAL_STATUS_NAMES as ANDROID_STATUSES
@@ -155,11 +156,6 @@ def load_policy(path: str | Path | None) -> Policy:
     """The defaults, overridden by ``path`` when given."""
     if path is None:
         return Policy()
-    path = Path(path)
-    try:
-        d = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise HydraEdgeError(f"no policy file at {path}") from None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise HydraEdgeError(f"cannot read policy {path}: {e}") from None
+    d = read_json(path, "policy", "write one (see hydra_edge/lut/policy.py) or leave out --policy",
+                  loads=tomllib.loads)
     return policy_from_dict(d, str(path))
