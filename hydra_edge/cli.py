@@ -10,21 +10,9 @@ from .calibrate.command import calibrate
 from .convert.command import convert
 from .demo import demo
 from .deploy import deploy
+from .command import CONTEXT, Group
 from .errors import HydraEdgeError
 from .lut.command import lut
-
-CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-
-
-class Group(click.Group):
-    """Turns a ``HydraEdgeError`` into one line on stderr and exit code 1, as users expect."""
-
-    def invoke(self, ctx: click.Context):
-        try:
-            return super().invoke(ctx)
-        except HydraEdgeError as e:
-            raise click.ClickException(str(e)) from None
-
 
 @click.group(cls=Group, context_settings=CONTEXT)
 @click.version_option(package_name="hydra-edge")

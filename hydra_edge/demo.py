@@ -16,6 +16,7 @@ from pathlib import Path
 import click
 
 from .atomic import write_json
+from .command import command
 from .deploy import APP
 
 
@@ -77,7 +78,7 @@ def _stage(n: int, title: str) -> None:
     Console(stderr=True).rule(f"[bold]{n}/5 {title}")
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@command()
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("hydra-edge-demo"),
               show_default=True, help="Folder for everything the demo makes.")
 @click.option("--epochs", default=30, show_default=True, help="Training epochs on digits.")

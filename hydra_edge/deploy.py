@@ -16,6 +16,7 @@ import click
 from .calibrate.command import Target
 from .calibrate.device import ensure_python, package_files, push_files, runtime_requirements
 from .convert.manifest import MANIFEST, read_manifest
+from .command import command
 from .errors import HydraEdgeError
 from .runtime.lut import read_table
 from .runtime.preprocess import IMAGE_SUFFIXES
@@ -72,7 +73,7 @@ def deploy_to(transport: Transport, bundle: Path, lut: Path, images: Path | None
     return 0
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@command()
 @click.option("--bundle", "-b", required=True, type=click.Path(file_okay=False, exists=True, path_type=Path))
 @click.option("--lut", "-l", "lut_path", required=True, type=click.Path(exists=True, path_type=Path),
               help="lut.json, or the folder hydra-edge lut wrote.")
@@ -105,8 +106,5 @@ def deploy(bundle: Path, lut_path: Path, host: str | None, local: bool, images: 
     options = {k: v for k, v in {"remote_dir": remote_dir, "identity_file": identity_file,
                                  "known_hosts": known_hosts, "ssh_config": ssh_config}.items() if v is not None}
     app_args = ["--plain"] + (["--max-images", str(max_images)] if max_images else [])
-    try:
-        with Target("local", None).open(options) if local else Target("host", host).open(options) as transport:
-            deploy_to(transport, bundle, lut_file, images, camera, python, setup, pip_args, app_args, detach)
-    except HydraEdgeError as e:
-        raise click.ClickException(str(e)) from None
+    with Target("local", None).open(options) if local else Target("host", host).open(options) as transport:
+        deploy_to(transport, bundle, lut_file, images, camera, python, setup, pip_args, app_args, detach)

@@ -9,13 +9,13 @@ from typing import Any
 
 import click
 
+from ..command import command
 from ..errors import HydraEdgeError
 from ..transport import Transport, open_transport
 from .record import Calibration
 from .session import CalibrateOptions, Session, safe_name
 from .soak import parse_duration
 
-CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ def _summary(console: Any, calibration: Calibration, path: Path, png: Path) -> N
     console.print(f"wrote {path} and {png}", soft_wrap=True)
 
 
-@click.command(context_settings=CONTEXT)
+@command()
 @click.option("--bundle", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="A bundle folder made by hydra-edge convert.")
 @click.option("--host", "hosts", multiple=True, help="ssh device: user@host[:port] or an ssh config alias; repeat for a fleet.")
@@ -147,17 +147,14 @@ def calibrate(bundle: Path, hosts: tuple[str, ...], serial: str | None, local: b
     """
     from rich.console import Console
 
-    try:
-        opts = CalibrateOptions(bundle=bundle, runs=runs, warmup=warmup, threads=threads, quant=quant,
-                                python=python, setup=setup, pip_args=pip_args, runner=runner,
-                                soak_s=parse_duration(soak) if soak else None, soak_interval_s=soak_interval,
-                                sysfs_root=sysfs_root, force=force)
-        targets = _targets(hosts, serial, local)
-        options = {k: v for k, v in {"remote_dir": remote_dir, "identity_file": identity_file, "known_hosts": known_hosts,
-                                     "ssh_config": ssh_config, "adb_port": adb_port}.items() if v is not None}
-        _run_all(targets, options, opts, out, Console())
-    except HydraEdgeError as e:
-        raise click.ClickException(str(e)) from None
+    opts = CalibrateOptions(bundle=bundle, runs=runs, warmup=warmup, threads=threads, quant=quant,
+                            python=python, setup=setup, pip_args=pip_args, runner=runner,
+                            soak_s=parse_duration(soak) if soak else None, soak_interval_s=soak_interval,
+                            sysfs_root=sysfs_root, force=force)
+    targets = _targets(hosts, serial, local)
+    options = {k: v for k, v in {"remote_dir": remote_dir, "identity_file": identity_file, "known_hosts": known_hosts,
+                                 "ssh_config": ssh_config, "adb_port": adb_port}.items() if v is not None}
+    _run_all(targets, options, opts, out, Console())
 
 
 def _run_all(targets: list[Target], options: dict[str, Any], opts: CalibrateOptions, out: Path, console: Any) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import HydraEdgeError
+from ..command import command
 from .pipeline import ConvertOptions, ConvertResult, convert as run_convert
 
 
@@ -56,7 +56,7 @@ def _summary(result: ConvertResult) -> None:
     click.echo(f"{len(result.converted)} converted, {len(result.skipped)} unchanged, {len(result.failed)} failed")
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@command()
 @click.option("--checkpoint", "-c", required=True, type=click.Path(path_type=Path), envvar="HYDRA_EDGE_CHECKPOINT",
               help="HydraViT checkpoint (hydra-edge, official release or timm layout).")
 @click.option("--target", "-t", required=True, help="Profile name in targets/ (rpi, jetson, android) or a .toml path.")
@@ -85,14 +85,11 @@ def convert(checkpoint: Path, target: str, out: Path, heads: str | None, quant: 
     opts = ConvertOptions(checkpoint=checkpoint, target=target, out=out, heads=heads, quant=quant, max_drop=max_drop,
                           jobs=jobs, data=data, eval_limit=eval_limit, optional=optional, force=force)
     progress = None if quiet or not sys.stderr.isatty() else _Progress()
-    try:
-        if progress:
-            with progress.progress:
-                result = run_convert(opts, progress)
-        else:
-            result = run_convert(opts, _log_line)
-    except HydraEdgeError as e:
-        raise click.ClickException(str(e)) from None
+    if progress:
+        with progress.progress:
+            result = run_convert(opts, progress)
+    else:
+        result = run_convert(opts, _log_line)
     _summary(result)
     if result.failed:
         raise click.ClickException("; ".join(result.failed))

@@ -10,6 +10,7 @@ import click
 from ..atomic import write_bytes, write_json, write_text
 from ..calibrate.record import read_calibration
 from ..convert.manifest import read_manifest
+from ..command import command
 from ..errors import HydraEdgeError
 from .emit_c import emit_c
 from .emit_kotlin import emit_kotlin
@@ -39,7 +40,7 @@ def make_lut(bundle: Path, calibration: Path, out: Path, budget_ms: float | None
     return lut
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@command()
 @click.option("--bundle", "-b", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Bundle folder written by hydra-edge convert.")
 @click.option("--calibration", "-c", required=True, type=click.Path(dir_okay=False, path_type=Path),
@@ -59,9 +60,6 @@ def lut(bundle: Path, calibration: Path, budget_ms: float | None, policy: Path |
     Example:
       hydra-edge lut --bundle bundles/rpi --calibration calibration/pi4.json --budget-ms 80 --out lut/
     """
-    try:
-        doc = make_lut(bundle, calibration, out, budget_ms, policy)
-    except HydraEdgeError as e:
-        raise click.ClickException(str(e)) from None
+    doc = make_lut(bundle, calibration, out, budget_ms, policy)
     click.echo(markdown(doc), nl=False)
     click.echo(f"wrote {', '.join(str(out / name) for name in OUTPUTS)}")

@@ -1,0 +1,37 @@
+"""What every ``hydra-edge`` command shares: ``-h``, and a ``HydraEdgeError`` as one line and exit 1.
+
+Commands are declared with ``@command()`` (or on the group, which makes ``Command``s), so each is
+the same whether run under ``hydra-edge`` or invoked on its own (tests, ``CliRunner``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import click
+
+from .errors import HydraEdgeError
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class Command(click.Command):
+    """A click command whose user errors (``HydraEdgeError``) end as one ``Error:`` line, exit 1."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("context_settings", CONTEXT)
+        super().__init__(*args, **kwargs)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except HydraEdgeError as e:
+            raise click.ClickException(str(e)) from None
+
+
+class Group(click.Group):
+    command_class = Command
+
+
+def command(name: str | None = None) -> Callable[[Callable[..., Any]], Command]:
+    return click.command(name, cls=Command)
