@@ -32,16 +32,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hydra_edge.atomic import write_json, write_text  # noqa: E402
-from hydra_edge.calibrate.record import Calibration, HeadResult  # noqa: E402
+from hydra_edge.calibrate.record import Calibration  # noqa: E402
+from hydra_edge.calibrate.session import CalibrateOptions, Session  # noqa: E402
 from hydra_edge.config import parse_heads, preset  # noqa: E402
-from hydra_edge.convert.manifest import read_manifest, sha256_file  # noqa: E402
+from hydra_edge.convert.manifest import read_manifest  # noqa: E402
 from hydra_edge.convert.pipeline import ConvertOptions, convert  # noqa: E402
 from hydra_edge.lut.command import make_lut  # noqa: E402
 from hydra_edge.lut.table import Point, pareto  # noqa: E402
 from hydra_edge.model import HydraViT  # noqa: E402
-from hydra_edge.runtime.engines import load  # noqa: E402
 from hydra_edge.runtime.signals import percentile  # noqa: E402
 from hydra_edge.runtime.switcher import Switcher  # noqa: E402
+from hydra_edge.transport import open_transport  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 EDGE0_C, BAND_C = 50.0, 10.0  # thermal bands <50, 50-60, 60-70, ... °C
@@ -58,25 +59,11 @@ def bundle(work: Path, target: str, heads: str) -> Path:
     return out
 
 
-def calibrate_here(out: Path, runs: int, threads: int) -> Calibration:
-    """Median latency of each artefact on this machine, as the calibrator would record it."""
-    manifest = read_manifest(out)
-    cal = Calibration(device_id=f"local:{platform.node()}", device={}, settings={"runs": runs},
-                      bundle={"path": str(out), "manifest_sha256": sha256_file(out / "manifest.json"),
-                              "target": manifest.target["name"]})
-    x = np.zeros((1, *_input_shape(manifest.model)), np.float32)
-    for a in manifest.artefacts:
-        engine = load(out / a.file, threads)  # as the switcher loads it
-        for _ in range(5):
-            engine.run(x)
-        times = []
-        for _ in range(runs):
-            t = time.perf_counter()
-            engine.run(x)
-            times.append((time.perf_counter() - t) * 1e3)
-        cal.put(HeadResult(heads=a.heads, artefact=a.id, sha256=a.sha256, status="ok", runner="python",
-                           latency={"p50_ms": statistics.median(times), "mean_ms": statistics.fmean(times)}))
-    return cal
+def calibrate_here(out: Path, runs: int, threads: int, work: Path) -> Calibration:
+    """This machine calibrated as the device, by the calibrator itself (``hydra-edge calibrate --local``)."""
+    opts = CalibrateOptions(bundle=out, runs=runs, warmup=5, threads=threads, python=sys.executable, force=True)
+    with open_transport(local=True, workdir=str(work / "device")) as transport:
+        return Session(transport, opts, work / "calibration.json").run()
 
 
 def _input_shape(model: dict[str, Any]) -> tuple[int, int, int]:
@@ -145,8 +132,7 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     out = bundle(work, args.target, args.heads)
     load_before = os.getloadavg()[0]
-    cal = calibrate_here(out, args.runs, args.threads)
-    cal.write(work / "calibration.json")
+    cal = calibrate_here(out, args.runs, args.threads, work)
     (work / "policy.toml").write_text(policy_text(cal))
     doc = make_lut(out, work / "calibration.json", out, policy=work / "policy.toml")
     shape = _input_shape(read_manifest(out).model)
