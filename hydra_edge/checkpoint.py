@@ -115,6 +115,12 @@ def load_checkpoint(path: str | Path, ema: bool = False, head_dim: int = 64) -> 
     Our own files carry their config; foreign ones (official release, timm, DeiT) are read by
     shape with ``head_dim`` per head (64 for the ViT-B family). ``ema`` prefers ``state_dict_ema``.
     """
+    return load_checkpoint_file(path, ema, head_dim)[0]
+
+
+def load_checkpoint_file(path: str | Path, ema: bool = False,
+                         head_dim: int = 64) -> tuple[HydraViT, dict[str, Any]]:
+    """``load_checkpoint`` plus the whole file (data spec, training state), read once: a b16 file is 330 MB."""
     obj = read_file(path)
     state = state_dict_of(obj, path, ema=ema)
     if isinstance(obj.get("config"), Mapping):
@@ -123,7 +129,7 @@ def load_checkpoint(path: str | Path, ema: bool = False, head_dim: int = 64) -> 
         cfg = infer_config(state, path, head_dim)
     model = HydraViT(cfg)
     load_state(model, state, path)
-    return model
+    return model, obj
 
 
 def init_heads_from(model: HydraViT, path: str | Path, ema: bool = False) -> int:

@@ -155,14 +155,14 @@ def evaluate(checkpoint: Path, data: str | None, heads: str | None, out: Path | 
 
     Example: hydra-edge eval --checkpoint runs/digits/checkpoint.pt --data digits
     """
-    from .checkpoint import load_checkpoint, read_file
+    from .checkpoint import load_checkpoint_file
     from .config import parse_heads
     from .data import DataSpec, load_data
     from .evaluate import accuracy_per_heads
     from .train import write_report
 
-    model = load_checkpoint(checkpoint)
-    stored = read_file(checkpoint).get("data")
+    model, saved = load_checkpoint_file(checkpoint)
+    stored = saved.get("data")
     if not (stored or data):
         raise HydraEdgeError(f"{checkpoint} does not say what it was trained on; pass --data (digits or a folder)")
     spec = DataSpec.from_dict(stored) if stored else DataSpec(data)

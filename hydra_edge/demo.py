@@ -46,11 +46,11 @@ def export_images(checkpoint: Path, folder: Path, limit: int) -> Path:
     import numpy as np
     from PIL import Image
 
-    from .checkpoint import load_checkpoint, read_file
+    from .checkpoint import load_checkpoint_file
     from .data import DataSpec, as_arrays, load_data
 
-    model = load_checkpoint(checkpoint)
-    spec = DataSpec.from_dict(read_file(checkpoint)["data"])
+    model, saved = load_checkpoint_file(checkpoint)
+    spec = DataSpec.from_dict(saved["data"])
     x, y = as_arrays(load_data(spec, model.config).val, limit)
     pixels = np.clip(np.rint((x[:, 0] * 0.5 + 0.5) * 255), 0, 255).astype(np.uint8)  # undo (v - 0.5) / 0.5
     for i, (image, label) in enumerate(zip(pixels, y)):

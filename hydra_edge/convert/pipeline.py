@@ -239,7 +239,7 @@ class Plan:
 
 def plan(opts: ConvertOptions) -> Plan:
     """Check every input, then split the artefacts into jobs to run and records still valid."""
-    from ..checkpoint import load_checkpoint, read_file
+    from ..checkpoint import load_checkpoint_file
     from ..config import parse_heads
     from ..data import DataSpec, load_data
 
@@ -247,12 +247,12 @@ def plan(opts: ConvertOptions) -> Plan:
         raise HydraEdgeError("--max-drop must be >= 0, --jobs and --eval-limit >= 1")
     target = load_target(opts.target)
     variants = target.variants(opts.quant, opts.optional)
-    model = load_checkpoint(opts.checkpoint)
+    model, saved = load_checkpoint_file(opts.checkpoint)
     cfg = model.config
     heads = parse_heads(opts.heads, cfg.num_heads) if opts.heads else cfg.heads
     if cfg.separate_heads and set(heads) - set(cfg.heads):
         raise HydraEdgeError(f"{opts.checkpoint} has classifiers only for heads {list(cfg.heads)}; pick --heads among them")
-    data = _data_spec(read_file(opts.checkpoint), opts.data)
+    data = _data_spec(saved, opts.data)
     # fails now, in one line, if the data is gone; its class names let a device label what it sees
     classes = load_data(DataSpec.from_dict(data), cfg).classes if data is not None else None
     _prepare_out(opts.out)
