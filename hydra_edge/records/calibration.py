@@ -1,0 +1,148 @@
+"""The calibration record (schema ``hydra-edge/calibration`` v1): what one device measured for one bundle.
+
+The calibrator writes it per head count, as results arrive, so nothing measured is lost; the
+lookup table reads it. Latencies, loads and multipliers are finite and non-negative.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple, Union
+
+import msgspec
+from msgspec import Meta
+
+from ..atomic import write_bytes
+from . import codec
+from .fields import Finite, Heads, Name, NonNegative, NonNegFloat, PosFloat, Sha256, check, finite
+
+SCHEMA = "hydra-edge/calibration"
+SCHEMA_VERSION = 1
+HINT = "re-run hydra-edge calibrate"
+
+Status = Literal["ok", "golden_failed", "error", "crashed"]
+
+
+class Latency(msgspec.Struct, forbid_unknown_fields=True):
+    """``hydra_edge.runtime.signals.benchmarks.LatencyStats`` as written (ms); native runners lack percentiles."""
+
+    count: NonNegative
+    mean_ms: NonNegFloat
+    std_ms: Optional[NonNegFloat] = None
+    min_ms: Optional[NonNegFloat] = None
+    max_ms: Optional[NonNegFloat] = None
+    p50_ms: Optional[NonNegFloat] = None
+    p90_ms: Optional[NonNegFloat] = None
+    p99_ms: Optional[NonNegFloat] = None
+    trimmed_mean_ms: Optional[NonNegFloat] = None
+
+
+class BundleRef(msgspec.Struct, forbid_unknown_fields=True):
+    path: str
+    manifest_sha256: Sha256
+    target: Optional[str] = None
+
+
+class HeadResult(msgspec.Struct, forbid_unknown_fields=True):
+    """One artefact timed on the device. Only ``status == "ok"`` results carry a latency that counts."""
+
+    heads: Heads
+    artefact: Name  # the manifest's ArtefactRecord.id
+    sha256: Sha256  # checked on the device before it was loaded
+    status: Status  # golden_failed: output outside tolerance, not timed; crashed: killed the runner
+    runner: Name  # "python" (calibration/runner.py) | "benchmark_model" | "executor_runner"
+    golden: Dict[str, Any] = msgspec.field(default_factory=dict)  # max_abs_diff, top1_agreement, passed
+    load_s: Optional[NonNegFloat] = None
+    latency: Optional[Dict[str, Any]] = None  # Latency
+    peak_rss_mb: Optional[NonNegFloat] = None
+    state_before: Optional[Dict[str, Any]] = None  # signals.state.DeviceState.to_dict()
+    state_after: Optional[Dict[str, Any]] = None
+    error: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if self.latency is not None:
+            check(self.latency, Latency, ".latency")
+        for key in ("golden", "state_before", "state_after"):
+            finite(getattr(self, key), f".{key}")
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok" and self.latency is not None
+
+    @property
+    def latency_ms(self) -> float:
+        """The latency the lookup table plans with: the median, else the mean (native runners)."""
+        assert self.latency is not None
+        return self.latency.get("p50_ms") or self.latency["mean_ms"]
+
+
+Multiplier = PosFloat
+
+
+class Derating(msgspec.Struct, forbid_unknown_fields=True):
+    """Sustained load (``--soak``): how latency grows as the device heats up and throttles.
+
+    ``samples`` are raw; the tables are what the lookup table uses, each a latency multiplier
+    relative to the cool, unthrottled latency (1.0 = no slowdown).
+    """
+
+    heads: Heads
+    duration_s: NonNegFloat
+    samples: List[Dict[str, Any]]  # t_s, latency_ms, max_temp_c, throttled, android_thermal_status, battery
+    by_temperature: List[Tuple[Finite, Multiplier]]  # (lower bound °C of the bin, multiplier), ascending
+    by_thermal_status: Dict[str, Multiplier] = msgspec.field(default_factory=dict)  # Android status -> multiplier
+    by_throttled: Dict[str, Multiplier] = msgspec.field(default_factory=dict)  # "false"/"true" (Raspberry Pi)
+    bin_c: PosFloat = 5.0  # width of a by_temperature bin: bin i covers [lower, lower + bin_c)
+
+    def __post_init__(self) -> None:
+        finite(self.samples, ".samples")
+        lows = [low for low, _ in self.by_temperature]
+        if lows != sorted(set(lows)):
+            raise ValueError("`.by_temperature`: bins must rise strictly by temperature")
+
+
+class Calibration(msgspec.Struct, forbid_unknown_fields=True):
+    device_id: Name  # "ssh:pi@host:22", "adb:SERIAL", "local:NODE"
+    device: Dict[str, Any]  # signals.info.DeviceInfo.to_dict()
+    bundle: Dict[str, Any]  # BundleRef: path, manifest_sha256, target (name)
+    settings: Dict[str, Any]  # runs, warmup, threads, runner
+    results: List[HeadResult] = msgspec.field(default_factory=list)
+    soak: Optional[Derating] = None
+    schema: str = SCHEMA
+    schema_version: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        check(self.bundle, BundleRef, ".bundle")
+        finite(self.device, ".device")
+        finite(self.settings, ".settings")
+        heads = [r.heads for r in self.results]
+        if len(set(heads)) != len(heads):
+            raise ValueError("`.results`: two results for the same head count")
+
+    def result(self, heads: int) -> Optional[HeadResult]:
+        return next((r for r in self.results if r.heads == heads), None)
+
+    def put(self, result: HeadResult) -> None:
+        """Add or replace the result for its head count, keeping results ordered by heads."""
+        self.results = sorted([r for r in self.results if r.heads != result.heads] + [result], key=lambda r: r.heads)
+
+    def measured(self) -> List[HeadResult]:
+        return [r for r in self.results if r.ok]
+
+    def to_dict(self) -> Dict[str, Any]:
+        d = msgspec.to_builtins(self)
+        return {"schema": d.pop("schema"), "schema_version": d.pop("schema_version"), **d}
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any], where: str = "calibration") -> "Calibration":
+        return codec.decode(msgspec.json.encode(d), cls, where, "calibration", HINT, (SCHEMA, SCHEMA_VERSION))
+
+    def write(self, path: Union[str, Path]) -> Path:
+        write_bytes(path, codec.encode(self.to_dict(), Calibration, str(path), HINT))
+        return Path(path)
+
+
+def read_calibration(path: Union[str, Path]) -> Calibration:
+    """Read a calibration file, checking schema, version and every field; one line when it is not one."""
+    hint = HINT if Path(path).exists() else "run hydra-edge calibrate first"
+    return codec.read(path, Calibration, "calibration", hint, (SCHEMA, SCHEMA_VERSION))

@@ -1,0 +1,132 @@
+"""The one way a record is read or written: msgspec against the record's schema, one line on error.
+
+A reader gets a typed record or a single ``HydraEdgeError`` line: the file, the field path
+(``$.artefacts[2].heads``), what was expected, and how to fix it (the record's hint). A writer
+sends the record through the same schema before writing, so a file that would not read back
+(NaN, a negative count, a path outside the bundle) is never written, and writing what was read
+gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Optional, Tuple, Type, TypeVar, Union
+
+import msgspec
+
+from ..errors import HydraEdgeError
+from .fields import finite
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - devices on 3.9/3.10 read JSON records only; TOML is read on the host
+    tomllib = None
+
+T = TypeVar("T")
+Schema = Tuple[str, int]  # (schema name, version) a JSON record carries in its first two keys
+
+
+class _Header(msgspec.Struct):
+    """The first two keys of a versioned record, read before anything else is trusted."""
+
+    schema: Any = None
+    schema_version: Any = None
+
+
+def _one_line(e: msgspec.ValidationError, where: str, hint: str) -> str:
+    """``Expected `int`, got `str` - at `$.a[2]```` -> ``where: $.a[2]: expected `int`, got `str`; hint``."""
+    message, sep, at = str(e).rpartition(" - at `")
+    if not sep:
+        message, at = str(e), "$`"
+    path = at.rstrip("`")
+    if message.startswith("`."):  # a __post_init__ check: "`.golden.file`: what is wrong"
+        inner, _, message = message[1:].partition("`: ")
+        path += inner
+    message = message[:1].lower() + message[1:]
+    return f"{where}: {path}: {message}; {hint}"
+
+
+def _check_header(header: Any, schema: Schema, where: str, what: str, hint: str,
+                  error: Type[HydraEdgeError]) -> None:
+    name, version = schema
+    got = header if isinstance(header, _Header) else _Header()
+    if got.schema != name:
+        raise error(f"{where} is not a hydra-edge {what} (schema {got.schema!r}, expected {name!r}); {hint}")
+    if got.schema_version != version:
+        raise error(f"{where} has {what} schema version {got.schema_version!r}, this hydra-edge reads "
+                    f"version {version}; {hint}")
+
+
+def decode(data: Union[bytes, str], type_: Type[T], where: str, what: str, hint: str,
+           schema: Optional[Schema] = None, error: Type[HydraEdgeError] = HydraEdgeError) -> T:
+    """A JSON document as ``type_``, its schema and version checked first; ``error`` in one line otherwise."""
+    try:
+        if schema is not None:
+            _check_header(msgspec.json.decode(data, type=_Header), schema, where, what, hint, error)
+        return msgspec.json.decode(data, type=type_)
+    except msgspec.ValidationError as e:
+        if schema is not None and "Expected `object`" in str(e) and str(e).endswith("at `$`"):
+            raise error(f"{where} is not a hydra-edge {what} (not a JSON object); {hint}") from None
+        raise error(_one_line(e, where, hint)) from None
+    except msgspec.DecodeError as e:
+        raise error(f"{where} is not valid JSON ({e}); {hint}") from None
+    except RecursionError:
+        raise error(f"{where} nests too deeply to be a hydra-edge {what}; {hint}") from None
+
+
+def convert(obj: Any, type_: Type[T], where: str, hint: str, error: Type[HydraEdgeError] = HydraEdgeError) -> T:
+    """Plain data (a parsed TOML file) as ``type_``; ``error`` in one line otherwise.
+
+    Strict: a TOML string is never taken for a bool or a number (``optional = "no"`` is an error).
+    """
+    try:
+        finite(obj, "")
+        return msgspec.convert(obj, type_, strict=True)
+    except ValueError as e:  # msgspec.ValidationError is a ValueError too
+        if isinstance(e, msgspec.ValidationError):
+            raise error(_one_line(e, where, hint)) from None
+        raise error(_one_line(msgspec.ValidationError(f"{e} - at `$`"), where, hint)) from None
+    except RecursionError:
+        raise error(f"{where} nests too deeply; {hint}") from None
+
+
+def _read_bytes(path: Path, what: str, hint: str, error: Type[HydraEdgeError]) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise error(f"no {what} at {path}; {hint}") from None
+    except OSError as e:
+        raise error(f"cannot read {what} {path}: {e.strerror}; {hint}") from None
+
+
+def read(path: Union[str, Path], type_: Type[T], what: str, hint: str, schema: Optional[Schema] = None,
+         error: Type[HydraEdgeError] = HydraEdgeError) -> T:
+    """Read and check the JSON record at ``path``; a missing, unreadable or invalid file is one line."""
+    path = Path(path)
+    return decode(_read_bytes(path, what, hint, error), type_, str(path), what, hint, schema, error)
+
+
+def read_toml(path: Union[str, Path], type_: Type[T], what: str, hint: str,
+              error: Type[HydraEdgeError] = HydraEdgeError) -> T:
+    """Read and check the TOML record at ``path`` (target profiles, policies: host files)."""
+    path = Path(path)
+    data = _read_bytes(path, what, hint, error)
+    try:
+        parsed = tomllib.loads(data.decode())
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise error(f"cannot read {what} {path}: {e}; {hint}") from None
+    except RecursionError:
+        raise error(f"{path} nests too deeply to be a {what}; {hint}") from None
+    return convert(parsed, type_, str(path), hint, error)
+
+
+def encode(record: Any, type_: Type[Any], where: str, hint: str) -> bytes:
+    """``record`` as indented JSON, after checking it against ``type_`` as a reader would.
+
+    Numbers are normalised by the schema (an int in a float field is written as a float), so
+    writing what was read gives the same bytes.
+    """
+    plain = msgspec.to_builtins(record)
+    checked = convert(plain, type_, where, hint)
+    return msgspec.json.format(msgspec.json.encode(checked), indent=2) + b"\n"

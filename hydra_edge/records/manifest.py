@@ -1,0 +1,164 @@
+"""The bundle manifest (``manifest.json``, schema ``hydra-edge/bundle`` v1): every artefact of a bundle.
+
+``convert`` writes it whole after each artefact; the calibrator, the lookup table, the switcher
+and the board app read it. Nested tables that readers index like dicts (``golden``,
+``accuracy``, ``model``, ``target``) stay dicts and are checked against their schema here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Dict, List, Optional, Union
+
+import msgspec
+from msgspec import Meta
+
+from ..atomic import sha256_file, write_bytes
+from ..errors import HydraEdgeError
+from . import codec
+from .config import ModelConfig
+from .fields import Heads, Name, NonNegative, NonNegFloat, Percent, Positive, Ratio, Sha256, Threads, check, relative_path
+from .target import TargetRecord
+
+SCHEMA = "hydra-edge/bundle"
+SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
+HINT = "re-run hydra-edge convert into a new folder"
+
+
+class Tolerance(msgspec.Struct, forbid_unknown_fields=True):
+    """How close a device's outputs on the golden inputs must be to the fp32 reference."""
+
+    max_abs_diff: NonNegFloat
+    min_top1_agreement: Ratio
+    host_max_abs_diff: NonNegFloat
+    host_top1_agreement: Ratio
+
+
+class Golden(msgspec.Struct, forbid_unknown_fields=True):
+    file: str  # relative to the bundle
+    sha256: Sha256
+    inputs: Positive
+    reference: str
+    tolerance: Tolerance
+
+
+class Accuracy(msgspec.Struct, forbid_unknown_fields=True):
+    """Top-1 of the artefact and its fp32 subnetwork (None without labels), on ``images`` held-out inputs."""
+
+    basis: str
+    images: NonNegative
+    top1: Optional[Percent]
+    fp32_top1: Optional[Percent]
+    drop_pp: Optional[Annotated[float, Meta(ge=-100.0, le=100.0)]]
+    agreement: Percent
+    max_abs_diff: NonNegFloat
+
+
+class Checkpoint(msgspec.Struct, forbid_unknown_fields=True):
+    path: str
+    sha256: Sha256
+
+
+class ArtefactRecord(msgspec.Struct, forbid_unknown_fields=True):
+    """One converted, verified subnetwork. ``file`` and ``golden['file']`` are relative to the bundle."""
+
+    id: Name  # "h6_executorch_int8-dynamic"
+    heads: Heads
+    format: Name  # a key of hydra_edge.runtime.engines.FORMATS
+    quant: Name
+    file: str
+    bytes: NonNegative
+    sha256: Sha256
+    params: NonNegative
+    gmacs: NonNegFloat
+    runtime: Name  # what runs it on the device, e.g. "ai-edge-litert", "tensorrt"
+    runtime_min_version: Name
+    threads: Threads  # the target's thread count
+    host_runtime: str  # what verified it on the host, e.g. "onnxruntime 1.31.1"
+    convert_seconds: NonNegFloat
+    accuracy: Dict[str, Any]  # Accuracy
+    golden: Dict[str, Any]  # Golden
+    fingerprint: Name  # hash of everything that decides the file; equal -> skip on re-run
+    device_build: Optional[str] = None  # e.g. the trtexec command that builds the device engine
+    notes: Dict[str, Any] = msgspec.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        relative_path(self.file, ".file")
+        check(self.accuracy, Accuracy, ".accuracy")
+        check(self.golden, Golden, ".golden")
+        relative_path(self.golden["file"], ".golden.file")
+
+
+class Manifest(msgspec.Struct, forbid_unknown_fields=True):
+    checkpoint: Dict[str, Any]  # Checkpoint: path, sha256
+    model: Dict[str, Any]  # HydraConfig.to_dict()
+    data: Optional[Dict[str, Any]]  # the DataSpec verified on, None for random inputs
+    target: Dict[str, Any]  # Target.to_dict() + sha256
+    tools: Dict[str, Optional[str]]  # pip package -> version
+    max_drop: Annotated[float, Meta(ge=0.0, le=100.0)]
+    artefacts: List[ArtefactRecord] = msgspec.field(default_factory=list)
+    created_by: str = ""
+    classes: Optional[List[str]] = None  # class names in logit order (from the training data), None if unknown
+    schema: str = SCHEMA
+    schema_version: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        check(self.checkpoint, Checkpoint, ".checkpoint")
+        check(self.model, ModelConfig, ".model")
+        check(self.target, TargetRecord, ".target")
+        num_heads = self.model.get("num_heads", ModelConfig.num_heads)
+        for i, a in enumerate(self.artefacts):
+            if a.heads > num_heads:
+                raise ValueError(f"`.artefacts[{i}].heads`: {a.heads} heads, but the model has {num_heads}")
+        if len(self.by_id()) != len(self.artefacts):
+            raise ValueError("`.artefacts`: two artefacts have the same id")
+
+    def to_dict(self) -> Dict[str, Any]:
+        d = msgspec.to_builtins(self)
+        return {"schema": d.pop("schema"), "schema_version": d.pop("schema_version"), **d}
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any], where: str = MANIFEST) -> "Manifest":
+        return codec.decode(msgspec.json.encode(d), cls, where, "manifest", HINT, (SCHEMA, SCHEMA_VERSION))
+
+    def by_id(self) -> Dict[str, ArtefactRecord]:
+        return {a.id: a for a in self.artefacts}
+
+    def put(self, record: ArtefactRecord) -> None:
+        """Add or replace a record, keeping artefacts ordered by heads, format, quant."""
+        records = {**self.by_id(), record.id: record}
+        self.artefacts = sorted(records.values(), key=lambda a: (a.heads, a.format, a.quant))
+
+    def encode(self, where: str = MANIFEST) -> bytes:
+        """The file's bytes: schema and version first, checked as a reader will check them."""
+        return codec.encode(self.to_dict(), Manifest, where, HINT)
+
+    def write(self, folder: Union[str, Path]) -> Path:
+        path = Path(folder) / MANIFEST
+        write_bytes(path, self.encode(str(path)))
+        return path
+
+
+def read_manifest(folder_or_file: Union[str, Path]) -> Manifest:
+    """Read ``bundle/manifest.json`` (or the file itself), checking schema, version and every field."""
+    path = Path(folder_or_file)
+    path = path / MANIFEST if path.is_dir() else path
+    return codec.read(path, Manifest, "manifest", "run hydra-edge convert first" if not path.exists() else HINT,
+                      (SCHEMA, SCHEMA_VERSION))
+
+
+def bundle_file(folder: Union[str, Path], name: str, field: str) -> Path:
+    """``folder/name`` for a file a manifest names; one line when it is missing."""
+    path = Path(folder) / name
+    if not path.is_file():
+        raise HydraEdgeError(f"{path} is missing (named by {Path(folder) / MANIFEST} {field}); "
+                             "re-run hydra-edge convert to restore the bundle")
+    return path
+
+
+def intact(folder: Union[str, Path], record: ArtefactRecord) -> bool:
+    """The artefact and its golden pair exist and still have the recorded sha256."""
+    folder = Path(folder)
+    files = [(folder / record.file, record.sha256), (folder / record.golden["file"], record.golden["sha256"])]
+    return all(p.is_file() and sha256_file(p) == sha for p, sha in files)
