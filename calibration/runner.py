@@ -2,7 +2,7 @@
 """hydra-edge calibration runner: times every artefact of a bundle on the device it runs on.
 
 ``hydra-edge calibrate`` pushes this file beside the torch-free parts of ``hydra_edge`` it
-imports (``runtime``, ``convert.manifest``, ``errors``, ``atomic``) and runs it with the
+imports (``runtime``, ``records``, ``errors``, ``atomic``) and runs it with the
 device's Python (3.9+, numpy and the bundle's runtime; never torch). It can also be run by
 hand on a board: ``python3 calibration/runner.py --bundle bundles/rpi``.
 
@@ -32,7 +32,8 @@ from typing import Any, Callable, Dict, List, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the pushed hydra_edge beside us
 
-from hydra_edge.convert.manifest import ArtefactRecord, read_manifest, sha256_file  # noqa: E402
+from hydra_edge.atomic import sha256_file  # noqa: E402
+from hydra_edge.records.manifest import ArtefactRecord, read_manifest  # noqa: E402
 from hydra_edge.errors import HydraEdgeError  # noqa: E402
 
 Emit = Callable[[Dict[str, Any]], None]

@@ -6,7 +6,8 @@ the same whether run under ``hydra-edge`` or invoked on its own (tests, ``CliRun
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import math
+from typing import Any, Callable, Optional
 
 import click
 
@@ -35,3 +36,13 @@ class Group(click.Group):
 
 def command(name: str | None = None) -> Callable[[Callable[..., Any]], Command]:
     return click.command(name, cls=Command)
+
+
+class Number(click.FloatRange):
+    """A float option within bounds; NaN and infinity are refused (``FloatRange`` alone lets NaN through)."""
+
+    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number

@@ -6,6 +6,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from .errors import HydraEdgeError
+from .records import codec
+from .records.config import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -70,15 +72,10 @@ class HydraConfig:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "HydraConfig":
-        known = {f for f in cls.__dataclass_fields__}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise HydraEdgeError(f"unknown config fields {unknown}; is this checkpoint from a newer hydra-edge?")
-        d = dict(d)
-        if "heads" in d:
-            d["heads"] = tuple(d["heads"])
-        return cls(**d)
+    def from_dict(cls, d: dict[str, Any], where: str = "model config") -> "HydraConfig":
+        """A config as checkpoints and manifests store it, each field checked (``hydra_edge.records.config``)."""
+        checked = codec.convert(d, ModelConfig, where, "is it from a newer hydra-edge, or damaged?")
+        return cls(**{**{f: getattr(checked, f) for f in ModelConfig.__struct_fields__}, "heads": tuple(checked.heads)})
 
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -99,17 +96,13 @@ def preset(name: str, **overrides: Any) -> HydraConfig:
 def parse_heads(text: str, num_heads: int) -> tuple[int, ...]:
     """Parse ``"3-12"``, ``"3,6,12"`` or ``"3-6,12"`` into sorted head counts."""
     heads: set[int] = set()
-    try:
-        for part in text.split(","):
-            part = part.strip()
-            if "-" in part:
-                lo, hi = (int(v) for v in part.split("-", 1))
-                heads.update(range(lo, hi + 1))
-            elif part:
-                heads.add(int(part))
-    except ValueError:
-        raise HydraEdgeError(f"cannot read head counts {text!r}: use a range like 3-12 or a list like 3,6,12") from None
-    bad = sorted(k for k in heads if not 1 <= k <= num_heads)
-    if bad or not heads:
-        raise HydraEdgeError(f"head counts {sorted(heads) or text!r} out of range: this model has 1..{num_heads} heads")
+    for part in text.split(","):
+        try:
+            lo, hi = (int(v) for v in part.split("-", 1)) if "-" in part.strip()[1:] else (int(part),) * 2
+        except ValueError:
+            raise HydraEdgeError(f"cannot read head counts {text!r}: use a range like 3-12 or a list like 3,6,12") from None
+        if not 1 <= lo <= hi <= num_heads:  # checked before expanding: 1-1000000000 must not fill memory
+            raise HydraEdgeError(f"head counts {part.strip()!r} out of range: this model has 1..{num_heads} heads; "
+                                 f"pass e.g. --heads 3-{num_heads}")
+        heads.update(range(lo, hi + 1))
     return tuple(sorted(heads))

@@ -52,12 +52,31 @@ def test_target_by_path_and_unknown_name(tmp_path: Path) -> None:
     assert {"rpi", "jetson", "android"} <= set(available())
 
 
+RUNTIME = 'runtime = "onnxruntime"\nruntime_min_version = "1.17"\n'
+
+
 @pytest.mark.parametrize("body, message", [
-    ('[[artefacts]]\nformat = "coreml"\nquant = "fp32"\n', "unknown format 'coreml'"),
-    ('[[artefacts]]\nformat = "onnx"\nquant = "int4"\n', "no quantisation 'int4'"),
-    ('[[artefacts]]\nformat = "onnx"\nquant = "fp32"\n', "'runtime' is missing"),
-    ('threads = 2\n', r"no \[\[artefacts\]\]"),
+    ('[[artefacts]]\nformat = "coreml"\nquant = "fp32"\n' + RUNTIME, r"\$\.artefacts\[0\]: unknown format 'coreml'"),
+    ('[[artefacts]]\nformat = "onnx"\nquant = "int4"\n' + RUNTIME, "no quantisation 'int4'"),
+    ('[[artefacts]]\nformat = "onnx"\nquant = "fp32"\n', r"\$\.artefacts\[0\]: object missing required field `runtime`"),
+    ('threads = 2\n', "missing required field `artefacts`"),
+    ('artefacts = []\n', r"\$\.artefacts: expected `array` of length >= 1"),
     ('threads = [\n', "cannot read target profile"),
+    ('[[artefacts]]\nformat = "onnx"\nquant = "fp32"\noptional = "no"\n' + RUNTIME,
+     r"\$\.artefacts\[0\]\.optional: expected `bool`, got `str`"),
+    ('threads = 0\n[[artefacts]]\nformat = "onnx"\nquant = "fp32"\n' + RUNTIME, r"\$\.threads: expected `int` >= 1"),
+    ('[signals]\nstale_after_s = nan\n[[artefacts]]\nformat = "onnx"\nquant = "fp32"\n' + RUNTIME,
+     r"\$\.signals\.stale_after_s: nan is not a finite number"),
+    ('[signals]\nstale_after_s = 0\n[[artefacts]]\nformat = "onnx"\nquant = "fp32"\n' + RUNTIME,
+     r"\$\.signals\.stale_after_s: expected `float` > 0"),
+    ('[signals]\nthermal = true\n[[artefacts]]\nformat = "onnx"\nquant = "fp32"\n' + RUNTIME,
+     r"\$\.signals\.thermal: true names no source"),
+    ('[signals]\nbattery = "solar"\n[[artefacts]]\nformat = "onnx"\nquant = "fp32"\n' + RUNTIME,
+     r"\$\.signals\.battery: invalid enum value 'solar'"),
+    ('[signals]\nfiles = {temp = 3}\n[[artefacts]]\nformat = "onnx"\nquant = "fp32"\n' + RUNTIME,
+     r"\$\.signals\.files\[\.\.\.\]: expected `str`, got `int`"),
+    ('colour = "red"\n[[artefacts]]\nformat = "onnx"\nquant = "fp32"\n' + RUNTIME,
+     r"\$: object contains unknown field `colour`"),
 ])
 def test_bad_profiles_fail_in_one_line_naming_the_file(tmp_path: Path, body: str, message: str) -> None:
     f = tmp_path / "bad.toml"

@@ -34,8 +34,7 @@ _PROBE = ("import importlib.util, json, sys; "
 PACKAGE = Path(__file__).resolve().parents[1]
 # The torch-free part of hydra_edge a device runs (the runner, the switcher, the board app),
 # pushed as a package so that device code imports it exactly as the host does.
-DEVICE_MODULES = ("__init__.py", "errors.py", "atomic.py", "runtime/*.py", "runtime/signals/*.py",
-                  "convert/__init__.py", "convert/manifest.py")
+DEVICE_MODULES = ("__init__.py", "errors.py", "atomic.py", "runtime/*.py", "runtime/signals/*.py", "records/*.py")
 
 
 def package_files(remote_root: str) -> dict[str, Path]:
@@ -45,8 +44,8 @@ def package_files(remote_root: str) -> dict[str, Path]:
 
 
 def runtime_requirements(artefacts: Iterable[ArtefactRecord]) -> dict[str, str]:
-    """``{import name: pip requirement}`` a device needs to run ``artefacts``: numpy and their runtimes."""
-    requirements = {"numpy": "numpy"}
+    """``{import name: pip requirement}`` a device needs to run ``artefacts``: numpy, msgspec and their runtimes."""
+    requirements = {"numpy": "numpy", "msgspec": "msgspec>=0.18"}  # msgspec: hydra_edge.records
     for a in artefacts:
         fmt = FORMATS[a.format]
         pin = f">={a.runtime_min_version}" if a.runtime == fmt.runtime else ""

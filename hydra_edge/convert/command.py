@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ..command import command
+from ..command import Number, command
 from .pipeline import ConvertOptions, ConvertResult, convert as run_convert
 
 
@@ -63,11 +63,13 @@ def _summary(result: ConvertResult) -> None:
 @click.option("--out", "-o", required=True, type=click.Path(path_type=Path), help="Bundle folder to write.")
 @click.option("--heads", default=None, help="Head counts: 3-12 or 3,6,12 (default: every one the checkpoint serves).")
 @click.option("--quant", default=None, help="Override the profile's quantisation (e.g. fp32, int8-dynamic).")
-@click.option("--max-drop", default=1.0, show_default=True, type=float,
+@click.option("--max-drop", default=1.0, show_default=True, type=Number(0, 100),
               help="Fail an artefact whose top-1 falls more than this many p.p. below fp32.")
-@click.option("--jobs", "-j", default=1, show_default=True, type=int, help="Convert head counts in parallel processes.")
+@click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(1, 256),
+              help="Convert head counts in parallel processes.")
 @click.option("--data", default=None, help="Verify on this data ('digits' or a folder) instead of the checkpoint's.")
-@click.option("--eval-limit", default=1000, show_default=True, type=int, help="Held-out images per artefact check.")
+@click.option("--eval-limit", default=1000, show_default=True, type=click.IntRange(1, 10_000_000),
+              help="Held-out images per artefact check.")
 @click.option("--optional", is_flag=True, help="Also convert the profile's optional artefacts.")
 @click.option("--force", is_flag=True, help="Re-convert artefacts even when nothing changed.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress display.")

@@ -22,6 +22,7 @@ from importlib import import_module
 from pathlib import Path
 from typing import Any, Callable
 
+import msgspec
 import numpy as np
 
 from .. import __version__
@@ -275,7 +276,7 @@ def plan(opts: ConvertOptions) -> Plan:
             within = (rec.accuracy.get("drop_pp") or 0.0) <= opts.max_drop if rec else False  # a stricter --max-drop re-checks
             if rec and within and not opts.force and rec.fingerprint == fp and intact(opts.out, rec):
                 # Unchanged bytes; refresh what the profile says about running them.
-                manifest.put(replace(rec, runtime=v.runtime, runtime_min_version=v.runtime_min_version,
+                manifest.put(msgspec.structs.replace(rec, runtime=v.runtime, runtime_min_version=v.runtime_min_version,
                                      threads=target.threads, device_build=build))
                 skipped.append(file)
                 continue

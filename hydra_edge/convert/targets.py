@@ -2,7 +2,9 @@
 
 The converter, the calibrator and the switcher all read the same profile, so a user adds a device
 by adding a file. ``--target rpi`` finds ``targets/rpi.toml``; ``--target path/to/x.toml`` reads
-that file. Imports no torch: the device side reads profiles too.
+that file. The schema (every key's type and range) is ``hydra_edge.records.target``; this module
+finds profiles and checks what needs the converter's registries (formats, quantisations).
+Imports no torch: the device side reads profiles too.
 """
 
 from __future__ import annotations
@@ -10,38 +12,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tomllib
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..atomic import read_json
+import msgspec
+
 from ..errors import HydraEdgeError
+from ..records.target import Variant, read_profile
 from ..runtime.engines import FORMATS
 from .formats import quants
+
 TARGETS_ENV = "HYDRA_EDGE_TARGETS"  # a folder of extra profiles, searched before the shipped ones
 SHIPPED = Path(__file__).resolve().parents[2] / "targets"
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One artefact kind a target wants per head count: format, quantisation, device runtime."""
-
-    format: str
-    quant: str
-    runtime: str
-    runtime_min_version: str
-    optional: bool = False  # converted only when asked for (``--optional``)
-    device_build: str | None = None  # command that turns the artefact into a device engine
-    options: dict[str, Any] = field(default_factory=dict)  # exporter settings (calibration, exclusions)
-
-    @property
-    def key(self) -> str:
-        return f"{self.format}_{self.quant}"
-
-    def conversion_dict(self) -> dict[str, Any]:
-        """What decides the artefact's bytes; hashed into its fingerprint (runtime names are not)."""
-        return {"format": self.format, "quant": self.quant, "options": self.options}
 
 
 @dataclass(frozen=True)
@@ -51,13 +34,13 @@ class Target:
     threads: int
     golden_inputs: int
     artefacts: tuple[Variant, ...]
-    signals: dict[str, dict[str, str]]
+    signals: dict[str, Any]  # the [signals] table as written (hydra_edge.records.target.Signals)
     source: str  # the file it was read from
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["artefacts"] = [asdict(v) for v in self.artefacts]
-        return d
+        return {"name": self.name, "description": self.description, "threads": self.threads,
+                "golden_inputs": self.golden_inputs, "artefacts": [msgspec.to_builtins(v) for v in self.artefacts],
+                "signals": self.signals, "source": self.source}
 
     @property
     def sha256(self) -> str:
@@ -75,7 +58,7 @@ class Target:
         for v in chosen:
             check_quant(v.format, quant, f"--quant for target {self.name!r}")
             options = v.options if quant == v.quant else {}
-            nv = replace(v, quant=quant, options=options)
+            nv = msgspec.structs.replace(v, quant=quant, options=options)
             if nv.key not in {o.key for o in out}:
                 out.append(nv)
         return tuple(out)
@@ -112,41 +95,24 @@ def resolve(target: str) -> Path:
     )
 
 
-def _variant(d: dict[str, Any], where: str) -> Variant:
-    fmt = d.get("format")
-    if fmt not in FORMATS:
-        raise HydraEdgeError(f"{where}: unknown format {fmt!r}; choose one of {sorted(FORMATS)}")
-    check_quant(fmt, d.get("quant", ""), where)
-    for key in ("runtime", "runtime_min_version"):
-        if not isinstance(d.get(key), str):
-            raise HydraEdgeError(f"{where}: {key!r} is missing; name the device runtime and its minimum version")
-    known = {f for f in Variant.__dataclass_fields__}
-    unknown = sorted(set(d) - known)
-    if unknown:
-        raise HydraEdgeError(f"{where}: unknown keys {unknown}; allowed: {sorted(known)}")
-    return Variant(**d)
+def _check_variant(v: Variant, where: str) -> None:
+    if v.format not in FORMATS:
+        raise HydraEdgeError(f"{where}: unknown format {v.format!r}; choose one of {sorted(FORMATS)}")
+    check_quant(v.format, v.quant, where)
 
 
 def load_target(target: str) -> Target:
     """Read and check a target profile, by name or path; every problem is one line naming the file."""
     path = resolve(target)
-    d = read_json(path, "target profile", "see targets/rpi.toml for the format", loads=tomllib.loads)
-    entries = d.get("artefacts")
-    if not isinstance(entries, list) or not entries:
-        raise HydraEdgeError(f"{path}: no [[artefacts]] entries; a target needs at least one format")
-    variants = tuple(_variant(dict(e), f"{path} artefact {i + 1}") for i, e in enumerate(entries))
-    if len({v.key for v in variants}) != len(variants):
-        raise HydraEdgeError(f"{path}: two [[artefacts]] entries have the same format and quant")
-    threads, golden = d.get("threads", 1), d.get("golden_inputs", 8)
-    if not (isinstance(threads, int) and threads >= 1 and isinstance(golden, int) and golden >= 1):
-        raise HydraEdgeError(f"{path}: 'threads' and 'golden_inputs' must be positive integers")
-    signals = d.get("signals", {})
+    profile = read_profile(str(path))
+    for i, v in enumerate(profile.artefacts):
+        _check_variant(v, f"{path}: $.artefacts[{i}]")
     return Target(
-        name=str(d.get("name", path.stem)),
-        description=str(d.get("description", "")),
-        threads=threads,
-        golden_inputs=golden,
-        artefacts=variants,
-        signals={kind: dict(v) for kind, v in signals.items()},
+        name=profile.name or path.stem,
+        description=profile.description,
+        threads=profile.threads,
+        golden_inputs=profile.golden_inputs,
+        artefacts=tuple(profile.artefacts),
+        signals=profile.signals,
         source=str(path),
     )

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import click
 
-from ..atomic import write_bytes, write_json, write_text
+from ..atomic import write_bytes, write_text
 from ..calibrate.record import read_calibration
+from ..command import Number, command
 from ..convert.manifest import read_manifest
-from ..command import command
-from ..errors import HydraEdgeError
+from ..records import lut as record
 from .emit_c import emit_c
 from .emit_kotlin import emit_kotlin
 from .plot import markdown, plot_grid
-from .policy import load_policy
+from .policy import load_policy, policy_from_dict
 from .table import build_table
 
 OUTPUTS = ("lut.json", "hydra_lut.h", "HydraLut.kt", "lut.md", "lut.png")
@@ -26,13 +25,12 @@ def make_lut(bundle: Path, calibration: Path, out: Path, budget_ms: float | None
     """Build the table and write every output into ``out``; returns the ``lut.json`` document."""
     pol = load_policy(policy)
     if budget_ms is not None:
-        if not budget_ms > 0:
-            raise HydraEdgeError("--budget-ms must be positive")
-        pol = replace(pol, budget_ms=budget_ms)
+        pol = policy_from_dict({**pol.to_dict(), "budget_ms": budget_ms}, "--budget-ms")
     lut = build_table(bundle, read_manifest(bundle), read_calibration(calibration), calibration, pol)
     # Everything rendered before anything is written: a failure leaves the old outputs as they were.
+    document = record.encode(lut, str(out / "lut.json"))
     header, kotlin, table, png = emit_c(lut), emit_kotlin(lut), markdown(lut), plot_grid(lut)
-    write_json(out / "lut.json", lut)
+    write_bytes(out / "lut.json", document)
     write_text(out / "hydra_lut.h", header)
     write_text(out / "HydraLut.kt", kotlin)
     write_text(out / "lut.md", table)
@@ -45,7 +43,8 @@ def make_lut(bundle: Path, calibration: Path, out: Path, budget_ms: float | None
               help="Bundle folder written by hydra-edge convert.")
 @click.option("--calibration", "-c", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="Calibration JSON measured on the device for this bundle.")
-@click.option("--budget-ms", type=float, default=None, help="Latency budget on mains power (overrides the policy's).")
+@click.option("--budget-ms", type=Number(0, 1e12, min_open=True), default=None,
+              help="Latency budget on mains power, > 0 (overrides the policy's).")
 @click.option("--policy", "-p", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Policy TOML: battery bands, thermal bands, margins, dwell (default: built-in).")
 @click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), default=Path("lut"), show_default=True,

@@ -16,7 +16,7 @@ from typing import Any, Optional, Tuple, Type, TypeVar, Union
 import msgspec
 
 from ..errors import HydraEdgeError
-from .fields import finite
+from .fields import finite, locate
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -35,16 +35,9 @@ class _Header(msgspec.Struct):
 
 
 def _one_line(e: msgspec.ValidationError, where: str, hint: str) -> str:
-    """``Expected `int`, got `str` - at `$.a[2]```` -> ``where: $.a[2]: expected `int`, got `str`; hint``."""
-    message, sep, at = str(e).rpartition(" - at `")
-    if not sep:
-        message, at = str(e), "$`"
-    path = at.rstrip("`")
-    if message.startswith("`."):  # a __post_init__ check: "`.golden.file`: what is wrong"
-        inner, _, message = message[1:].partition("`: ")
-        path += inner
-    message = message[:1].lower() + message[1:]
-    return f"{where}: {path}: {message}; {hint}"
+    """``Expected `int`, got `str` - at `$.a[2]``` -> ``where: $.a[2]: expected `int`, got `str`; hint``."""
+    path, message = locate(str(e))
+    return f"{where}: {path}: {message[:1].lower()}{message[1:]}; {hint}"
 
 
 def _check_header(header: Any, schema: Schema, where: str, what: str, hint: str,
@@ -127,6 +120,7 @@ def encode(record: Any, type_: Type[Any], where: str, hint: str) -> bytes:
     Numbers are normalised by the schema (an int in a float field is written as a float), so
     writing what was read gives the same bytes.
     """
-    plain = msgspec.to_builtins(record)
-    checked = convert(plain, type_, where, hint)
+    checked = msgspec.to_builtins(convert(msgspec.to_builtins(record), type_, where, hint))
+    if isinstance(checked, dict) and "schema" in checked:  # the header first, where a person looks
+        checked = {"schema": checked.pop("schema"), "schema_version": checked.pop("schema_version"), **checked}
     return msgspec.json.format(msgspec.json.encode(checked), indent=2) + b"\n"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from pathlib import PurePosixPath
-from typing import Annotated, Any
+from typing import Annotated, Any, Tuple
 
 import msgspec
 from msgspec import Meta
@@ -45,15 +45,28 @@ def relative_path(value: str, field: str) -> None:
         raise ValueError(f"`{field}`: {value!r} leaves the bundle; a record names files relative to its bundle")
 
 
+def locate(error: str) -> Tuple[str, str]:
+    """A msgspec error as (field path, message): ``Expected `int` - at `$.a[2]``` -> ``("$.a[2]", "Expected `int`")``.
+
+    A check of ours (a ``__post_init__`` ValueError) starts its message with the path below the
+    record it ran in (``"`.golden.file`: ..."``); it is joined to the path msgspec adds.
+    """
+    message, sep, at = error.rpartition(" - at `")
+    path = at.rstrip("`") if sep else "$"
+    message = message if sep else error
+    while message.startswith(("`.", "`[")):
+        inner, _, message = message[1:].partition("`: ")
+        path += inner
+    return path, message
+
+
 def check(value: Any, type_: Any, field: str) -> None:
     """Check a mapping kept as a plain dict (for its readers) against its schema; ValueError naming ``field``."""
     try:
         msgspec.convert(value, type_, strict=True)
     except msgspec.ValidationError as e:
-        message, _, at = str(e).rpartition(" - at `$")
-        if not message:
-            raise ValueError(f"`{field}`: {e}") from None
-        raise ValueError(f"`{field}{at.rstrip('`')}`: {message}") from None
+        path, message = locate(str(e))
+        raise ValueError(f"`{field}{path[1:]}`: {message}") from None
     finite(value, field)
 
 

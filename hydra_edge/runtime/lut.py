@@ -28,19 +28,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Optional, Tuple, Union
 
-from ..atomic import read_json, sha256_file
-from ..convert.manifest import MANIFEST  # torch-free, like this module
-from ..errors import HydraEdgeError
+import msgspec
 
-SCHEMA = "hydra-edge/lut"
-SCHEMA_VERSION = 1
-THERMAL_SOURCES = ("temperature", "android")
-
-
-class LutError(HydraEdgeError):
-    """``lut.json`` cannot be used with this bundle: missing, damaged, foreign or mismatched."""
+from ..atomic import sha256_file
+from ..records import lut as record
+from ..records.lut import SCHEMA, SCHEMA_VERSION, THERMAL_SOURCES, LutError  # noqa: F401 (re-exported)
+from ..records.manifest import MANIFEST, read_manifest
 
 
 @dataclass(frozen=True)
@@ -117,62 +112,42 @@ class Table:
         return temp
 
 
-def _floats(values: Sequence[Any]) -> Tuple[float, ...]:
-    return tuple(float(v) for v in values)
+def _table(doc: record.LutDocument) -> Table:
+    """The selection's view of a checked ``lut.json`` (``hydra_edge.records.lut`` checked every field)."""
+    fields = Candidate.__dataclass_fields__
+    return Table(
+        candidates=tuple(Candidate(**{k: getattr(c, k) for k in fields}) for c in doc.candidates),
+        cells=tuple(tuple(row) for row in doc.selection.cells),
+        thermal_source=doc.thermal.source,
+        thermal_edges=tuple(doc.thermal.edges),
+        thermal_margin=doc.thermal.margin,
+        throttled_c=doc.thermal.throttled_c,
+        battery_min_pct=tuple(doc.battery.min_pct),
+        battery_margin_pct=doc.battery.margin_pct,
+        min_dwell_s=doc.selection.min_dwell_s,
+        manifest_sha256=doc.bundle.manifest_sha256,
+    )
 
 
 def table_from_dict(d: Dict[str, Any], where: str = "lut.json") -> Table:
-    """Parse a ``lut.json`` document, checking schema, version and shape; ``LutError`` otherwise."""
-    if not isinstance(d, dict) or d.get("schema") != SCHEMA:
-        raise LutError(f"{where} is not a hydra-edge lookup table (schema {d.get('schema') if isinstance(d, dict) else None!r})")
-    if d.get("schema_version") != SCHEMA_VERSION:
-        raise LutError(f"{where} has lookup-table schema version {d.get('schema_version')}, this runtime reads "
-                       f"{SCHEMA_VERSION}; re-run hydra-edge lut")
-    try:
-        sel, thermal, battery = d["selection"], d["thermal"], d["battery"]
-        candidates = tuple(Candidate(**{k: c[k] for k in Candidate.__dataclass_fields__}) for c in d["candidates"])
-        table = Table(
-            candidates=candidates,
-            cells=tuple(tuple(int(i) for i in row) for row in sel["cells"]),
-            thermal_source=thermal["source"],
-            thermal_edges=_floats(thermal["edges"]),
-            thermal_margin=float(thermal["margin"]),
-            throttled_c=None if thermal.get("throttled_c") is None else float(thermal["throttled_c"]),
-            battery_min_pct=_floats(battery["min_pct"]),
-            battery_margin_pct=float(battery["margin_pct"]),
-            min_dwell_s=float(sel["min_dwell_s"]),
-            manifest_sha256=d["bundle"]["manifest_sha256"],
-        )
-    except (KeyError, TypeError, ValueError) as e:
-        raise LutError(f"{where} is damaged ({type(e).__name__}: {e}); re-run hydra-edge lut") from None
-    _check_shape(table, where)
-    return table
-
-
-def _check_shape(t: Table, where: str) -> None:
-    problems: List[str] = []
-    if not t.candidates:
-        problems.append("no candidates")
-    if t.thermal_source not in THERMAL_SOURCES:
-        problems.append(f"thermal source {t.thermal_source!r}")
-    if list(t.thermal_edges) != sorted(t.thermal_edges) or list(t.battery_min_pct) != sorted(t.battery_min_pct, reverse=True):
-        problems.append("band edges out of order")
-    if len(t.cells) != len(t.battery_min_pct) + 1 or any(len(r) != len(t.thermal_edges) + 1 for r in t.cells):
-        problems.append("cells do not match the bands")
-    if any(not 0 <= i < len(t.candidates) for r in t.cells for i in r):
-        problems.append("a cell names no candidate")
-    if problems:
-        raise LutError(f"{where} is damaged ({', '.join(problems)}); re-run hydra-edge lut")
+    """Parse a ``lut.json`` document, checking schema, version, every field and the shape; ``LutError`` otherwise."""
+    return _table(record.decode(msgspec.json.encode(d), where))
 
 
 def read_table(path: Union[str, Path], bundle: Optional[Union[str, Path]] = None) -> Table:
-    """Read ``lut.json``; with ``bundle``, also check it was built for that bundle's manifest."""
+    """Read ``lut.json``; with ``bundle``, also check it was built for that bundle's manifest and names
+    only that bundle's artefacts."""
     path = Path(path)
-    table = table_from_dict(read_json(path, "lookup table", "run hydra-edge lut", LutError), str(path))
+    table = _table(record.read(path))
     if bundle is not None:
         manifest = Path(bundle) / MANIFEST
         actual = sha256_file(manifest) if manifest.is_file() else None
         if actual != table.manifest_sha256:
             raise LutError(f"{path} was built for another bundle (manifest sha256 {table.manifest_sha256[:12]}, "
                            f"{manifest} has {actual and actual[:12]}); re-run hydra-edge lut")
+        artefacts = {(a.id, a.heads, a.file, a.sha256) for a in read_manifest(manifest).artefacts}
+        for i, c in enumerate(table.candidates):
+            if (c.artefact, c.heads, c.file, c.sha256) not in artefacts:
+                raise LutError(f"{path}: $.candidates[{i}]: {c.heads} heads ({c.artefact}, {c.file}) is not an "
+                               f"artefact of {manifest}; re-run hydra-edge lut")
     return table

@@ -27,7 +27,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Union
 
 import numpy as np
 
-from ..convert.manifest import read_manifest, sha256_file
+from ..atomic import sha256_file
+from ..records.manifest import read_manifest
 from ..errors import HydraEdgeError
 from .engines import Engine, load
 from .lut import Candidate, LutError, Table, read_table

@@ -1,0 +1,140 @@
+"""The lookup-table record (``lut.json``, schema ``hydra-edge/lut`` v1), as ``hydra-edge lut`` writes it.
+
+Devices read it (``hydra_edge.runtime.lut``), so besides each field's type and range the shape is
+checked here once: bands in order, one cell per (battery band, thermal band), every cell naming a
+candidate, candidates fastest first with distinct head counts.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Dict, List, Literal, Optional, Union
+
+import msgspec
+from msgspec import Meta
+
+from ..errors import HydraEdgeError
+from . import codec
+from .fields import Finite, Heads, Name, NonNegative, NonNegFloat, Percent, PosFloat, Sha256, Threads, relative_path
+from .policy import Policy, Seconds
+
+SCHEMA = "hydra-edge/lut"
+SCHEMA_VERSION = 1
+THERMAL_SOURCES = ("temperature", "android")
+HINT = "re-run hydra-edge lut"
+
+
+class LutError(HydraEdgeError):
+    """``lut.json`` cannot be used with this bundle: missing, damaged, foreign or mismatched."""
+
+
+class BundleRef(msgspec.Struct, forbid_unknown_fields=True):
+    path: str
+    manifest_sha256: Sha256
+    target: Optional[str] = None
+
+
+class CalibrationRef(msgspec.Struct, forbid_unknown_fields=True):
+    path: str
+    sha256: Sha256
+    device_id: str
+    soak: bool
+
+
+class LutCandidate(msgspec.Struct, forbid_unknown_fields=True):
+    heads: Heads
+    artefact: Name
+    file: str  # relative to the bundle
+    sha256: Sha256
+    format: Name
+    threads: Threads
+    latency_ms: NonNegFloat  # calibrated, cool and unthrottled
+    accuracy: NonNegFloat  # top-1 %, or the head count (accuracy_basis "heads")
+    power_w: Optional[NonNegFloat] = None
+
+    def __post_init__(self) -> None:
+        relative_path(self.file, ".file")
+
+
+class Dominated(msgspec.Struct, forbid_unknown_fields=True):
+    heads: Heads
+    latency_ms: NonNegFloat
+    accuracy: NonNegFloat
+
+
+class ThermalAxis(msgspec.Struct, forbid_unknown_fields=True):
+    source: Literal["temperature", "android"]
+    names: List[str]
+    edges: Annotated[List[Finite], Meta(max_length=64)]  # ascending
+    margin: Annotated[float, Meta(ge=0.0, le=1000.0)]
+    throttled_c: Optional[Finite]
+    derating: List[PosFloat]
+    derating_basis: List[Literal["soak", "default"]]
+
+    def __post_init__(self) -> None:
+        if list(self.edges) != sorted(set(self.edges)):
+            raise ValueError("`.edges`: thermal band edges must rise strictly")
+
+
+class BatteryAxis(msgspec.Struct, forbid_unknown_fields=True):
+    names: List[str]
+    min_pct: Annotated[List[Percent], Meta(max_length=100)]  # descending, one per discharging band
+    margin_pct: Percent
+    budget_scale: List[PosFloat]
+    max_energy_mj: List[Optional[PosFloat]]
+
+    def __post_init__(self) -> None:
+        if list(self.min_pct) != sorted(set(self.min_pct), reverse=True):
+            raise ValueError("`.min_pct`: battery band edges must fall strictly")
+
+
+class Selection(msgspec.Struct, forbid_unknown_fields=True):
+    cells: List[List[NonNegative]]  # [battery band][thermal band] -> index into candidates
+    min_dwell_s: Seconds
+    expected_ms: List[List[NonNegFloat]]
+    meets_budget: List[List[bool]]
+
+
+class LutDocument(msgspec.Struct, forbid_unknown_fields=True):
+    created_by: str
+    bundle: BundleRef
+    calibration: CalibrationRef
+    budget_ms: PosFloat
+    policy: Policy
+    accuracy_basis: Literal["top1", "heads"]
+    candidates: Annotated[List[LutCandidate], Meta(min_length=1)]  # fastest first
+    dominated: List[Dominated]
+    thermal: ThermalAxis
+    battery: BatteryAxis
+    selection: Selection
+    schema: str = SCHEMA
+    schema_version: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        heads = [c.heads for c in self.candidates]
+        if len(set(heads)) != len(heads):
+            raise ValueError("`.candidates`: two candidates have the same head count")
+        latencies = [c.latency_ms for c in self.candidates]
+        if latencies != sorted(latencies):
+            raise ValueError("`.candidates`: candidates must be ordered fastest first")
+        rows, columns = len(self.battery.min_pct) + 1, len(self.thermal.edges) + 1
+        if len(self.selection.cells) != rows or any(len(r) != columns for r in self.selection.cells):
+            raise ValueError(f"`.selection.cells`: needs {rows} rows (battery bands) of {columns} "
+                             "cells (thermal bands)")
+        for b, row in enumerate(self.selection.cells):
+            for t, i in enumerate(row):
+                if i >= len(self.candidates):
+                    raise ValueError(f"`.selection.cells[{b}][{t}]`: {i} names no candidate "
+                                     f"(there are {len(self.candidates)})")
+
+
+def decode(data: Union[bytes, str], where: str) -> LutDocument:
+    return codec.decode(data, LutDocument, where, "lookup table", HINT, (SCHEMA, SCHEMA_VERSION), LutError)
+
+
+def read(path: Any) -> LutDocument:
+    return codec.read(path, LutDocument, "lookup table", HINT, (SCHEMA, SCHEMA_VERSION), LutError)
+
+
+def encode(document: Dict[str, Any], where: str) -> bytes:
+    """``lut.json``'s bytes for a document ``hydra_edge.lut.table.build_table`` made, checked as devices check it."""
+    return codec.encode(document, LutDocument, where, HINT)
