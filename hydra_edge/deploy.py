@@ -15,7 +15,7 @@ import click
 
 from .calibrate.command import Target
 from .calibrate.device import ensure_python, package_files, push_files, runtime_requirements
-from .convert.manifest import MANIFEST, read_manifest
+from .convert.manifest import MANIFEST, bundle_files, read_manifest
 from .command import command
 from .errors import HydraEdgeError
 from .runtime.lut import read_table
@@ -35,8 +35,8 @@ def payload(bundle: Path, lut: Path, images: Path | None) -> dict[str, str | Pat
     files: dict[str, Path] = {f"{APP_DIR}/app.py": APP, **package_files(APP_DIR)}
     files[f"{APP_DIR}/bundle/{MANIFEST}"] = bundle / MANIFEST
     files[f"{APP_DIR}/bundle/lut.json"] = lut
-    for a in manifest.artefacts:
-        files[f"{APP_DIR}/bundle/{a.file}"] = bundle / a.file
+    files.update({f"{APP_DIR}/bundle/{name}": path
+                  for name, path in bundle_files(bundle, manifest.artefacts, golden=False).items()})
     if images is not None:
         found = [f for f in sorted(images.rglob("*")) if f.suffix.lower() in IMAGE_SUFFIXES]
         if not found:

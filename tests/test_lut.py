@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 import pytest
 from click.testing import CliRunner
 
 from hydra_edge.calibrate.record import Calibration, Derating, HeadResult
 from hydra_edge.convert.manifest import ArtefactRecord, Manifest, sha256_file
+from hydra_edge.convert.targets import load_target
 from hydra_edge.errors import HydraEdgeError
 from hydra_edge.lut import policy as policy_module
 from hydra_edge.lut.command import OUTPUTS, lut
@@ -36,9 +38,15 @@ def fake_bundle(folder: Path, heads: list[int], top1: dict[int, float] | None = 
         id=f"h{h}_onnx_fp32", heads=h, format="onnx", quant="fp32", file=f"vit_h{h}_onnx_fp32.onnx", bytes=1,
         sha256="0" * 64, params=h, gmacs=0.1 * h, runtime="onnxruntime", runtime_min_version="1.17", threads=1,
         host_runtime="onnxruntime", convert_seconds=1.0,
-        accuracy={"top1": None if top1 is None else top1[h], "fp32_top1": None}, golden={}, fingerprint=str(h),
+        accuracy={"basis": "labels", "images": 10, "top1": None if top1 is None else top1[h], "fp32_top1": None,
+                  "drop_pp": None, "agreement": 100.0, "max_abs_diff": 0.0},
+        golden={"file": f"vit_h{h}_onnx_fp32.golden.npz", "sha256": "1" * 64, "inputs": 8, "reference": "fp32",
+                "tolerance": {"max_abs_diff": 0.1, "min_top1_agreement": 0.875, "host_max_abs_diff": 0.05,
+                              "host_top1_agreement": 1.0}},
+        fingerprint=str(h),
     ) for h in heads]
-    manifest = Manifest(checkpoint={}, model={}, data=None, target={"name": "pi", "signals": signals or PI_SIGNALS},
+    target = {**load_target("rpi").to_dict(), "name": "pi", "signals": signals or PI_SIGNALS, "sha256": "2" * 64}
+    manifest = Manifest(checkpoint={"path": "model.pt", "sha256": "3" * 64}, model={}, data=None, target=target,
                         tools={}, max_drop=1.0, artefacts=records)
     manifest.write(folder)
     return folder
@@ -51,7 +59,7 @@ def calibration(bundle: Path, latency_ms: dict[int, float], soak: Derating | Non
                               "target": "pi"})
     for h, ms in latency_ms.items():
         cal.put(HeadResult(heads=h, artefact=f"h{h}_onnx_fp32", sha256="0" * 64, status="ok", runner="python",
-                           latency={"p50_ms": ms, "mean_ms": ms},
+                           latency={"count": 10, "p50_ms": ms, "mean_ms": ms},
                            state_after=None if power_w is None else {"power_w": power_w}))
     return cal
 
@@ -62,7 +70,7 @@ def table(tmp_path: Path, latency_ms: dict[int, float], budget_ms: float, policy
     cal = calibration(bundle, latency_ms, **kw)
     cal.write(tmp_path / "cal.json")
     return build_table(bundle, Manifest.from_dict(json.loads((bundle / "manifest.json").read_text())), cal,
-                       tmp_path / "cal.json", replace(policy or Policy(), budget_ms=budget_ms))
+                       tmp_path / "cal.json", msgspec.structs.replace(policy or Policy(), budget_ms=budget_ms))
 
 
 def heads_grid(doc: dict[str, Any]) -> list[list[int]]:
@@ -131,19 +139,22 @@ def test_policy_docstring_example_is_the_defaults() -> None:
     example = re.search(r"::\n\n(.*?)\n\nThe default", policy_module.__doc__, re.S).group(1)
     import tomllib
 
-    assert policy_from_dict(tomllib.loads(example)) == replace(Policy(), budget_ms=80.0)
+    assert policy_from_dict(tomllib.loads(example)) == msgspec.structs.replace(Policy(), budget_ms=80.0)
 
 
 @pytest.mark.parametrize("text, message", [
-    ("[thermal]\nedges = [1]\n", "unknown keys ['edges']"),
+    ("[thermal]\nedges = [1]\n", "$.thermal: object contains unknown field `edges`"),
     ("[thermal]\nedges_c = [70, 60]\n", "strictly rising"),
     ("[thermal]\nderating = [1.0]\n", "one multiplier per band"),
     ("[battery]\nbands = [{min_pct = 20, budget_scale = 1}]\n", "end at min_pct = 0"),
-    ("budget_ms = -1\n", "budget_ms must be positive"),
+    ("budget_ms = -1\n", "$.budget_ms: expected `float` > 0.0"),
     ("budget_ms = \n", "cannot read policy"),
-    ('[thermal]\nmargin_c = "3"\n', "thermal: margin_c must be a finite number, not '3'"),
-    ("min_dwell_s = inf\n", "p.toml: min_dwell_s must be a finite number, not inf"),
-    ("[battery]\nbands = [{min_pct = nan, budget_scale = 1}]\n", "battery.bands[0]: min_pct must be a finite number"),
+    ('[thermal]\nmargin_c = "3"\n', "$.thermal.margin_c: expected `float`, got `str`"),
+    ("min_dwell_s = inf\n", "p.toml: $.min_dwell_s: inf is not a finite number"),
+    ("[battery]\nbands = [{min_pct = nan, budget_scale = 1}]\n", "$.battery.bands[0].min_pct: nan is not a finite number"),
+    ("[thermal]\nderating = [1.0, 1.1, 1.2, 0.5]\n", "$.thermal.derating[3]: expected `float` >= 1.0"),
+    ("min_dwell_s = -1\n", "$.min_dwell_s: expected `float` >= 0.0"),
+    ("[battery]\nmargin_pct = -5\n", "$.battery.margin_pct: expected `float` >= 0.0"),
 ])
 def test_bad_policy_files_are_one_line(tmp_path: Path, text: str, message: str) -> None:
     (tmp_path / "p.toml").write_text(text)

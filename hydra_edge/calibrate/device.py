@@ -45,11 +45,12 @@ def package_files(remote_root: str) -> dict[str, Path]:
 
 def runtime_requirements(artefacts: Iterable[ArtefactRecord]) -> dict[str, str]:
     """``{import name: pip requirement}`` a device needs to run ``artefacts``: numpy, msgspec and their runtimes."""
-    requirements = {"numpy": "numpy", "msgspec": "msgspec>=0.18"}  # msgspec: hydra_edge.records
+    requirements = {"numpy": "numpy"}
     for a in artefacts:
         fmt = FORMATS[a.format]
         pin = f">={a.runtime_min_version}" if a.runtime == fmt.runtime else ""
         requirements[fmt.module] = fmt.runtime + pin
+    requirements["msgspec"] = "msgspec>=0.18"  # hydra_edge.records reads the manifest and lut.json
     return requirements
 
 

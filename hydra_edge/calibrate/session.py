@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..convert.manifest import MANIFEST, ArtefactRecord, Manifest, read_manifest, sha256_file
+from ..convert.manifest import MANIFEST, ArtefactRecord, Manifest, bundle_files, read_manifest, sha256_file
 from ..errors import HydraEdgeError
 from ..transport import RemoteCommandError, Transport, TransportError
 from . import native
@@ -23,7 +23,7 @@ from .record import Calibration, HeadResult, read_calibration
 from .soak import derate
 
 RUNNER = Path(__file__).resolve().parents[2] / "calibration" / "runner.py"
-_HEAD_FIELDS = {f.name for f in fields(HeadResult)}
+_HEAD_FIELDS = set(HeadResult.__struct_fields__)
 RUNNER_IDLE_S = 1800.0  # the runner prints per artefact and per soak sample; silence this long is a hung runtime
 
 Report = Callable[[str, "int | None"], None]  # (stage, head count or None); called as work happens
@@ -160,9 +160,7 @@ class Session:
         needed = todo + ([self._soak_artefact()] if self.soak_pending else [])
         bundle = self.opts.bundle
         files = {f"{self.bundle_rel}/{MANIFEST}": bundle / MANIFEST}
-        for a in needed:
-            files[f"{self.bundle_rel}/{a.file}"] = bundle / a.file
-            files[f"{self.bundle_rel}/{a.golden['file']}"] = bundle / a.golden["file"]
+        files.update({f"{self.bundle_rel}/{name}": path for name, path in bundle_files(bundle, needed).items()})
         if not self.opts.runner:
             files.update(runner_files("runner"))
         push_files(self.t, files)

@@ -6,8 +6,8 @@ themselves. The file is always a complete, valid manifest: it is replaced whole,
 """
 
 from ..atomic import sha256_file
-from ..records.manifest import (MANIFEST, SCHEMA, SCHEMA_VERSION, ArtefactRecord, Manifest, bundle_file, intact,
+from ..records.manifest import (MANIFEST, SCHEMA, SCHEMA_VERSION, ArtefactRecord, Manifest, bundle_files, intact,
                                 read_manifest)
 
-__all__ = ["MANIFEST", "SCHEMA", "SCHEMA_VERSION", "ArtefactRecord", "Manifest", "bundle_file", "intact",
+__all__ = ["MANIFEST", "SCHEMA", "SCHEMA_VERSION", "ArtefactRecord", "Manifest", "bundle_files", "intact",
            "read_manifest", "sha256_file"]

@@ -9,6 +9,7 @@ gives the same bytes.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any, Optional, Tuple, Type, TypeVar, Union
@@ -34,9 +35,9 @@ class _Header(msgspec.Struct):
     schema_version: Any = None
 
 
-def _one_line(e: msgspec.ValidationError, where: str, hint: str) -> str:
+def _one_line(error: str, where: str, hint: str) -> str:
     """``Expected `int`, got `str` - at `$.a[2]``` -> ``where: $.a[2]: expected `int`, got `str`; hint``."""
-    path, message = locate(str(e))
+    path, message = locate(error)
     return f"{where}: {path}: {message[:1].lower()}{message[1:]}; {hint}"
 
 
@@ -45,10 +46,10 @@ def _check_header(header: Any, schema: Schema, where: str, what: str, hint: str,
     name, version = schema
     got = header if isinstance(header, _Header) else _Header()
     if got.schema != name:
-        raise error(f"{where} is not a hydra-edge {what} (schema {got.schema!r}, expected {name!r}); {hint}")
+        raise error(f"{where}: $.schema: not a hydra-edge {what} (schema {got.schema!r}, expected {name!r}); {hint}")
     if got.schema_version != version:
-        raise error(f"{where} has {what} schema version {got.schema_version!r}, this hydra-edge reads "
-                    f"version {version}; {hint}")
+        raise error(f"{where}: $.schema_version: {what} schema version {got.schema_version!r}, this hydra-edge "
+                    f"reads version {version}; {hint}")
 
 
 def decode(data: Union[bytes, str], type_: Type[T], where: str, what: str, hint: str,
@@ -59,11 +60,9 @@ def decode(data: Union[bytes, str], type_: Type[T], where: str, what: str, hint:
             _check_header(msgspec.json.decode(data, type=_Header), schema, where, what, hint, error)
         return msgspec.json.decode(data, type=type_)
     except msgspec.ValidationError as e:
-        if schema is not None and "Expected `object`" in str(e) and str(e).endswith("at `$`"):
-            raise error(f"{where} is not a hydra-edge {what} (not a JSON object); {hint}") from None
-        raise error(_one_line(e, where, hint)) from None
+        raise error(_one_line(str(e), where, hint)) from None
     except msgspec.DecodeError as e:
-        raise error(f"{where} is not valid JSON ({e}); {hint}") from None
+        raise error(f"{where}: {_non_finite(data) or f'not valid JSON ({e})'}; {hint}") from None
     except RecursionError:
         raise error(f"{where} nests too deeply to be a hydra-edge {what}; {hint}") from None
 
@@ -76,12 +75,23 @@ def convert(obj: Any, type_: Type[T], where: str, hint: str, error: Type[HydraEd
     try:
         finite(obj, "")
         return msgspec.convert(obj, type_, strict=True)
-    except ValueError as e:  # msgspec.ValidationError is a ValueError too
-        if isinstance(e, msgspec.ValidationError):
-            raise error(_one_line(e, where, hint)) from None
-        raise error(_one_line(msgspec.ValidationError(f"{e} - at `$`"), where, hint)) from None
+    except ValueError as e:  # msgspec's ValidationError, or finite()'s "`.a.b`: nan is not a finite number"
+        raise error(_one_line(str(e), where, hint)) from None
     except RecursionError:
         raise error(f"{where} nests too deeply; {hint}") from None
+
+
+def _non_finite(data: Union[bytes, str]) -> Optional[str]:
+    """Where Python's json (which writes them) put a NaN or Infinity, for the message; None if nowhere."""
+    try:
+        finite(json.loads(data), "")
+    except ValueError as e:  # json's own decode errors too: then the document is malformed anyway
+        if str(e).startswith(("`.", "`[")):
+            path, message = locate(str(e))
+            return f"{path}: {message}"
+    except RecursionError:
+        pass
+    return None
 
 
 def _read_bytes(path: Path, what: str, hint: str, error: Type[HydraEdgeError]) -> bytes:

@@ -8,7 +8,7 @@ and the board app read it. Nested tables that readers index like dicts (``golden
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Dict, List, Optional, Union
+from typing import Annotated, Any, Dict, Iterable, List, Optional, Union
 
 import msgspec
 from msgspec import Meta
@@ -107,7 +107,7 @@ class Manifest(msgspec.Struct, forbid_unknown_fields=True):
         check(self.checkpoint, Checkpoint, ".checkpoint")
         check(self.model, ModelConfig, ".model")
         check(self.target, TargetRecord, ".target")
-        num_heads = self.model.get("num_heads", ModelConfig.num_heads)
+        num_heads = self.model.get("num_heads", ModelConfig().num_heads)
         for i, a in enumerate(self.artefacts):
             if a.heads > num_heads:
                 raise ValueError(f"`.artefacts[{i}].heads`: {a.heads} heads, but the model has {num_heads}")
@@ -148,13 +148,18 @@ def read_manifest(folder_or_file: Union[str, Path]) -> Manifest:
                       (SCHEMA, SCHEMA_VERSION))
 
 
-def bundle_file(folder: Union[str, Path], name: str, field: str) -> Path:
-    """``folder/name`` for a file a manifest names; one line when it is missing."""
-    path = Path(folder) / name
-    if not path.is_file():
-        raise HydraEdgeError(f"{path} is missing (named by {Path(folder) / MANIFEST} {field}); "
-                             "re-run hydra-edge convert to restore the bundle")
-    return path
+def bundle_files(folder: Union[str, Path], records: Iterable[ArtefactRecord], golden: bool = True) -> Dict[str, Path]:
+    """``{name in the bundle: local file}`` of each record's artefact (and golden pair); one line if one is missing."""
+    folder = Path(folder)
+    files: Dict[str, Path] = {}
+    for r in records:
+        for name, field in [(r.file, "file"), *([(r.golden["file"], "golden.file")] if golden else [])]:
+            path = folder / name
+            if not path.is_file():
+                raise HydraEdgeError(f"{path} is missing (artefact {r.id} {field} in {folder / MANIFEST}); "
+                                     "re-run hydra-edge convert to restore the bundle")
+            files[name] = path
+    return files
 
 
 def intact(folder: Union[str, Path], record: ArtefactRecord) -> bool:

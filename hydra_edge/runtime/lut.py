@@ -148,6 +148,6 @@ def read_table(path: Union[str, Path], bundle: Optional[Union[str, Path]] = None
         artefacts = {(a.id, a.heads, a.file, a.sha256) for a in read_manifest(manifest).artefacts}
         for i, c in enumerate(table.candidates):
             if (c.artefact, c.heads, c.file, c.sha256) not in artefacts:
-                raise LutError(f"{path}: $.candidates[{i}]: {c.heads} heads ({c.artefact}, {c.file}) is not an "
+                raise LutError(f"{path}: $.candidates[{i}].heads: {c.heads} heads ({c.artefact}, {c.file}) is not an "
                                f"artefact of {manifest}; re-run hydra-edge lut")
     return table
