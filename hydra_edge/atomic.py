@@ -9,7 +9,7 @@ import os
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from .errors import HydraEdgeError
 
@@ -59,22 +59,23 @@ def write_json(path: str | Path, obj: Any) -> None:
     write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
 
 
-def read_json(path: str | Path, what: str, hint: str, error: type[HydraEdgeError] = HydraEdgeError,
-              loads: Callable[[str], Any] = json.loads) -> dict[str, Any]:
-    """An object from a JSON (or, with ``loads=tomllib.loads``, TOML) file; a missing, unreadable or
-    non-object file is one ``error`` line.
+def read_json(path: str | Path, what: str, hint: str) -> dict[str, Any]:
+    """An object from a JSON file that has no record schema (a board app's scenario); a missing,
+    unreadable or non-object file is one line. Records go through ``hydra_edge.records``.
 
-    ``what`` names the file for the message ("manifest"); ``hint`` says how to make one.
+    ``what`` names the file for the message ("scenario"); ``hint`` says how to make one.
     """
     path = Path(path)
     try:
-        d = loads(path.read_text())
+        d = json.loads(path.read_text())
     except FileNotFoundError:
-        raise error(f"no {what} at {path}; {hint}") from None
-    except (OSError, UnicodeDecodeError, ValueError) as e:  # both parsers' decode errors are ValueErrors
-        raise error(f"cannot read {what} {path}: {e}") from None
+        raise HydraEdgeError(f"no {what} at {path}; {hint}") from None
+    except (OSError, UnicodeDecodeError, ValueError) as e:  # json's decode errors are ValueErrors
+        raise HydraEdgeError(f"cannot read {what} {path}: {e}") from None
+    except RecursionError:
+        raise HydraEdgeError(f"{path} nests too deeply to be a hydra-edge {what}") from None
     if not isinstance(d, dict):
-        raise error(f"{path} is not a hydra-edge {what}")
+        raise HydraEdgeError(f"{path} is not a hydra-edge {what}")
     return d
 
 

@@ -124,7 +124,7 @@ def load_checkpoint_file(path: str | Path, ema: bool = False,
     obj = read_file(path)
     state = state_dict_of(obj, path, ema=ema)
     if isinstance(obj.get("config"), Mapping):
-        cfg = HydraConfig.from_dict(dict(obj["config"]))
+        cfg = HydraConfig.from_dict(dict(obj["config"]), f"{path} config")
     else:
         cfg = infer_config(state, path, head_dim)
     model = HydraViT(cfg)

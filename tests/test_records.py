@@ -22,9 +22,9 @@ import pytest
 from click.testing import CliRunner
 from test_lut import calibration, fake_bundle
 
-from hydra_edge.calibrate.record import Calibration, Derating, read_calibration
+from hydra_edge.calibrate.record import Derating, read_calibration
 from hydra_edge.config import HydraConfig, parse_heads
-from hydra_edge.convert.manifest import MANIFEST, Manifest, bundle_files, read_manifest
+from hydra_edge.convert.manifest import MANIFEST, bundle_files, read_manifest
 from hydra_edge.convert.targets import load_target
 from hydra_edge.errors import HydraEdgeError
 from hydra_edge.lut.command import lut, make_lut

@@ -18,7 +18,7 @@ from .. import __version__
 from ..calibrate.record import Calibration, Derating
 from ..convert.manifest import MANIFEST, Manifest, sha256_file
 from ..errors import HydraEdgeError
-from ..runtime.lut import SCHEMA, SCHEMA_VERSION
+from ..records.lut import SCHEMA, SCHEMA_VERSION
 from ..runtime.signals import signals_from_profile
 from .policy import ANDROID_STATUSES, Policy
 

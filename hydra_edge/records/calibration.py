@@ -7,10 +7,9 @@ lookup table reads it. Latencies, loads and multipliers are finite and non-negat
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple, Union
+from typing import Any, Dict, List, Literal, Optional, Tuple, Union
 
 import msgspec
-from msgspec import Meta
 
 from ..atomic import write_bytes
 from . import codec

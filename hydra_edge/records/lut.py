@@ -19,7 +19,6 @@ from .policy import Policy, Seconds
 
 SCHEMA = "hydra-edge/lut"
 SCHEMA_VERSION = 1
-THERMAL_SOURCES = ("temperature", "android")
 HINT = "re-run hydra-edge lut"
 
 

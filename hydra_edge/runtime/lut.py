@@ -34,7 +34,7 @@ import msgspec
 
 from ..atomic import sha256_file
 from ..records import lut as record
-from ..records.lut import SCHEMA, SCHEMA_VERSION, THERMAL_SOURCES, LutError  # noqa: F401 (re-exported)
+from ..records.lut import LutError
 from ..records.manifest import MANIFEST, read_manifest
 
 
