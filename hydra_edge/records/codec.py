@@ -67,7 +67,7 @@ def decode(data: Union[bytes, str], type_: Type[T], where: str, what: str, hint:
         raise error(f"{where} nests too deeply to be a hydra-edge {what}; {hint}") from None
 
 
-def convert(obj: Any, type_: Type[T], where: str, hint: str, error: Type[HydraEdgeError] = HydraEdgeError) -> T:
+def convert(obj: Any, type_: Type[T], where: str, hint: str) -> T:
     """Plain data (a parsed TOML file) as ``type_``; ``error`` in one line otherwise.
 
     Strict: a TOML string is never taken for a bool or a number (``optional = "no"`` is an error).
@@ -76,9 +76,9 @@ def convert(obj: Any, type_: Type[T], where: str, hint: str, error: Type[HydraEd
         finite(obj, "")
         return msgspec.convert(obj, type_, strict=True)
     except ValueError as e:  # msgspec's ValidationError, or finite()'s "`.a.b`: nan is not a finite number"
-        raise error(_one_line(str(e), where, hint)) from None
+        raise HydraEdgeError(_one_line(str(e), where, hint)) from None
     except RecursionError:
-        raise error(f"{where} nests too deeply; {hint}") from None
+        raise HydraEdgeError(f"{where} nests too deeply; {hint}") from None
 
 
 def _non_finite(data: Union[bytes, str]) -> Optional[str]:
@@ -110,18 +110,17 @@ def read(path: Union[str, Path], type_: Type[T], what: str, hint: str, schema: O
     return decode(_read_bytes(path, what, hint, error), type_, str(path), what, hint, schema, error)
 
 
-def read_toml(path: Union[str, Path], type_: Type[T], what: str, hint: str,
-              error: Type[HydraEdgeError] = HydraEdgeError) -> T:
+def read_toml(path: Union[str, Path], type_: Type[T], what: str, hint: str) -> T:
     """Read and check the TOML record at ``path`` (target profiles, policies: host files)."""
     path = Path(path)
-    data = _read_bytes(path, what, hint, error)
+    data = _read_bytes(path, what, hint, HydraEdgeError)
     try:
         parsed = tomllib.loads(data.decode())
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise error(f"cannot read {what} {path}: {e}; {hint}") from None
+        raise HydraEdgeError(f"cannot read {what} {path}: {e}; {hint}") from None
     except RecursionError:
-        raise error(f"{path} nests too deeply to be a {what}; {hint}") from None
-    return convert(parsed, type_, str(path), hint, error)
+        raise HydraEdgeError(f"{path} nests too deeply to be a {what}; {hint}") from None
+    return convert(parsed, type_, str(path), hint)
 
 
 def encode(record: Any, type_: Type[Any], where: str, hint: str) -> bytes:

@@ -14,7 +14,6 @@ from typing import Annotated, Any, Tuple
 import msgspec
 from msgspec import Meta
 
-
 MAX_HEADS = 128  # far above any ViT's head count, far below what would exhaust memory
 LARGE = 1e12  # the largest magnitude any measured or configured number may have
 
@@ -29,7 +28,6 @@ Percent = Annotated[float, Meta(ge=0.0, le=100.0)]
 Ratio = Annotated[float, Meta(ge=0.0, le=1.0)]
 Sha256 = Annotated[str, Meta(pattern="^[0-9a-f]{64}$")]
 Name = Annotated[str, Meta(min_length=1, max_length=4096)]
-Text = Annotated[str, Meta(max_length=1 << 20)]
 
 
 def relative_path(value: str, field: str) -> None:
