@@ -30,6 +30,7 @@ from hydra_edge.errors import HydraEdgeError
 from hydra_edge.lut.command import lut, make_lut
 from hydra_edge.lut.policy import Policy, load_policy
 from hydra_edge.runtime.lut import LutError, read_table
+from hydra_edge.runtime.switcher import Switcher
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDED = sorted((ROOT / "calibration" / "recorded").glob("*.json"))
@@ -311,6 +312,9 @@ def test_deeply_nested_json_is_one_line_not_a_recursion_error(tmp_path: Path, bu
     for text in (deep, '{"schema": "hydra-edge/lut", "schema_version": 1, "x": ' + deep + "}"):
         path.write_text(text)
         assert_one_line(lambda: read_table(path), path, "", LutError)
+        switcher = Switcher(bundle, path)  # was a RecursionError; now the one line it falls back on
+        switcher.close()
+        assert switcher.fallback and "\n" not in switcher.fallback and "nests too deeply" in switcher.fallback
     doc = json.loads((bundle / MANIFEST).read_text())
     (bundle / MANIFEST).write_text(json.dumps(doc)[:-1] + ', "notes": ' + deep + "}")
     assert_one_line(lambda: read_manifest(bundle), bundle / MANIFEST, "")
@@ -432,3 +436,31 @@ def test_schemas_import_without_torch_or_host_modules() -> None:
             "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'click') or m.startswith('hydra_edge.convert')"
             " or m.startswith('hydra_edge.calibrate') or m.startswith('hydra_edge.lut')]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+# --- the readers that use a record's paths ---------------------------------------------------------------
+
+
+def error_lines(output: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith("Error:")]
+
+
+def test_calibrate_never_copies_a_file_outside_the_bundle(tmp_path: Path, bundle: Path) -> None:
+    """A manifest entry once made calibrate copy /etc/hostname to the device."""
+    from hydra_edge.calibrate.command import calibrate
+
+    doc = json.loads((bundle / MANIFEST).read_text())
+    doc["artefacts"][0]["file"] = "/etc/hostname"
+    (bundle / MANIFEST).write_text(json.dumps(doc))
+    result = CliRunner().invoke(calibrate, ["--bundle", str(bundle), "--local", "--out", str(tmp_path / "cal")])
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert len(error_lines(result.output)) == 1
+    assert "$.artefacts[0].file: '/etc/hostname' leaves the bundle" in error_lines(result.output)[0]
+
+
+def test_calibrate_names_a_missing_artefact_in_one_line(tmp_path: Path, bundle: Path) -> None:
+    from hydra_edge.calibrate.command import calibrate
+
+    result = CliRunner().invoke(calibrate, ["--bundle", str(bundle), "--local", "--out", str(tmp_path / "cal")])
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert len(error_lines(result.output)) == 1 and "vit_h3_onnx_fp32.onnx is missing" in error_lines(result.output)[0]
