@@ -314,7 +314,7 @@ def test_deeply_nested_json_is_one_line_not_a_recursion_error(tmp_path: Path, bu
         assert_one_line(lambda: read_table(path), path, "", LutError)
         switcher = Switcher(bundle, path)  # was a RecursionError; now the one line it falls back on
         switcher.close()
-        assert switcher.fallback and "\n" not in switcher.fallback and "nests too deeply" in switcher.fallback
+        assert switcher.fallback and "\n" not in switcher.fallback and str(path) in switcher.fallback
     doc = json.loads((bundle / MANIFEST).read_text())
     (bundle / MANIFEST).write_text(json.dumps(doc)[:-1] + ', "notes": ' + deep + "}")
     assert_one_line(lambda: read_manifest(bundle), bundle / MANIFEST, "")
