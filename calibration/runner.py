@@ -33,8 +33,8 @@ from typing import Any, Callable, Dict, List, Optional
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the pushed hydra_edge beside us
 
 from hydra_edge.atomic import sha256_file  # noqa: E402
-from hydra_edge.records.manifest import ArtefactRecord, read_manifest  # noqa: E402
 from hydra_edge.errors import HydraEdgeError  # noqa: E402
+from hydra_edge.records.manifest import ArtefactRecord, read_manifest  # noqa: E402
 
 Emit = Callable[[Dict[str, Any]], None]
 

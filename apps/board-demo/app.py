@@ -29,8 +29,8 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from hydra_edge.atomic import read_json, write_json
-from hydra_edge.records.manifest import read_manifest
 from hydra_edge.errors import HydraEdgeError
+from hydra_edge.records.manifest import read_manifest
 from hydra_edge.runtime.preprocess import IMAGE_SUFFIXES, load_image
 from hydra_edge.runtime.switcher import Switcher
 

@@ -277,7 +277,7 @@ def plan(opts: ConvertOptions) -> Plan:
             if rec and within and not opts.force and rec.fingerprint == fp and intact(opts.out, rec):
                 # Unchanged bytes; refresh what the profile says about running them.
                 manifest.put(msgspec.structs.replace(rec, runtime=v.runtime, runtime_min_version=v.runtime_min_version,
-                                     threads=target.threads, device_build=build))
+                                                     threads=target.threads, device_build=build))
                 skipped.append(file)
                 continue
             jobs.append(Job(

@@ -28,8 +28,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Union
 import numpy as np
 
 from ..atomic import sha256_file
-from ..records.manifest import read_manifest
 from ..errors import HydraEdgeError
+from ..records.manifest import read_manifest
 from .engines import Engine, load
 from .lut import Candidate, LutError, Table, read_table
 from .signals import DeviceState, Runner, read_state, run_command
