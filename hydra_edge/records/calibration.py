@@ -25,8 +25,8 @@ Status = Literal["ok", "golden_failed", "error", "crashed"]
 class Latency(msgspec.Struct, forbid_unknown_fields=True):
     """``hydra_edge.runtime.signals.benchmarks.LatencyStats`` as written (ms); native runners lack percentiles."""
 
-    count: NonNegative
     mean_ms: NonNegFloat
+    count: Optional[NonNegative] = None
     std_ms: Optional[NonNegFloat] = None
     min_ms: Optional[NonNegFloat] = None
     max_ms: Optional[NonNegFloat] = None
@@ -37,8 +37,8 @@ class Latency(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class BundleRef(msgspec.Struct, forbid_unknown_fields=True):
-    path: str
     manifest_sha256: Sha256
+    path: str = ""
     target: Optional[str] = None
 
 
@@ -63,6 +63,9 @@ class HeadResult(msgspec.Struct, forbid_unknown_fields=True):
             check(self.latency, Latency, ".latency")
         for key in ("golden", "state_before", "state_after"):
             finite(getattr(self, key), f".{key}")
+
+    def to_dict(self) -> Dict[str, Any]:
+        return msgspec.to_builtins(self)
 
     @property
     def ok(self) -> bool:
