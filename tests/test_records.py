@@ -48,6 +48,9 @@ def fields(doc: Any, path: str = "$", keys: tuple = ()) -> Iterator[tuple[str, t
         yield from fields(v, here, (*keys, k))
 
 
+MISSING = object()
+
+
 def mutate(doc: Any, keys: tuple, value: Any) -> Any:
     out = copy.deepcopy(doc)
     parent = out
@@ -58,9 +61,6 @@ def mutate(doc: Any, keys: tuple, value: Any) -> Any:
     else:
         parent[keys[-1]] = value
     return out
-
-
-MISSING = object()
 
 
 def value_at(doc: Any, keys: tuple) -> Any:

@@ -7,6 +7,7 @@ candidate, candidates fastest first with distinct head counts.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Dict, List, Literal, Optional, Union
 
 import msgspec
@@ -130,7 +131,7 @@ def decode(data: Union[bytes, str], where: str) -> LutDocument:
     return codec.decode(data, LutDocument, where, "lookup table", HINT, (SCHEMA, SCHEMA_VERSION), LutError)
 
 
-def read(path: Any) -> LutDocument:
+def read(path: Union[str, Path]) -> LutDocument:
     return codec.read(path, LutDocument, "lookup table", HINT, (SCHEMA, SCHEMA_VERSION), LutError)
 
 
