@@ -46,7 +46,7 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 class Board:
-    """A fake sysfs tree: one thermal zone and, optionally, a battery."""
+    """A fake sysfs tree: one thermal zone and the battery the profile names (full: the same bands as mains)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -54,6 +54,7 @@ class Board:
         zone.mkdir(parents=True)
         (zone / "type").write_text("cpu-thermal\n")
         self.temp(40)
+        self.battery(100, "Full")
 
     def temp(self, c: float) -> None:
         (self.root / "sys/class/thermal/thermal_zone0/temp").write_text(f"{int(c * 1000)}\n")
@@ -120,6 +121,10 @@ def test_never_flaps_inside_the_margin_and_waits_out_the_dwell(bundle: Path, boa
         clock.now += 1
         assert sw.poll() == 3
         clock.now += sw.table.min_dwell_s
+        assert sw.poll() == 3  # the table asks for 9 now: granted once that has persisted raise_after_s
+        clock.now += sw.settings.raise_after_s - 1
+        assert sw.poll() == 3
+        clock.now += 1
         assert sw.poll() == 9
 
 
@@ -132,6 +137,8 @@ def test_battery_bands_and_charging(bundle: Path, board: Board) -> None:
         assert sw.poll() == 6
         board.battery(15, "Charging")
         clock.now += 10
+        assert sw.poll() == 6  # more heads only once charging has persisted raise_after_s
+        clock.now += sw.settings.raise_after_s
         assert sw.poll() == 12
         assert sw.events[-1].reading.charging and sw.events[-1].reading.battery_pct == 15
 
