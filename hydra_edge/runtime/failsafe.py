@@ -6,8 +6,9 @@ Three rules (the C and Kotlin tables' comments ask their callers for the same):
   for ``stale_after_s``, so one bad poll does not move the head count; after that it is unknown:
   the hottest thermal band (or the profile's ``assumed_hot``), the lowest battery band.
 * The head count rises only when the table has asked for more for ``raise_after_s`` without a
-  break, and then only as far as it asked all along; it falls at once. A flapping reading
-  therefore costs heads quickly and gives them back rarely.
+  break, on readings taken at every poll (a held reading starts the wait over), and then only as
+  far as it asked all along; it falls at once. A flapping reading therefore costs heads quickly
+  and gives them back rarely, and a sensor that reads only now and then gives none back.
 * A signal going bad is logged once, at WARNING, and once more when it has read well again for
   ``raise_after_s``: not once per poll, even while it flaps.
 
@@ -63,17 +64,19 @@ class Hold(Generic[T]):
         self.bad_since: Optional[float] = None  # the failure being reported; None while healthy
         self.good_since: Optional[float] = None  # the current run of good reads inside a failure
         self.failures = 0  # bad reads since ``bad_since``
+        self.held = False  # the last update returned an older reading, not this poll's
 
     def update(self, value: Optional[T], why: Optional[str], now: float) -> Tuple[T, Optional[str]]:
         """The reading to select on (``value``, the held one, or ``unknown``) and, when it is not
         this poll's own, a note for the switch event ("thermal unknown since 31 s")."""
         if value is not None:
-            self.last, self.last_at = value, now
+            self.last, self.last_at, self.held = value, now, False
             self._recovering(now)
             return value, None
         self.good_since = None
         self.failures += 1
         last = self.last if now - self.last_at < self.settings.stale_after_s else None
+        self.held = last is not None
         if self.bad_since is None:
             self.bad_since, self.failures = now, 1
             if last is not None:
@@ -102,7 +105,9 @@ class RaiseGate:
     """Lets the head count rise only after the table has asked for more for ``raise_after_s``.
 
     Works on candidate ranks (0: fastest, fewest heads). While it waits it keeps the least the
-    table asked for, so a reading that wavered between two better cells gets the lesser one.
+    table asked for, so a reading that wavered between two better cells gets the lesser one. A
+    poll on a held reading (``fresh`` false) starts the wait over: the reading did not persist,
+    it was assumed to.
     """
 
     def __init__(self, raise_after_s: float) -> None:
@@ -110,11 +115,11 @@ class RaiseGate:
         self.since: Optional[float] = None  # when the table began asking for more; None: it is not
         self.floor = 0
 
-    def __call__(self, current: int, proposed: int, now: float) -> int:
+    def __call__(self, current: int, proposed: int, now: float, fresh: bool = True) -> int:
         """The rank to run: ``proposed`` when it is not higher, else ``current`` until it has persisted."""
-        if proposed <= current:
+        if proposed <= current or not fresh:
             self.since = None
-            return proposed
+            return min(proposed, current)
         if self.since is None:
             self.since, self.floor = now, proposed
         self.floor = min(self.floor, proposed)

@@ -174,7 +174,8 @@ class Switcher:
                 heads = self.heads or self.table.heads[0]
             if self.heads is not None:  # more heads only on a reading that has persisted
                 order = self.table.heads
-                heads = order[self._raise_gate(order.index(self.heads), order.index(heads), now)]
+                fresh = not (self._thermal.held or self._battery.held)
+                heads = order[self._raise_gate(order.index(self.heads), order.index(heads), now, fresh)]
             if heads != self.heads:
                 reason = "start" if self.heads is None else "state"
                 if self.fallback and self.heads is None:
