@@ -7,6 +7,7 @@ import os
 import platform
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -606,11 +607,11 @@ def test_target_profile_tables_map_onto_signals():
 @pytest.mark.parametrize("name, battery", [("rpi", None), ("jetson", None), ("android", "dumpsys")])
 def test_shipped_profiles_name_a_battery_only_where_the_device_has_one(name: str, battery):
     """A board on mains names no battery (so it reads as mains); a named battery that fails is unknown."""
-    import tomllib
-
-    table = tomllib.loads((SIGNALS_DIR.parents[2] / "targets" / f"{name}.toml").read_text())["signals"]
-    named = configured(table)
+    text = (SIGNALS_DIR.parents[2] / "targets" / f"{name}.toml").read_text()
+    named = configured(tomllib.loads(text)["signals"])
     assert named.get("battery") == battery and set(named) & {"thermal", "vcgencmd"}
+    if name == "rpi":  # a Pi on a UPS HAT: the profile's comment says to uncomment its battery lines
+        assert configured(tomllib.loads(text.replace("# battery_", "battery_"))["signals"])["battery"] == "sysfs"
 
 
 def test_read_state_takes_a_profile_table_as_written(board: Path):

@@ -20,7 +20,8 @@ FAILSAFE_USE = [
     "  Before passing NaN, hold the last good reading for the target profile's stale_after_s",
     "  (default 30 s); after that pass NaN (or the profile's assumed_hot as thermal).",
     "  Let the head count rise only when select has asked for more for raise_after_s (default 10 s)",
-    "  without a break; take a lower head count at once. Log a failing sensor once, not every poll.",
+    "  without a break on fresh readings (a held one starts the wait over); take a lower head count",
+    "  at once. Log a failing sensor once when it fails and once when it recovers, not every poll.",
 ]
 
 
