@@ -1,4 +1,5 @@
-"""The on-device switcher on a real (tiny, ONNX) bundle and a fake sysfs tree changed while it runs."""
+"""The on-device switcher on a real (tiny, ONNX) bundle and a fake sysfs tree changed while it runs,
+sensors that fail or flap included (on a fake clock)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import torch
 
 from hydra_edge.config import preset
 from hydra_edge.convert import pipeline
+from hydra_edge.errors import HydraEdgeError
 from hydra_edge.lut.command import make_lut
 from hydra_edge.model import HydraViT
 from hydra_edge.runtime.engines import load
@@ -335,6 +337,13 @@ def test_a_failed_battery_holds_its_last_level_first(bundle: Path, board: Board)
         assert sw.poll() == 12
         clock.now += 1
         assert sw.poll() == 6 and sw.events[-1].reason == "state: battery unknown since 30 s"
+
+
+@pytest.mark.parametrize("key, value", [("stale_after_s", "soon"), ("raise_after_s", -1), ("assumed_hot", math.inf),
+                                        ("stale_after_s", True)])
+def test_a_bad_fail_safe_setting_is_one_line(bundle: Path, board: Board, key: str, value: object) -> None:
+    with pytest.raises(HydraEdgeError, match=rf"^\[signals\] {key} = .* is not a finite number.*; fix the target profile$"):
+        switcher(bundle, board, signals={"thermal": "sysfs", key: value})
 
 
 def test_a_board_that_declares_no_battery_runs_on_mains(bundle: Path, board: Board) -> None:
