@@ -298,6 +298,15 @@ def test_a_temperature_unreadable_from_the_start_is_the_hottest_band(bundle: Pat
         assert sw.poll() == 3 and sw.events[0].reason == "start: thermal unknown since 0 s"
 
 
+def test_a_profile_without_a_thermal_signal_runs_as_hottest_and_says_so(bundle: Path, board: Board,
+                                                                         caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="hydra_edge.switcher"), \
+            switcher(bundle, board, signals={"battery": "none"}) as sw:
+        assert sw.poll() == 3 and sw.poll() == 3
+    assert [r.getMessage() for r in caplog.records] == [
+        "thermal unreadable (the profile names no thermal signal) — no recent reading; assuming the hottest band"]
+
+
 def test_assumed_hot_replaces_the_hottest_band(bundle: Path, board: Board) -> None:
     clock = Clock()
     signals = {"thermal": "sysfs", "battery": "sysfs", "assumed_hot": 75.0, "stale_after_s": 5}

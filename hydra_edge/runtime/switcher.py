@@ -149,8 +149,7 @@ class Switcher:
         thermal = self.table.thermal_input(state.max_temp_c, throttled, state.android_thermal_status)
         if not math.isnan(thermal):
             return thermal, None
-        why = "; ".join(state.errors[s] for s in THERMAL_SIGNALS if s in state.errors)
-        return None, self._no_thermal or why or "no sensor gave a reading"
+        return None, self._no_thermal or state.errors.get("thermal", "no sensor gave a reading")
 
     def _battery_now(self, state: DeviceState) -> Tuple[Optional[Tuple[float, bool]], Optional[str]]:
         """This poll's (battery %, charging): (-1, False) without a battery, or None and why not."""

@@ -62,7 +62,7 @@ class DeviceState:
     ``thermal_zones`` maps a sensor name to °C; ``battery_capacity`` is in % (0-100);
     ``charging`` is true only while the battery status is Charging; ``power_w`` is measured
     draw, when the battery or a Jetson input rail reports it. ``errors`` maps a signal the
-    profile names (``thermal``, ``battery``, ``vcgencmd``, ``tegrastats``) to why it gave no
+    profile names (``thermal``, ``battery``, ``tegrastats``) to why it gave no
     usable reading; a signal that is not named is simply absent.
     """
 
@@ -115,7 +115,7 @@ def zone_temperatures(zones: Iterable[ThermalZone]) -> Dict[str, float]:
     return temps
 
 
-def zone_errors(zones: Iterable[ThermalZone]) -> Dict[str, str]:
+def _zone_errors(zones: Iterable[ThermalZone]) -> Dict[str, str]:
     """{zone name: why it gave no temperature} for zones that do not read."""
     return {zone.name: f"{zone.zone}: {zone.error}" for zone in zones if zone.error is not None}
 
@@ -126,7 +126,7 @@ def _sysfs_thermal(root: str, run: Runner) -> Dict[str, Any]:
     zones = read_thermal_zones(root)
     if not zones:
         return {"error": f"no thermal zone under {root.rstrip('/')}/sys/class/thermal"}
-    return {"thermal_zones": zone_temperatures(zones), "zone_errors": zone_errors(zones)}
+    return {"thermal_zones": zone_temperatures(zones), "zone_errors": _zone_errors(zones)}
 
 
 def _sysfs_battery(root: str, run: Runner) -> Dict[str, Any]:
