@@ -93,7 +93,8 @@ def trials(out: Path, shape: tuple[int, int, int], prefetch: bool, n: int, seed:
     temp = zone / "temp"
     temp.write_text(f"{int(band_temp(0) * 1000)}\n")
     now = [0.0]
-    sw = Switcher(out, signals={"thermal": "sysfs"}, root=str(board), prefetch=prefetch,
+    # raise_after_s = 0: every poll's reading counts as persisted, so a switch up is timed like a switch down
+    sw = Switcher(out, signals={"thermal": "sysfs", "raise_after_s": 0}, root=str(board), prefetch=prefetch,
                   cache_size=3 if prefetch else 1, threads=threads, clock=lambda: now[0])
     bands = len(sw.table.thermal_edges) + 1
     x = np.zeros((1, *shape), np.float32)

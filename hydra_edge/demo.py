@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from .atomic import write_json
+from .atomic import write_json, write_text
 from .command import command
 from .deploy import APP
 
@@ -95,6 +95,7 @@ def demo(ctx: click.Context, out: Path, epochs: int, heads: str, runs: int, imag
     from .calibrate.command import calibrate
     from .cli import train
     from .convert.command import convert
+    from .convert.targets import resolve
     from .lut.command import lut
 
     start = time.perf_counter()
@@ -104,8 +105,10 @@ def demo(ctx: click.Context, out: Path, epochs: int, heads: str, runs: int, imag
     _stage(1, f"train HydraViT on digits, heads {heads}, {epochs} epochs")
     ctx.invoke(train, data="digits", out=run, heads=heads, epochs=epochs, threads=1, resume=True)
 
-    _stage(2, "convert every subnetwork for the Raspberry Pi profile (LiteRT, int8 weights), verified")
-    ctx.invoke(convert, checkpoint=checkpoint, target="rpi", out=bundle, jobs=jobs)
+    _stage(2, "convert every subnetwork for the Raspberry Pi profile on a UPS battery (LiteRT, int8), verified")
+    profile = out / "rpi-ups.toml"  # the shipped Pi profile with its battery lines on: the scripted day has one
+    write_text(profile, resolve("rpi").read_text().replace("# battery_", "battery_"))
+    ctx.invoke(convert, checkpoint=checkpoint, target=str(profile), out=bundle, jobs=jobs)
 
     _stage(3, "calibrate: this machine plays the board (ssh/adb work the same way)")
     record = calibration / "this-machine.json"

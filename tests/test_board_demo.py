@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -85,7 +86,11 @@ def test_deploy_over_ssh_pushes_and_runs_the_app(board: dict[str, Path], sshd_se
             "--remote-dir", remote, "--images", board["images"], "--max-images", 12, "--python", python]
     result = CliRunner().invoke(deploy, [str(a) for a in args])
     assert result.exit_code == 0, result.output
-    assert "switch None -> 12 heads [start]" in result.output and "12 heads: 12 images" in result.output
+    # the heads this machine's own sensors allow: where they cannot be read, the smallest (fail-safe)
+    start = re.search(r"switch None -> (\d+) heads \[start", result.output)
+    assert start, result.output
+    ran = f"{start.group(1)} heads: 12 images"
+    assert ran in result.output
     assert (remote / "app" / "bundle" / "lut.json").read_bytes() == board["lut"].read_bytes()
     assert (remote / "app" / "images" / "2" / "3.png").is_file()
     again = CliRunner().invoke(deploy, [str(a) for a in args])
@@ -98,7 +103,7 @@ def test_deploy_over_ssh_pushes_and_runs_the_app(board: dict[str, Path], sshd_se
         if log.is_file() and "12 images" in log.read_text():
             break
         time.sleep(0.1)
-    assert "12 heads: 12 images" in log.read_text()
+    assert ran in log.read_text()
 
 
 def test_deploy_refuses_a_table_of_another_bundle(board: dict[str, Path], tmp_path: Path) -> None:

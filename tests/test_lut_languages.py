@@ -1,5 +1,6 @@
 """One table, three languages: the C header (gcc) and the Kotlin object (kotlinc) pick the same head
-count as ``hydra_edge.runtime.lut`` for every input of a grid around every band edge and margin."""
+count as ``hydra_edge.runtime.lut`` for every input of a grid around every band edge and margin,
+unknown (NaN) battery and thermal readings included: those pick the worst band in all three."""
 
 from __future__ import annotations
 
@@ -36,9 +37,10 @@ KOTLIN_MAIN = """fun main() {
     print(out)
 }
 """
-BATTERY = [-1, 0, 10, 14, 15, 19, 20, 21, 24, 25, 26, 49, 50, 53, 54, 55, 56, 80, 100]
-TEMPERATURE = [float("nan"), 20, 56.9, 57, 57.5, 59.99, 60, 61, 63, 66.9, 67, 69, 70, 72, 73, 77, 79.9, 80, 83, 95]
-ANDROID = [float("nan"), 0, 0.5, 1, 2, 3, 4, 5, 6]
+NAN = float("nan")
+BATTERY = [NAN, -1, 0, 10, 14, 15, 19, 20, 21, 24, 25, 26, 49, 50, 53, 54, 55, 56, 80, 100]
+TEMPERATURE = [NAN, 20, 56.9, 57, 57.5, 59.99, 60, 61, 63, 66.9, 67, 69, 70, 72, 73, 77, 79.9, 80, 83, 95]
+ANDROID = [NAN, 0, 0.5, 1, 2, 3, 4, 5, 6]
 
 
 def _text(x: float) -> str:
@@ -61,6 +63,22 @@ def case(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[dict[str, Any]
     prev = [0, 5, *(c["heads"] for c in doc["candidates"])]
     grid = itertools.product(BATTERY, (0, 1), thermal, prev, (0.0, dwell - 0.001, dwell, 100.0))
     return doc, [" ".join(_text(v) if isinstance(v, float) else str(v) for v in row) for row in grid]
+
+
+def test_unknown_readings_pick_the_worst_band_not_the_best(case: tuple[dict[str, Any], list[str]]) -> None:
+    t = table_from_dict(case[0])
+    hottest, lowest = len(t.thermal_edges), len(t.battery_min_pct)
+    assert t.thermal_band(NAN) == hottest and t.battery_band(NAN, False) == t.battery_band(NAN, True) == lowest
+    assert t.battery_band(-1, False) == 0  # no battery (mains) is not unknown
+    # at start-up (no previous head count) both unknown: the smallest head count of the table
+    assert t.select(NAN, True, NAN, 0, 0.0) == t.heads[0] == t.candidates[t.cells[lowest][hottest]].heads
+    # whatever the true reading was, unknown never picks more heads than knowing it would
+    thermal = TEMPERATURE[1:] if t.thermal_source == "temperature" else ANDROID[1:]
+    for prev, since, battery, charging, th in itertools.product((0, *t.heads), (0.0, 1e9), BATTERY[1:], (False, True),
+                                                                thermal):
+        known = t.select(battery, charging, th, prev, since)
+        assert t.select(NAN, charging, th, prev, since) <= known
+        assert t.select(battery, charging, NAN, prev, since) <= known
 
 
 def python_picks(doc: dict[str, Any], lines: list[str]) -> list[str]:

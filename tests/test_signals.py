@@ -1,17 +1,21 @@
 """Device-side signals: fake sysfs trees, real-format tool output, and the stdlib-only promise."""
 
 import ast
+import errno
 import json
+import os
 import platform
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from hydra_edge.errors import HydraEdgeError
+from hydra_edge.runtime.signals import _text, state as state_module
 from hydra_edge.runtime.signals import (
-    COMMANDS, DeviceState, Throttling, android_device_info, parse_battery, parse_benchmark_model,
+    COMMANDS, DeviceState, configured, Throttling, android_device_info, parse_battery, parse_benchmark_model,
     parse_executor_runner, parse_get_throttled, parse_getprop, parse_measure_temp,
     parse_tegrastats, parse_thermalservice, read_device_info, read_power_supplies, read_state,
     read_thermal_zones, run_command, signals_from_profile, summarize_latencies,
@@ -445,11 +449,133 @@ def test_state_round_trips_through_json(board: Path):
                        tuple(COMMANDS["thermalservice"]): "Thermal Status: 3"})
     state = read_state({"thermal": "sysfs", "battery": "sysfs", "vcgencmd": True,
                         "tegrastats": True}, root=str(board), run=run)
-    state = DeviceState(**{**vars(state), "android_thermal_status": 3})
+    state = DeviceState(**{**vars(state), "android_thermal_status": 3,
+                            "errors": {"battery": "BAT0 capacity: 250 % is outside 0..100 %"}})
     data = json.loads(json.dumps(state.to_dict()))
     assert data["max_temp_c"] == 53.5 and data["android_thermal_status_name"] == "SEVERE"
     assert data["throttling"]["throttled_occurred"] is True
     assert DeviceState.from_dict(data) == state
+
+
+# --- sensors that fail ----------------------------------------------------------------------
+# A signal the profile names but that gives no usable value is an error with its reason, so the
+# switcher can tell it from a signal that is not there (a board on mains has no battery).
+
+def spoil(path: Path, bad: str) -> None:
+    """Make a sysfs attribute misbehave: garbage text, a directory, or a dangling link."""
+    path.unlink()
+    if bad == "directory":
+        path.mkdir()
+    elif bad == "dangling":
+        path.symlink_to(path.with_name("gone"))
+    else:
+        path.write_text(bad)
+
+
+@pytest.fixture
+def denied(monkeypatch: pytest.MonkeyPatch) -> set:
+    """Paths that fail with EACCES or EIO at the one function that opens device files (root ignores chmod)."""
+    paths: dict = {}
+    read_file = _text.read_file
+
+    def fail(path):
+        code = paths.get(Path(path))
+        if code is not None:
+            raise OSError(code, os.strerror(code), str(path))
+        return read_file(path)
+
+    monkeypatch.setattr(_text, "read_file", fail)
+    return paths
+
+
+@pytest.mark.parametrize("bad, why", [
+    ("garbage\n", "reads 'garbage', not a number"), ("", "reads '', not a number"),
+    ("nan\n", "reads 'nan', not a number"), ("1000000000\n", "1e+06 °C is outside -50..150 °C"),
+    ("-300000\n", "-300 °C is outside -50..150 °C"), ("directory", "IsADirectoryError"),
+    ("dangling", "FileNotFoundError"), ("EACCES", "PermissionError: [Errno 13] Permission denied"),
+    ("EIO", "OSError: [Errno 5] Input/output error")])
+def test_a_temperature_that_will_not_read_is_an_error_with_its_reason(tmp_path: Path, denied: dict, bad: str,
+                                                                      why: str):
+    write_tree(tmp_path, {TZ + "thermal_zone0/type": "cpu-thermal\n", TZ + "thermal_zone0/temp": "48312\n"})
+    temp = tmp_path / TZ / "thermal_zone0/temp"
+    if bad in ("EACCES", "EIO"):
+        denied[temp] = getattr(errno, bad)
+    else:
+        spoil(temp, bad)
+    (zone,) = read_thermal_zones(str(tmp_path))
+    assert zone.temp_c is None and why in zone.error
+    state = read_state({"thermal": "sysfs"}, root=str(tmp_path))
+    assert state.max_temp_c is None and why in state.errors["thermal"]
+    assert state.errors["thermal"].startswith("thermal_zone0: ")
+
+
+def test_one_zone_that_will_not_read_is_no_error_while_others_read(board: Path):
+    spoil(board / TZ / "thermal_zone0/temp", "garbage\n")
+    state = read_state({"thermal": "sysfs"}, root=str(board))
+    assert state.max_temp_c == 53.5 and state.errors == {}
+    only = read_state({"thermal": "sysfs", "thermal_zones": ["cpu-thermal"]}, root=str(board))
+    assert only.thermal_zones == {"cpu-thermal": 47.0} and only.errors == {}  # the second cpu-thermal reads
+    spoil(board / TZ / "thermal_zone1/temp", "directory")
+    gpu = read_state({"thermal": "sysfs", "thermal_zones": ["gpu-thermal"]}, root=str(board))
+    assert gpu.thermal_zones == {} and "IsADirectoryError" in gpu.errors["thermal"]
+
+
+def test_no_thermal_zone_at_all_is_an_error_when_the_profile_names_one(tmp_path: Path):
+    state = read_state({"thermal": "sysfs"}, root=str(tmp_path))
+    assert state.errors == {"thermal": f"no thermal zone under {tmp_path}/sys/class/thermal"}
+
+
+@pytest.mark.parametrize("bad, why", [
+    ("-5\n", "-5 % is outside 0..100 %"), ("250\n", "250 % is outside 0..100 %"),
+    ("abc\n", "not a number"), ("directory", "IsADirectoryError"), ("EACCES", "PermissionError")])
+def test_a_battery_level_that_will_not_read_is_an_error_not_mains(board: Path, denied: dict, bad: str, why: str):
+    capacity = board / PS / "BAT0/capacity"
+    if bad == "EACCES":
+        denied[capacity] = errno.EACCES
+    else:
+        spoil(capacity, bad)
+    state = read_state({"battery": "sysfs"}, root=str(board))
+    assert state.battery_capacity is None and state.battery_status == "Discharging"
+    assert state.errors["battery"].startswith("BAT0 capacity: ") and why in state.errors["battery"]
+
+
+def test_a_named_battery_that_is_missing_is_an_error_and_one_switched_off_is_not_read(tmp_path: Path):
+    write_tree(tmp_path, {PS + "AC/type": "Mains\n", PS + "AC/online": "1\n"})
+    state = read_state({"battery": "sysfs"}, root=str(tmp_path))
+    assert state.errors == {"battery": f"no battery under {tmp_path}/sys/class/power_supply"}
+    off = {"files": {"capacity": "/sys/class/power_supply/battery/capacity"}, "battery": "none"}
+    assert configured(off) == {} and read_state(off, root=str(tmp_path)).errors == {}
+    assert configured({"files": {"capacity": "/sys/class/power_supply/battery/capacity"}}) == {"battery": "sysfs"}
+
+
+def test_dumpsys_that_fails_or_makes_no_sense_is_an_error():
+    failed = read_state({"thermal": "dumpsys", "battery": "dumpsys"}, run=fake_runner({}))
+    assert failed.errors == {"thermal": "`dumpsys thermalservice` failed or printed nothing",
+                             "battery": "`dumpsys battery` failed or printed nothing"}
+    odd = read_state({"thermal": "dumpsys", "battery": "dumpsys"}, run=fake_runner({
+        tuple(COMMANDS["thermalservice"]): "Temperature{mValue=41.5, mType=0, mName=CPU0, mStatus=0}",
+        tuple(COMMANDS["battery"]): "  level: 150\n  status: 2\n"}))
+    assert odd.max_temp_c == 41.5 and odd.android_thermal_status is None and odd.battery_capacity is None
+    assert odd.errors == {"thermal": "dumpsys thermalservice has no Thermal Status",
+                          "battery": "dumpsys battery level: 150 % is outside 0..100 %"}
+
+
+def test_vcgencmd_that_fails_leaves_a_pi_without_a_temperature_only_if_sysfs_fails_too(board: Path,
+                                                                                      tmp_path: Path):
+    run = fake_runner({tuple(COMMANDS["measure_temp"]): "VCHI initialization failed\n"})
+    assert read_state({"thermal": "sysfs", "vcgencmd": True}, root=str(board), run=run).errors == {}
+    state = read_state({"vcgencmd": True}, root=str(tmp_path), run=run)
+    assert state.thermal_zones == {} and state.errors == {
+        "thermal": "vcgencmd measure_temp printed 'VCHI initialization failed'"}
+
+
+def test_a_reader_that_raises_is_an_error_not_an_exception(board: Path, monkeypatch: pytest.MonkeyPatch):
+    def broken(root):
+        raise RuntimeError("driver gone")
+
+    monkeypatch.setattr(state_module, "read_thermal_zones", broken)
+    state = read_state({"thermal": "sysfs", "battery": "sysfs"}, root=str(board))
+    assert state.errors == {"thermal": "RuntimeError: driver gone"} and state.battery_capacity == 76
 
 
 # The [signals] tables of targets/rpi.toml, android.toml and jetson.toml as written there.
@@ -476,6 +602,16 @@ def test_target_profile_tables_map_onto_signals():
     assert signals_from_profile(PROFILE_TABLES["jetson"]) == {"thermal": "sysfs",
                                                               "tegrastats": True}
     assert signals_from_profile({"thermal": "sysfs"}) == {}
+
+
+@pytest.mark.parametrize("name, battery", [("rpi", None), ("jetson", None), ("android", "dumpsys")])
+def test_shipped_profiles_name_a_battery_only_where_the_device_has_one(name: str, battery):
+    """A board on mains names no battery (so it reads as mains); a named battery that fails is unknown."""
+    text = (SIGNALS_DIR.parents[2] / "targets" / f"{name}.toml").read_text()
+    named = configured(tomllib.loads(text)["signals"])
+    assert named.get("battery") == battery and set(named) & {"thermal", "vcgencmd"}
+    if name == "rpi":  # a Pi on a UPS HAT: the profile's comment says to uncomment its battery lines
+        assert configured(tomllib.loads(text.replace("# battery_", "battery_"))["signals"])["battery"] == "sysfs"
 
 
 def test_read_state_takes_a_profile_table_as_written(board: Path):

@@ -1,13 +1,18 @@
-"""The on-device switcher on a real (tiny, ONNX) bundle and a fake sysfs tree changed while it runs."""
+"""The on-device switcher on a real (tiny, ONNX) bundle and a fake sysfs tree changed while it runs,
+sensors that fail or flap included (on a fake clock)."""
 
 from __future__ import annotations
 
+import errno
+import itertools
 import json
 import logging
+import math
+import os
 import shutil
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Set
 
 import numpy as np
 import pytest
@@ -15,9 +20,11 @@ import torch
 
 from hydra_edge.config import preset
 from hydra_edge.convert import pipeline
+from hydra_edge.errors import HydraEdgeError
 from hydra_edge.lut.command import make_lut
 from hydra_edge.model import HydraViT
 from hydra_edge.runtime.engines import load
+from hydra_edge.runtime.signals import _text
 from hydra_edge.runtime.switcher import Switcher
 from test_lut import calibration
 
@@ -46,7 +53,7 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 class Board:
-    """A fake sysfs tree: one thermal zone and, optionally, a battery."""
+    """A fake sysfs tree: one thermal zone and the battery the profile names (full: the same bands as mains)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -54,15 +61,42 @@ class Board:
         zone.mkdir(parents=True)
         (zone / "type").write_text("cpu-thermal\n")
         self.temp(40)
+        self.battery(100, "Full")
+
+    @property
+    def temp_file(self) -> Path:
+        return self.root / "sys/class/thermal/thermal_zone0/temp"
+
+    @property
+    def capacity_file(self) -> Path:
+        return self.root / "sys/class/power_supply/BAT0/capacity"
 
     def temp(self, c: float) -> None:
-        (self.root / "sys/class/thermal/thermal_zone0/temp").write_text(f"{int(c * 1000)}\n")
+        write(self.temp_file, f"{int(c * 1000)}\n")
 
     def battery(self, pct: int, status: str = "Discharging") -> None:
         bat = self.root / "sys/class/power_supply/BAT0"
         bat.mkdir(parents=True, exist_ok=True)
         for name, value in (("type", "Battery"), ("capacity", pct), ("status", status)):
-            (bat / name).write_text(f"{value}\n")
+            write(bat / name, f"{value}\n")
+
+    def no_battery(self) -> None:
+        shutil.rmtree(self.root / "sys/class/power_supply")
+
+
+def write(path: Path, content: str) -> None:
+    """Replace ``path`` (a file, a directory or a link) with ``content``: a sensor that misbehaves as
+    sysfs attributes really do. ``directory`` and ``dangling`` make it unreadable; other text is its value."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.is_dir():
+        path.rmdir()
+    if content == "directory":
+        path.mkdir()  # reading it: IsADirectoryError
+    elif content == "dangling":
+        path.symlink_to(path.with_name("gone"))  # reading it: FileNotFoundError
+    else:
+        path.write_text(content)
 
 
 class Clock:
@@ -120,6 +154,10 @@ def test_never_flaps_inside_the_margin_and_waits_out_the_dwell(bundle: Path, boa
         clock.now += 1
         assert sw.poll() == 3
         clock.now += sw.table.min_dwell_s
+        assert sw.poll() == 3  # the table asks for 9 now: granted once that has persisted raise_after_s
+        clock.now += sw.settings.raise_after_s - 1
+        assert sw.poll() == 3
+        clock.now += 1
         assert sw.poll() == 9
 
 
@@ -132,6 +170,8 @@ def test_battery_bands_and_charging(bundle: Path, board: Board) -> None:
         assert sw.poll() == 6
         board.battery(15, "Charging")
         clock.now += 10
+        assert sw.poll() == 6  # more heads only once charging has persisted raise_after_s
+        clock.now += sw.settings.raise_after_s
         assert sw.poll() == 12
         assert sw.events[-1].reading.charging and sw.events[-1].reading.battery_pct == 15
 
@@ -198,3 +238,221 @@ def test_an_artefact_that_will_not_load_is_not_retried(bundle: Path, board: Boar
             clock.now += 60  # long past the dwell: 12 is still what the table says
             assert sw.poll() == 3 and sw.predict(IMAGE).heads == 3
         assert len(sw.events) == 2
+
+
+# --- failing sensors --------------------------------------------------------------------------
+# With the table above: 12 heads below 60 °C, 9 below 70, 6 below 80, 3 from 80 °C on mains or a
+# battery >= 50 %; in the lowest battery band (< 20 %) 6 heads at most.
+
+@pytest.fixture
+def denied(monkeypatch: pytest.MonkeyPatch) -> Set[Path]:
+    """Paths whose read fails with EACCES, at the one function that opens sysfs files (tests run as
+    root, where chmod 000 denies nothing)."""
+    paths: Set[Path] = set()
+    read_file = _text.read_file
+
+    def deny(path: "str | Path") -> str:
+        if Path(path) in paths:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        return read_file(path)
+
+    monkeypatch.setattr(_text, "read_file", deny)
+    return paths
+
+
+# What a broken sensor file holds: garbage, nothing, NaN, absurd values (1e9 m°C), or it will not read.
+BAD = ["garbage\n", "", "nan\n", "1000000000\n", "-300000\n", "directory", "dangling", "EACCES"]
+
+
+def spoil(path: Path, bad: str, denied: Set[Path]) -> None:
+    if bad == "EACCES":
+        denied.add(path)
+    else:
+        write(path, bad)
+
+
+@pytest.mark.parametrize("bad", BAD)
+def test_a_failed_temperature_holds_the_last_reading_then_runs_as_hottest(bundle: Path, board: Board, bad: str,
+                                                                       denied: Set[Path]) -> None:
+    clock = Clock()
+    board.temp(65)
+    with switcher(bundle, board, clock=clock, prefetch=False) as sw:
+        assert sw.poll() == 9
+        spoil(board.temp_file, bad, denied)
+        for _ in range(29):  # far past the dwell, but the last good reading is < 30 s old: held
+            clock.now += 1
+            assert sw.poll() == 9
+        clock.now += 1
+        assert sw.poll() == 3  # stale: the hottest band, never the coolest
+        event = sw.event_log()[-1]
+        assert event["reason"] == "state: thermal unknown since 30 s" and math.isnan(event["reading"]["thermal"])
+        json.dumps(sw.event_log())
+        for _ in range(120):
+            clock.now += 1
+            assert sw.poll() == 3
+
+
+def test_a_temperature_unreadable_from_the_start_is_the_hottest_band(bundle: Path, board: Board) -> None:
+    write(board.temp_file, "garbage\n")
+    with switcher(bundle, board) as sw:
+        assert sw.poll() == 3 and sw.events[0].reason == "start: thermal unknown since 0 s"
+
+
+def test_a_profile_without_a_thermal_signal_runs_as_hottest_and_says_so(bundle: Path, board: Board,
+                                                                         caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="hydra_edge.switcher"), \
+            switcher(bundle, board, signals={"battery": "none"}) as sw:
+        assert sw.poll() == 3 and sw.poll() == 3
+    assert [r.getMessage() for r in caplog.records] == [
+        "thermal unreadable (the profile names no thermal signal) — no recent reading; assuming the hottest band"]
+
+
+def test_assumed_hot_replaces_the_hottest_band(bundle: Path, board: Board) -> None:
+    clock = Clock()
+    signals = {"thermal": "sysfs", "battery": "sysfs", "assumed_hot": 75.0, "stale_after_s": 5}
+    with switcher(bundle, board, clock=clock, signals=signals) as sw:
+        assert sw.poll() == 12
+        write(board.temp_file, "directory")
+        clock.now += 4
+        assert sw.poll() == 12
+        clock.now += 1
+        assert sw.poll() == 6 and sw.events[-1].reading.thermal == 75.0
+
+
+@pytest.mark.parametrize("bad", [*BAD[:2], "-5\n", "250\n", "76.5.1\n", "directory", "EACCES", "missing file",
+                                 "no supply"])
+def test_a_failed_battery_is_the_lowest_band_not_mains(bundle: Path, board: Board, bad: str,
+                                                         denied: Set[Path]) -> None:
+    board.battery(90, "Charging")  # charging says nothing once the level cannot be read
+    if bad == "missing file":
+        board.capacity_file.unlink()
+    elif bad == "no supply":
+        board.no_battery()
+    else:
+        spoil(board.capacity_file, bad, denied)
+    with switcher(bundle, board) as sw:
+        assert sw.poll() == 6  # 12 on mains
+        assert math.isnan(sw.events[0].reading.battery_pct)
+        assert sw.events[0].reason == "start: battery unknown since 0 s"
+
+
+def test_a_failed_battery_holds_its_last_level_first(bundle: Path, board: Board) -> None:
+    clock = Clock()
+    board.battery(80)
+    with switcher(bundle, board, clock=clock) as sw:
+        assert sw.poll() == 12
+        write(board.capacity_file, "-1\n")
+        clock.now += 29
+        assert sw.poll() == 12
+        clock.now += 1
+        assert sw.poll() == 6 and sw.events[-1].reason == "state: battery unknown since 30 s"
+
+
+@pytest.mark.parametrize("key, value", [("stale_after_s", "soon"), ("raise_after_s", -1), ("assumed_hot", math.inf),
+                                        ("stale_after_s", True)])
+def test_a_bad_fail_safe_setting_is_one_line(bundle: Path, board: Board, key: str, value: object) -> None:
+    one_line = rf"^\[signals\] {key} = .* is not a finite number.*; fix the target profile$"
+    with pytest.raises(HydraEdgeError, match=one_line):
+        switcher(bundle, board, signals={"thermal": "sysfs", key: value})
+
+
+def test_a_board_that_declares_no_battery_runs_on_mains(bundle: Path, board: Board) -> None:
+    board.no_battery()
+    with switcher(bundle, board, signals={"thermal": "sysfs", "battery": "none"}) as sw:
+        assert sw.poll() == 12 and sw.events[0].reading.battery_pct == -1 and sw.events[0].reason == "start"
+
+
+def test_both_sensors_unreadable_run_the_smallest_head_count(bundle: Path, board: Board, denied: Set[Path]) -> None:
+    clock = Clock()
+    denied.update({board.temp_file, board.capacity_file})
+    with switcher(bundle, board, clock=clock) as sw:
+        for _ in range(600):
+            assert sw.poll() == 3 == sw.table.heads[0]
+            clock.now += 1
+        assert sw.events[0].reason == "start: thermal unknown since 0 s, battery unknown since 0 s"
+
+
+def test_a_cool_down_raises_heads_only_after_raise_after_s_and_heating_lowers_at_once(bundle: Path,
+                                                                                    board: Board) -> None:
+    clock = Clock()
+    board.temp(85)
+    with switcher(bundle, board, clock=clock) as sw:
+        assert sw.poll() == 3 and sw.settings.raise_after_s == 10 and sw.table.min_dwell_s == 5
+        board.temp(40)
+        for _ in range(14):  # the dwell (5 s), then 10 s in which the table asks for 12 without a break
+            clock.now += 1
+            assert sw.poll() == 3
+        clock.now += 1
+        assert sw.poll() == 12
+        board.temp(75)
+        clock.now += 1
+        assert sw.poll() == 6
+        board.temp(40)  # cool again, but one hot reading inside the wait starts it over
+        for temp in [40] * 8 + [75] + [40] * 10:
+            board.temp(temp)
+            clock.now += 1
+            assert sw.poll() == 6
+        clock.now += 1
+        assert sw.poll() == 12
+
+
+def _polls(board: Board, pattern: str) -> list:
+    """What the sensor file holds at each of 600 polls (10 minutes at 1 s)."""
+    if pattern == "bad every other poll":
+        return ["75000\n", "garbage\n"] * 300
+    if pattern == "unreadable every other poll":
+        return ["75000\n", "directory"] * 300
+    if pattern == "noisy across two edges":
+        return ["65000\n", "85000\n"] * 300
+    return (["dangling"] * 40 + ["40000\n"] * 5) * 14  # long outages with short good spells
+
+
+@pytest.mark.parametrize("pattern", ["bad every other poll", "unreadable every other poll", "noisy across two edges",
+                                     "long outages"])
+def test_a_flapping_sensor_makes_at_most_a_few_switches_a_minute(bundle: Path, board: Board, pattern: str) -> None:
+    clock = Clock()
+    with switcher(bundle, board, clock=clock, prefetch=False) as sw:
+        start = clock.now
+        for text in _polls(board, pattern):
+            write(board.temp_file, text)
+            sw.poll()
+            clock.now += 1
+        switches = [e for e in sw.events if e.from_heads is not None]
+        per_minute = [len(list(group)) for _, group in itertools.groupby(switches, lambda e: (e.time - start) // 60)]
+        assert max(per_minute, default=0) <= 3, per_minute
+        assert len(switches) <= 3  # in fact: it settles on the heads its worst reading allows
+
+
+def test_one_warning_when_a_sensor_fails_and_one_when_it_recovers(bundle: Path, board: Board, denied: Set[Path],
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    clock = Clock()
+
+    def warnings() -> list:
+        return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+    with caplog.at_level(logging.WARNING, logger="hydra_edge.switcher"), \
+            switcher(bundle, board, clock=clock, prefetch=False) as sw:
+        sw.poll()
+        denied.add(board.temp_file)
+        for _ in range(60):  # a minute unreadable, long past stale: one warning
+            clock.now += 1
+            sw.poll()
+        assert warnings() == [f"thermal unreadable (thermal_zone0: PermissionError: [Errno 13] Permission denied: "
+                              f"'{board.temp_file}') — holding the last reading 40.0 °C for up to 30 s"]
+        for i in range(40):  # readable and not by turns: the same failure, no message per poll
+            (denied.add if i % 2 else denied.discard)(board.temp_file)
+            clock.now += 1
+            sw.poll()
+        assert len(warnings()) == 1
+        denied.clear()
+        for _ in range(10):  # readable again, but not yet for raise_after_s
+            clock.now += 1
+            sw.poll()
+        assert len(warnings()) == 1
+        clock.now += 1
+        sw.poll()
+        assert warnings()[1] == "thermal readable again (40.0 °C) after 110 s with 80 failed reads"
+        for _ in range(60):
+            clock.now += 1
+            sw.poll()
+        assert len(warnings()) == 2

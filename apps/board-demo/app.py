@@ -92,7 +92,6 @@ class SimulatedBoard:
         return self.now
 
     def apply(self, step: Dict[str, Any]) -> None:
-        self.now += float(step.get("seconds", 10))
         (self.zone / "temp").write_text(f"{int(step['temp_c'] * 1000)}\n")
         (self.battery / "capacity").write_text(f"{int(step['battery_pct'])}\n")
         (self.battery / "status").write_text(step.get("status", "Discharging") + "\n")
@@ -196,7 +195,9 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         for step in steps:  # Ctrl-C ends the run; the summary and the log below still follow
             if board:
                 board.apply(step)
-                switcher.poll()
+                for _ in range(max(1, round(float(step.get("seconds", 10)) / args.poll_s))):
+                    board.now += args.poll_s  # poll as a board does: more heads need a reading that persists
+                    switcher.poll()
             for image, label in itertools.islice(samples, int(step.get("images", 20))):
                 start = time.perf_counter()
                 prediction = switcher.predict(image)

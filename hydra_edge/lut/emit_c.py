@@ -1,7 +1,8 @@
 """``hydra_lut.h``: the lookup table and its selection as one C99 header (static data, inline functions).
 
 Mirrors ``hydra_edge.runtime.lut.Table.select`` line for line; include it in the app's native code
-and call ``hydra_lut_select`` once per poll.
+and call ``hydra_lut_select`` once per poll. Unknown readings are NaN (``NAN`` from ``math.h``), so
+the header must not be compiled with ``-ffast-math`` (which assumes there is no NaN).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ TEMPLATE = """\
  */
 #ifndef HYDRA_LUT_H
 #define HYDRA_LUT_H
+
+#include <math.h> /* isnan, NAN: pass NAN for an unknown reading; do not build with -ffast-math */
 
 #define HYDRA_LUT_CANDIDATES {n_heads}
 #define HYDRA_LUT_BATTERY_BANDS {n_battery}
@@ -33,12 +36,14 @@ static const double hydra_lut_battery_margin_pct = {battery_margin_pct};
 static const double hydra_lut_min_dwell_s = {min_dwell_s};
 
 static inline int hydra_lut_thermal_band(double thermal) {{
+    if (isnan(thermal)) return HYDRA_LUT_THERMAL_BANDS - 1; /* unknown: the hottest band */
     int band = 0;
     for (int i = 0; i < HYDRA_LUT_THERMAL_BANDS - 1; i++) if (thermal >= hydra_lut_thermal_edges[i]) band++;
     return band;
 }}
 
 static inline int hydra_lut_battery_band(double battery_pct, int charging) {{
+    if (isnan(battery_pct)) return HYDRA_LUT_BATTERY_BANDS - 1; /* unknown (not -1, no battery): the lowest band */
     if (charging || battery_pct < 0) return 0;
     for (int i = 0; i < HYDRA_LUT_BATTERY_BANDS - 1; i++) if (battery_pct >= hydra_lut_battery_min_pct[i]) return i + 1;
     return HYDRA_LUT_BATTERY_BANDS - 1;

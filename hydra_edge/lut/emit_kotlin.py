@@ -2,7 +2,8 @@
 
 Mirrors ``hydra_edge.runtime.lut.Table.select`` line for line. On a phone, pass
 ``PowerManager.getCurrentThermalStatus()`` as ``thermal`` and ``BatteryManager`` capacity as
-``batteryPct``. No package line: put the file in the app's package and add one.
+``batteryPct``, and ``Double.NaN`` for either when it cannot be read (a capacity outside 0..100
+included). No package line: put the file in the app's package and add one.
 """
 
 from __future__ import annotations
@@ -27,9 +28,13 @@ object HydraLut {{
     const val MIN_DWELL_S = {min_dwell_s}
     const val MANIFEST_SHA256 = "{manifest_sha256}"
 {throttled}
-    @JvmStatic fun thermalBand(thermal: Double): Int = THERMAL_EDGES.count {{ thermal >= it }}
+    /** Double.NaN (unknown) is the hottest band. */
+    @JvmStatic fun thermalBand(thermal: Double): Int =
+        if (thermal.isNaN()) THERMAL_EDGES.size else THERMAL_EDGES.count {{ thermal >= it }}
 
+    /** Double.NaN (unknown, unlike -1 for no battery) is the lowest band. */
     @JvmStatic fun batteryBand(batteryPct: Double, charging: Boolean): Int {{
+        if (batteryPct.isNaN()) return BATTERY_MIN_PCT.size
         if (charging || batteryPct < 0) return 0
         for (i in BATTERY_MIN_PCT.indices) if (batteryPct >= BATTERY_MIN_PCT[i]) return i + 1
         return BATTERY_MIN_PCT.size

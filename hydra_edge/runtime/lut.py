@@ -8,12 +8,18 @@ The decision is a pure function of five numbers, so it is the same in every lang
 
 ``select(battery_pct, charging, thermal, prev_heads, since_switch_s) -> heads``
 
-* ``battery_pct``: 0-100, or -1 when there is no battery (boards on mains). Charging or no battery
-  is battery band 0; otherwise band ``i + 1`` is the first ``i`` with ``pct >= battery_min_pct[i]``.
+* ``battery_pct``: 0-100, -1 when there is no battery (a board on mains whose profile names no
+  battery), or NaN when the battery is unknown (named but missing, unreadable or garbage). Unknown
+  is the lowest battery band, whatever ``charging`` says; charging or no battery is band 0;
+  otherwise band ``i + 1`` is the first ``i`` with ``pct >= battery_min_pct[i]``.
 * ``thermal``: in the table's thermal unit: °C for ``source == "temperature"`` (Linux, Jetson,
   Raspberry Pi, where a throttled Pi reports at least ``throttled_c``), the Android thermal status
-  (0 NONE .. 6 SHUTDOWN) for ``source == "android"``; NaN (unknown) falls in the coolest band.
-  The thermal band is the number of ``thermal_edges`` that ``thermal`` reaches (``>=``).
+  (0 NONE .. 6 SHUTDOWN) for ``source == "android"``; NaN (unknown) is the hottest band.
+  Otherwise the thermal band is the number of ``thermal_edges`` that ``thermal`` reaches (``>=``).
+* Unknown means unknown now: a caller holds a sensor's last good reading for the profile's
+  ``stale_after_s`` before passing NaN, and lets the head count rise only on a reading that has
+  persisted ``raise_after_s`` (``hydra_edge.runtime.failsafe``; the C and Kotlin comments say the same),
+  so a failed sensor never buys more heads.
 * The cell ``(battery band, thermal band)`` names a candidate; candidates are ordered fastest
   (least accurate) first.
 * Hysteresis, on the previous head count alone: a worse-or-equal cell is taken at once (the budget
@@ -74,9 +80,13 @@ class Table:
         return next(c for c in self.candidates if c.heads == heads)
 
     def thermal_band(self, thermal: float) -> int:
+        if math.isnan(thermal):  # unknown: assume the worst
+            return len(self.thermal_edges)
         return sum(1 for edge in self.thermal_edges if thermal >= edge)
 
     def battery_band(self, battery_pct: float, charging: bool) -> int:
+        if math.isnan(battery_pct):  # unknown, unlike -1 (no battery): assume the worst
+            return len(self.battery_min_pct)
         if charging or battery_pct < 0:
             return 0
         for i, min_pct in enumerate(self.battery_min_pct):

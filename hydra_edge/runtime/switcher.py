@@ -5,7 +5,13 @@ profile; ``poll()`` (or the background thread of ``start()``) applies the table 
 ``predict(image)`` runs the current subnetwork. Artefacts load lazily into a small LRU cache and,
 with ``prefetch``, the neighbours of the current head count load in the background (queued after
 the first result of a new head count, so they never slow it down), so a switch to a neighbour
-costs a cache hit instead of a model load. Every switch is logged in ``events``.
+costs a cache hit instead of a model load. Every switch is logged in ``events``, with its reason.
+
+A sensor that fails never buys heads (``failsafe``): its last good reading is held for the
+profile's ``stale_after_s``, then the worst band is assumed; the head count rises only on a
+reading that has persisted ``raise_after_s``, and a failing sensor is logged once, not per poll.
+A battery the profile names but that cannot be read is unknown (the lowest battery band), not
+mains; only a profile that names no battery (``battery = "none"``) means a board on mains.
 
 A ``lut.json`` that is missing, damaged, of another schema or built for another bundle is
 reported in one line and the switcher runs the bundle's smallest head count instead of crashing.
@@ -23,7 +29,7 @@ from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple, Union
 
 import numpy as np
 
@@ -31,17 +37,19 @@ from ..atomic import sha256_file
 from ..errors import HydraEdgeError
 from ..records.manifest import read_manifest
 from .engines import Engine, load
+from .failsafe import Hold, RaiseGate, Settings
 from .lut import Candidate, LutError, Table, read_table
-from .signals import DeviceState, Runner, read_state, run_command
+from .signals import THERMAL_SIGNALS, DeviceState, Runner, configured, read_state, run_command
+from .signals.android import thermal_status_name
 
 log = logging.getLogger("hydra_edge.switcher")
 
 
 @dataclass(frozen=True)
 class Reading:
-    """The selection's inputs, taken from one ``DeviceState``."""
+    """The selection's inputs, after the fail-safe rules (a held reading, or the assumed worst)."""
 
-    battery_pct: float  # -1: no battery
+    battery_pct: float  # -1: no battery; NaN: unknown
     charging: bool
     thermal: float  # in the table's thermal unit; NaN: unknown
 
@@ -54,7 +62,8 @@ class SwitchEvent:
     poll: int
     from_heads: Optional[int]
     to_heads: int
-    reason: str  # "start", "state", "fallback: ...", "load failed: ..."
+    reason: str  # "start", "state", "fallback: ...", "load failed: ..."; a failing sensor is added
+    # after a colon: "state: thermal unknown since 31 s"
     reading: Optional[Reading]
 
 
@@ -80,7 +89,9 @@ class Switcher:
     ``signals`` is a target profile's ``[signals]`` table (default: the bundle's target); ``root``
     and ``run`` let tests and hosts point the readers at a fake sysfs tree and canned commands.
     ``threads`` overrides the artefacts' thread count (default: the target's, at most one per core).
-    ``clock`` times dwell and events (monotonic by default; tests pass their own).
+    ``clock`` times dwell, sensor holds and events (monotonic by default; tests pass their own).
+    ``signals`` also carries the fail-safe settings (``stale_after_s``, ``raise_after_s``,
+    ``assumed_hot``: ``failsafe.Settings``).
     """
 
     def __init__(self, bundle: Union[str, Path], lut: Optional[Union[str, Path]] = None,
@@ -93,6 +104,10 @@ class Switcher:
         self.threads = threads
         manifest = read_manifest(self.bundle)
         self.signals = dict(signals if signals is not None else manifest.target.get("signals", {}))
+        self.settings = Settings.from_signals(self.signals)
+        named = configured(self.signals)  # a value it cannot read is reported by the first poll
+        self._has_battery = "battery" in named
+        self._no_thermal = None if any(s in named for s in THERMAL_SIGNALS) else "the profile names no thermal signal"
         model = manifest.model
         self._input_shape = (1, model["in_chans"], model["img_size"], model["img_size"]) \
             if {"in_chans", "img_size"} <= set(model) else None
@@ -113,33 +128,60 @@ class Switcher:
         except LutError as e:
             self.table, self.fallback = fallback_table(self.bundle), str(e)
             log.warning("%s; running the smallest head count (%d)", e, self.table.heads[0])
+        hot = self.settings.assumed_hot
+        self._thermal: Hold[float] = Hold(
+            "thermal", self._describe_thermal, math.nan if hot is None else hot,
+            "the hottest band" if hot is None else f"{self._describe_thermal(hot)} (assumed_hot)", self.settings, log)
+        self._battery: Hold[Tuple[float, bool]] = Hold(
+            "battery", lambda b: f"{b[0]:.0f} %{' charging' if b[1] else ''}", (math.nan, False),
+            "the lowest battery band", self.settings, log)
+        self._raise_gate = RaiseGate(self.settings.raise_after_s)
 
     # -- reading and choosing -------------------------------------------------------------------
 
-    def reading(self, state: DeviceState) -> Reading:
+    def _describe_thermal(self, thermal: float) -> str:
+        if self.table.thermal_source == "android":
+            return f"thermal status {thermal:g} ({thermal_status_name(int(thermal))})"
+        return f"{thermal:.1f} °C"
+
+    def _thermal_now(self, state: DeviceState) -> Tuple[Optional[float], Optional[str]]:
+        """This poll's thermal input, or None and why not."""
         throttled = state.throttling is not None and state.throttling.any_now
-        return Reading(
-            battery_pct=-1.0 if state.battery_capacity is None else float(state.battery_capacity),
-            charging=bool(state.charging),
-            thermal=self.table.thermal_input(state.max_temp_c, throttled, state.android_thermal_status),
-        )
+        thermal = self.table.thermal_input(state.max_temp_c, throttled, state.android_thermal_status)
+        if not math.isnan(thermal):
+            return thermal, None
+        return None, self._no_thermal or state.errors.get("thermal", "no sensor gave a reading")
+
+    def _battery_now(self, state: DeviceState) -> Tuple[Optional[Tuple[float, bool]], Optional[str]]:
+        """This poll's (battery %, charging): (-1, False) without a battery, or None and why not."""
+        if not self._has_battery:
+            return (-1.0, False), None
+        if state.battery_capacity is None:
+            return None, state.errors.get("battery", "no battery level")
+        return (float(state.battery_capacity), bool(state.charging)), None
 
     def poll(self) -> int:
         """Read the signals once and switch if the table says so; returns the head count now running."""
         state = read_state(self.signals, self.root, self.run)  # device commands: outside the lock, so
         with self._lock:                                        # predict() never waits for a slow dumpsys
             self.polls += 1
-            reading = self.reading(state)
             now = self.clock()
-            heads = self.table.select(reading.battery_pct, reading.charging, reading.thermal, self.heads or 0,
-                                      now - self._switched_at)
+            thermal, thermal_note = self._thermal.update(*self._thermal_now(state), now)
+            (battery_pct, charging), battery_note = self._battery.update(*self._battery_now(state), now)
+            reading = Reading(battery_pct, charging, thermal)
+            heads = self.table.select(battery_pct, charging, thermal, self.heads or 0, now - self._switched_at)
             if heads in self._broken:  # failed to load once: not tried again at every dwell
                 heads = self.heads or self.table.heads[0]
+            if self.heads is not None:  # more heads only on a reading that has persisted
+                order = self.table.heads
+                fresh = not (self._thermal.held or self._battery.held)
+                heads = order[self._raise_gate(order.index(self.heads), order.index(heads), now, fresh)]
             if heads != self.heads:
                 reason = "start" if self.heads is None else "state"
                 if self.fallback and self.heads is None:
                     reason = f"fallback: {self.fallback}"
-                self._switch(heads, reason, reading, now)
+                notes = [note for note in (thermal_note, battery_note) if note]
+                self._switch(heads, f"{reason}: {', '.join(notes)}" if notes else reason, reading, now)
             return heads
 
     def _switch(self, heads: int, reason: str, reading: Optional[Reading], now: float) -> None:

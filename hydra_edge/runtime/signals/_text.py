@@ -2,13 +2,14 @@
 
 Device files and tool output are messy (missing files, ``nan``, trailing NULs, units glued to
 numbers), so each helper answers ``None`` rather than raising: a reader that cannot tell gives
-a ``None`` field, and the switcher keeps running.
+a ``None`` field, and the switcher keeps running. ``read_number`` also says why not, so the
+switcher can tell a sensor that is absent from one that is there but unreadable or absurd.
 """
 
 import math
 import re
 from pathlib import Path
-from typing import Dict, Optional, Pattern, Union
+from typing import Dict, Optional, Pattern, Tuple, Union
 
 # A signed decimal with optional exponent; units that follow (``mW``, ``'C``, ``MB``) are left out.
 NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
@@ -19,16 +20,51 @@ COLON_LINES = re.compile(r"^[ \t]*([^:\n]+?)[ \t]*:[ \t]*(.*?)[ \t]*$", re.MULTI
 EQUALS_TOKENS = re.compile(r"(\w+)=([-+.\w]+)")
 
 
+def read_file(path: Union[str, Path]) -> str:
+    """The stripped text of a file; raises ``OSError``. The one place that opens device files.
+
+    Device-tree strings end in NUL, so that is stripped here once.
+    """
+    return Path(path).read_text(errors="replace").strip().strip("\x00").strip()
+
+
 def read_text(path: Union[str, Path]) -> Optional[str]:
     """The stripped text of a file, or None when it is missing or unreadable.
 
-    sysfs attributes can exist yet fail on read (a disabled zone answers EINVAL), and
-    device-tree strings end in NUL, so both are handled here once.
+    sysfs attributes can exist yet fail on read (a disabled zone answers EINVAL).
     """
     try:
-        return Path(path).read_text(errors="replace").strip().strip("\x00").strip()
+        return read_file(path)
     except OSError:
         return None
+
+
+def range_error(value: float, valid: Tuple[float, float], unit: str) -> Optional[str]:
+    """Why ``value`` is not a plausible reading (outside ``valid``), or None when it is."""
+    low, high = valid
+    return None if low <= value <= high else f"{value:g} {unit} is outside {low:g}..{high:g} {unit}"
+
+
+def read_number(path: Union[str, Path], scale: float, valid: Tuple[float, float],
+                unit: str) -> Tuple[Optional[float], Optional[str]]:
+    """A sysfs attribute holding one number, times ``scale``: (value, None) or (None, why not).
+
+    Why not: the file is missing or will not read (EACCES, EIO, a directory), is empty, is not
+    exactly one finite number, or gives a value outside ``valid`` (1e9 m°C is a broken driver,
+    not a hot board).
+    """
+    try:
+        text = read_file(path)
+    except OSError as e:
+        return None, f"{type(e).__name__}: {e}"
+    try:
+        value = float(text) * scale
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        return None, f"{path} reads {text[:40]!r}, not a number"
+    error = range_error(value, valid, unit)
+    return (None, f"{path}: {error}") if error else (value, None)
 
 
 def pairs(pattern: Pattern[str], text: Optional[str]) -> Dict[str, str]:

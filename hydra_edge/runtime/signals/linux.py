@@ -12,10 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from ._text import EQUALS_TOKENS, NUMBER, integer, number, pairs, read_text
+from ._text import EQUALS_TOKENS, NUMBER, integer, number, pairs, read_number, read_text
 
 MILLI = 1e-3
 MICRO = 1e-6
+# What a working sensor can report; anything else is a broken driver or a misread file, not the board.
+TEMPERATURE_RANGE_C = (-50.0, 150.0)
+CAPACITY_RANGE_PCT = (0.0, 100.0)
 
 
 def _index(path: Path) -> int:
@@ -34,12 +37,14 @@ class TripPoint:
 
 @dataclass(frozen=True)
 class ThermalZone:
-    """One ``/sys/class/thermal/thermal_zoneN``; ``temp_c`` is None if the sensor will not read."""
+    """One ``/sys/class/thermal/thermal_zoneN``; ``temp_c`` is None if the sensor will not read,
+    and ``error`` then says why (unreadable, not a number, out of range)."""
 
     zone: str
     name: str
     temp_c: Optional[float]
     trip_points: Tuple[TripPoint, ...] = ()
+    error: Optional[str] = None
 
 
 def read_thermal_zones(root: str = "/") -> List[ThermalZone]:
@@ -55,17 +60,22 @@ def _read_zone(path: Path) -> ThermalZone:
         if temp_c is not None:
             trip_type = read_text(temp_file.with_name(temp_file.name.replace("_temp", "_type")))
             trips.append(TripPoint(temp_c, trip_type))
+    temp_c, error = read_number(path / "temp", MILLI, TEMPERATURE_RANGE_C, "°C")
     return ThermalZone(
         zone=path.name,
         name=read_text(path / "type") or path.name,
-        temp_c=number(read_text(path / "temp"), MILLI),
+        temp_c=temp_c,
         trip_points=tuple(trips),
+        error=error,
     )
 
 
 @dataclass(frozen=True)
 class PowerSupply:
-    """One ``/sys/class/power_supply/<name>``: a battery, or a Mains/USB input."""
+    """One ``/sys/class/power_supply/<name>``: a battery, or a Mains/USB input.
+
+    ``capacity`` is None when it will not read or is not a percentage; ``capacity_error`` says why.
+    """
 
     name: str
     type: Optional[str]
@@ -74,6 +84,7 @@ class PowerSupply:
     online: Optional[bool]
     power_w: Optional[float]
     temp_c: Optional[float]
+    capacity_error: Optional[str] = None
 
     @property
     def charging(self) -> Optional[bool]:
@@ -88,14 +99,16 @@ def read_power_supplies(root: str = "/") -> List[PowerSupply]:
 
 def _read_supply(path: Path) -> PowerSupply:
     online = integer(read_text(path / "online"))
+    capacity, capacity_error = read_number(path / "capacity", 1.0, CAPACITY_RANGE_PCT, "%")
     return PowerSupply(
         name=path.name,
         type=read_text(path / "type"),
         status=read_text(path / "status"),
-        capacity=integer(read_text(path / "capacity")),
+        capacity=None if capacity is None else round(capacity),
         online=None if online is None else online == 1,
         power_w=_supply_power_w(path),
         temp_c=number(read_text(path / "temp"), 0.1),
+        capacity_error=capacity_error,
     )
 
 

@@ -1,0 +1,129 @@
+"""What the switcher selects on when a sensor fails or flaps: never more heads because of it.
+
+Three rules (the C and Kotlin tables' comments ask their callers for the same):
+
+* A signal that stops reading (missing, unreadable, garbage, absurd) keeps its last good reading
+  for ``stale_after_s``, so one bad poll does not move the head count; after that it is unknown:
+  the hottest thermal band (or the profile's ``assumed_hot``), the lowest battery band.
+* The head count rises only when the table has asked for more for ``raise_after_s`` without a
+  break, on readings taken at every poll (a held reading starts the wait over), and then only as
+  far as it asked all along; it falls at once. A flapping reading therefore costs heads quickly
+  and gives them back rarely, and a sensor that reads only now and then gives none back.
+* A signal going bad is logged once, at WARNING, and once more when it has read well again for
+  ``raise_after_s``: not once per poll, even while it flaps.
+
+The profile's ``[signals]`` table sets the three numbers. Pure logic on the caller's readings and
+clock (tests drive it with a fake one); standard library only, because boards run it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, fields
+from typing import Any, Callable, Generic, Mapping, Optional, Tuple, TypeVar
+
+from ..errors import HydraEdgeError
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The ``[signals]`` keys that make the selection fail safe (seconds; thermal in the table's unit)."""
+
+    stale_after_s: float = 30.0  # how long a failed sensor's last good reading is trusted
+    raise_after_s: float = 10.0  # how long the table must ask for more heads before it gets them
+    assumed_hot: Optional[float] = None  # thermal once unknown and stale; None: the hottest band
+
+    @classmethod
+    def from_signals(cls, signals: Mapping[str, Any]) -> "Settings":
+        """Read the keys from a profile's ``[signals]`` table; ``HydraEdgeError`` for a bad value."""
+        values = {}
+        for f in fields(cls):
+            value = signals.get(f.name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                    or (f.name != "assumed_hot" and value < 0):
+                raise HydraEdgeError(f"[signals] {f.name} = {value!r} is not a finite number"
+                                     f"{'' if f.name == 'assumed_hot' else ' of seconds >= 0'}; fix the target profile")
+            values[f.name] = float(value)
+        return cls(**values)
+
+
+class Hold(Generic[T]):
+    """One signal: its last good reading, since when it has been failing, and what was logged."""
+
+    def __init__(self, name: str, describe: Callable[[T], str], unknown: T, assume: str, settings: Settings,
+                 log: logging.Logger) -> None:
+        self.name, self.describe, self.unknown, self.assume = name, describe, unknown, assume
+        self.settings, self.log = settings, log
+        self.last: Optional[T] = None
+        self.last_at = -math.inf  # when ``last`` was read
+        self.bad_since: Optional[float] = None  # the failure being reported; None while healthy
+        self.good_since: Optional[float] = None  # the current run of good reads inside a failure
+        self.failures = 0  # bad reads since ``bad_since``
+        self.held = False  # the last update returned an older reading, not this poll's
+
+    def update(self, value: Optional[T], why: Optional[str], now: float) -> Tuple[T, Optional[str]]:
+        """The reading to select on (``value``, the held one, or ``unknown``) and, when it is not
+        this poll's own, a note for the switch event ("thermal unknown since 31 s")."""
+        if value is not None:
+            self.last, self.last_at, self.held = value, now, False
+            self._recovering(now)
+            return value, None
+        self.good_since = None
+        self.failures += 1
+        last = self.last if now - self.last_at < self.settings.stale_after_s else None
+        self.held = last is not None
+        if self.bad_since is None:
+            self.bad_since, self.failures = now, 1
+            if last is not None:
+                self.log.warning("%s unreadable (%s) — holding the last reading %s for up to %g s", self.name, why,
+                                 self.describe(last), self.settings.stale_after_s)
+            else:
+                self.log.warning("%s unreadable (%s) — no recent reading; assuming %s", self.name, why, self.assume)
+        if last is not None:
+            return last, f"{self.name} unreadable, holding {self.describe(last)} from {now - self.last_at:.0f} s ago"
+        since = now - (self.last_at if self.last is not None else self.bad_since)
+        return self.unknown, f"{self.name} unknown since {since:.0f} s"
+
+    def _recovering(self, now: float) -> None:
+        """End a failure once the signal has read well for ``raise_after_s`` (a flapping one never does)."""
+        if self.bad_since is None:
+            return
+        if self.good_since is None:
+            self.good_since = now
+        if now - self.good_since >= self.settings.raise_after_s:
+            self.log.warning("%s readable again (%s) after %.0f s with %d failed reads", self.name,
+                             self.describe(self.last), now - self.bad_since, self.failures)
+            self.bad_since = self.good_since = None
+
+
+class RaiseGate:
+    """Lets the head count rise only after the table has asked for more for ``raise_after_s``.
+
+    Works on candidate ranks (0: fastest, fewest heads). While it waits it keeps the least the
+    table asked for, so a reading that wavered between two better cells gets the lesser one. A
+    poll on a held reading (``fresh`` false) starts the wait over: the reading did not persist,
+    it was assumed to.
+    """
+
+    def __init__(self, raise_after_s: float) -> None:
+        self.raise_after_s = raise_after_s
+        self.since: Optional[float] = None  # when the table began asking for more; None: it is not
+        self.floor = 0
+
+    def __call__(self, current: int, proposed: int, now: float, fresh: bool = True) -> int:
+        """The rank to run: ``proposed`` when it is not higher, else ``current`` until it has persisted."""
+        if proposed <= current or not fresh:
+            self.since = None
+            return min(proposed, current)
+        if self.since is None:
+            self.since, self.floor = now, proposed
+        self.floor = min(self.floor, proposed)
+        if now - self.since < self.raise_after_s:
+            return current
+        self.since = None
+        return self.floor
