@@ -12,7 +12,7 @@ Three rules (the C and Kotlin tables' comments ask their callers for the same):
 * A signal going bad is logged once, at WARNING, and once more when it has read well again for
   ``raise_after_s``: not once per poll, even while it flaps.
 
-The profile's ``[signals]`` table sets the three numbers. Pure logic on the caller's readings and
+The profile's ``[signals]`` table sets the three numbers (``records.target.Signals`` checks them). Pure logic on the caller's readings and
 clock (tests drive it with a fake one); standard library only, because boards run it.
 """
 
@@ -20,42 +20,17 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, fields
-from typing import Any, Callable, Generic, Mapping, Optional, Tuple, TypeVar
+from typing import Callable, Generic, Optional, Tuple, TypeVar
 
-from ..errors import HydraEdgeError
+from ..records.target import Signals
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Settings:
-    """The ``[signals]`` keys that make the selection fail safe (seconds; thermal in the table's unit)."""
-
-    stale_after_s: float = 30.0  # how long a failed sensor's last good reading is trusted
-    raise_after_s: float = 10.0  # how long the table must ask for more heads before it gets them
-    assumed_hot: Optional[float] = None  # thermal once unknown and stale; None: the hottest band
-
-    @classmethod
-    def from_signals(cls, signals: Mapping[str, Any]) -> "Settings":
-        """Read the keys from a profile's ``[signals]`` table; ``HydraEdgeError`` for a bad value."""
-        values = {}
-        for f in fields(cls):
-            value = signals.get(f.name)
-            if value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                    or (f.name != "assumed_hot" and value < 0):
-                raise HydraEdgeError(f"[signals] {f.name} = {value!r} is not a finite number"
-                                     f"{'' if f.name == 'assumed_hot' else ' of seconds >= 0'}; fix the target profile")
-            values[f.name] = float(value)
-        return cls(**values)
 
 
 class Hold(Generic[T]):
     """One signal: its last good reading, since when it has been failing, and what was logged."""
 
-    def __init__(self, name: str, describe: Callable[[T], str], unknown: T, assume: str, settings: Settings,
+    def __init__(self, name: str, describe: Callable[[T], str], unknown: T, assume: str, settings: Signals,
                  log: logging.Logger) -> None:
         self.name, self.describe, self.unknown, self.assume = name, describe, unknown, assume
         self.settings, self.log = settings, log

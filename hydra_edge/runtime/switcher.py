@@ -37,7 +37,8 @@ from ..atomic import sha256_file
 from ..errors import HydraEdgeError
 from ..records.manifest import read_manifest
 from .engines import Engine, load
-from .failsafe import Hold, RaiseGate, Settings
+from ..records.target import signals as checked_signals
+from .failsafe import Hold, RaiseGate
 from .lut import Candidate, LutError, Table, read_table
 from .signals import THERMAL_SIGNALS, DeviceState, Runner, configured, read_state, run_command
 from .signals.android import thermal_status_name
@@ -91,7 +92,7 @@ class Switcher:
     ``threads`` overrides the artefacts' thread count (default: the target's, at most one per core).
     ``clock`` times dwell, sensor holds and events (monotonic by default; tests pass their own).
     ``signals`` also carries the fail-safe settings (``stale_after_s``, ``raise_after_s``,
-    ``assumed_hot``: ``failsafe.Settings``).
+    ``assumed_hot``), checked by ``records.target.Signals``).
     """
 
     def __init__(self, bundle: Union[str, Path], lut: Optional[Union[str, Path]] = None,
@@ -104,7 +105,8 @@ class Switcher:
         self.threads = threads
         manifest = read_manifest(self.bundle)
         self.signals = dict(signals if signals is not None else manifest.target.get("signals", {}))
-        self.settings = Settings.from_signals(self.signals)
+        self.settings = checked_signals(self.signals, f"{self.bundle}/manifest.json target signals" if signals is None
+                                        else "the switcher's signals")
         named = configured(self.signals)  # a value it cannot read is reported by the first poll
         self._has_battery = "battery" in named
         self._no_thermal = None if any(s in named for s in THERMAL_SIGNALS) else "the profile names no thermal signal"
