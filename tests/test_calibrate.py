@@ -139,8 +139,8 @@ def test_a_runtime_that_kills_the_runner_is_recorded_and_skipped(rpi_bundle: Pat
     assert "12 heads is recorded as crashed, run again to measure the rest" in line
     cal = read_calibration(tmp_path / "cal.json")
     assert [(r.heads, r.status) for r in cal.results] == [(3, "ok"), (12, "crashed")]
-    again = invoke(*args, "--python", dying)
-    assert again.exit_code == 0 and "already measured" in again.output
+    again = one_line_error(invoke(*args, "--python", dying))  # not measured again, and still a failure
+    assert again.startswith("Error: 1 head count(s) failed: local:") and " 12 heads crashed (the runner died" in again
     fixed = invoke(*args, "--python", device_python, "--force")
     assert fixed.exit_code == 0, fixed.output
     assert [r.status for r in read_calibration(tmp_path / "cal.json").results] == ["ok", "ok"]
