@@ -113,8 +113,6 @@ def train(data: str, out: Path, preset_name: str | None, heads: str | None, weig
     )
     spec = DataSpec(data, seed=seed)
     if resume and previous.is_file():
-        if shaping:
-            raise HydraEdgeError(f"--resume continues the model as saved in {previous}; drop {', '.join(shaping)}")
         model, saved = load_checkpoint_file(previous)  # the run's own config, settings and data
         recorded = (saved.get("train") or {}).get("settings")
         if recorded:

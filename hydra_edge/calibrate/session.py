@@ -107,6 +107,8 @@ def _done(calibration: Calibration, artefact: ArtefactRecord) -> bool:
 class Session:
     """Calibrates one bundle on one open transport, writing the record to ``out`` as it goes."""
 
+    writer: RecordWriter  # made by run(), when there is something to measure
+
     def __init__(self, transport: Transport, opts: CalibrateOptions, out: Path, report: Report | None = None) -> None:
         self.t, self.opts, self.out = transport, opts, out
         self.report: Report = report or (lambda stage, heads: None)
