@@ -48,7 +48,7 @@ def test_a_dropped_connection_is_not_a_crash_and_the_next_run_measures_that_head
     out = tmp_path / "board.json"
     args = ("--bundle", bundle, "--host", server.spec, "--identity", server.identity_file,
             "--known-hosts", server.known_hosts, "--remote-dir", tmp_path / "board", "--python", chatty_python,
-            "--out", out, "--runs", 20000, "--warmup", 0)
+            "--out", out, "--runs", 10000, "--warmup", 0)
 
     def drop_connections_after_first_head_count() -> None:
         deadline = time.monotonic() + 120

@@ -220,7 +220,7 @@ def test_ctrl_c_during_parallel_conversion_keeps_every_finished_artefact(checkpo
     """SIGINT the moment the first artefact lands (mid-commit for some worker, mid-export for others):
     every artefact file in the bundle is in the manifest, and a re-run converts only the rest."""
     out = tmp_path / "bundle"
-    args = ("convert", "-c", checkpoint, "-t", host_target, "-o", out, "--heads", "3-12", "--eval-limit", 60)
+    args = ("convert", "-c", checkpoint, "-t", host_target, "-o", out, "--heads", "3-8", "--eval-limit", 60)
     proc = subprocess.Popen(_cli(*args, "-j", 2), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 180
@@ -234,12 +234,12 @@ def test_ctrl_c_during_parallel_conversion_keeps_every_finished_artefact(checkpo
     assert proc.returncode != 0 and "Traceback" not in output, output
     files = {p.name for p in out.glob("vit_h*.onnx")}
     listed = {a.file for a in read_manifest(out).artefacts}
-    assert files == listed and 1 <= len(files) < 10, output
+    assert files == listed and 1 <= len(files) < 6, output
     assert not list(out.glob(".*.tmp"))
     result = pipeline.convert(pipeline.ConvertOptions(checkpoint=checkpoint, target=str(host_target), out=out,
-                                                      heads="3-12", eval_limit=60))
-    assert set(result.skipped) == listed and len(result.converted) == 10 - len(listed) and not result.failed
-    _check_bundle(out, 10, "onnx")
+                                                      heads="3-8", eval_limit=60))
+    assert set(result.skipped) == listed and len(result.converted) == 6 - len(listed) and not result.failed
+    _check_bundle(out, 6, "onnx")
 
 
 def test_a_second_conversion_into_a_bundle_in_use_says_who_or_waits(checkpoint: Path, host_target: Path,
@@ -260,14 +260,3 @@ def test_a_second_conversion_into_a_bundle_in_use_says_who_or_waits(checkpoint: 
     assert waiting.returncode == 0, errors
     assert [a.heads for a in read_manifest(out).artefacts] == [3]
 
-
-def test_two_conversions_into_one_bundle_lose_nothing(checkpoint: Path, host_target: Path, tmp_path: Path) -> None:
-    """Each run reads the manifest, then rewrites it per artefact: without the lock the later run's
-    rewrites would drop what the other added."""
-    out = tmp_path / "bundle"
-    runs = [subprocess.Popen(_cli("convert", "-c", checkpoint, "-t", host_target, "-o", out, "--heads", heads,
-                                  "--eval-limit", 60), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            for heads in ("3-7", "8-12")]
-    outputs = [run.communicate(timeout=300)[0] for run in runs]
-    assert [run.returncode for run in runs] == [0, 0], outputs
-    _check_bundle(out, 10, "onnx")

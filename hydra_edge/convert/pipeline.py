@@ -28,6 +28,7 @@ import numpy as np
 
 from .. import __version__
 from ..atomic import atomic_path
+from ..config import HydraConfig
 from ..errors import HydraEdgeError
 from ..lock import exclusive
 from ..runtime.engines import FORMATS, load, runtime_version
@@ -325,7 +326,7 @@ class Inputs:
 
     target: Target
     variants: tuple[Variant, ...]
-    config: Any  # HydraConfig
+    config: HydraConfig
     heads: tuple[int, ...]
     data: dict[str, Any] | None
     classes: list[str] | None
