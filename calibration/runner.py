@@ -92,6 +92,11 @@ def _timed_runs(step: Callable[[Any], Any], x: Any, n: int) -> List[float]:
     return latencies
 
 
+def _threads(args: argparse.Namespace, artefact: ArtefactRecord) -> int:
+    """As asked (else the target's), but never more than this device's cores, as the switcher does."""
+    return min(args.threads or artefact.threads, os.cpu_count() or 1)
+
+
 def measure(bundle: Path, artefact: ArtefactRecord, args: argparse.Namespace, device: Device) -> Dict[str, Any]:
     """One artefact: integrity, golden check, load time, latency statistics, memory, state."""
     from hydra_edge.runtime.engines import check_golden, load, load_golden
@@ -107,7 +112,7 @@ def measure(bundle: Path, artefact: ArtefactRecord, args: argparse.Namespace, de
             return result
     gc.collect()
     reset_peak_rss()
-    threads = args.threads or artefact.threads
+    threads = _threads(args, artefact)
     start = time.perf_counter()
     engine = load(bundle / artefact.file, threads=threads, format=artefact.format)
     result["load_s"] = time.perf_counter() - start
@@ -135,7 +140,7 @@ def soak(bundle: Path, artefact: ArtefactRecord, args: argparse.Namespace, devic
     """
     from hydra_edge.runtime.engines import load, load_golden
 
-    engine = load(bundle / artefact.file, threads=args.threads or artefact.threads, format=artefact.format)
+    engine = load(bundle / artefact.file, threads=_threads(args, artefact), format=artefact.format)
     x = load_golden(bundle / artefact.golden["file"])["inputs"][:1].astype("float32")
     start = time.monotonic()
     while time.monotonic() - start < args.soak_seconds:

@@ -73,12 +73,14 @@ def info(preset_name: str | None, checkpoint: Path | None) -> None:
 @click.option("--init", "init_from", type=click.Path(dir_okay=False, path_type=Path),
               help="Initialise the first heads from a narrower DeiT/timm checkpoint (DeiT-tiny: heads 1-3).")
 @click.option("--checkpoint", type=click.Path(dir_okay=False, path_type=Path), help="Fine-tune this checkpoint.")
-@click.option("--resume", is_flag=True, help="Continue an interrupted run in --out.")
+@click.option("--resume", is_flag=True, help="Continue an interrupted run in --out, with the run's own settings.")
+@click.option("--override", is_flag=True, help="With --resume: let --epochs, --lr, ... change the run's settings.")
 @click.option("--threads", type=int, default=None, help="CPU threads (small models train fastest on 1).")
 @click.option("--workers", default=0, show_default=True, help="Processes decoding images of a folder data set.")
 def train(data: str, out: Path, preset_name: str | None, heads: str | None, weights: str | None,
           separate_heads: bool, epochs: int, batch_size: int, lr: float | None, seed: int,
-          init_from: Path | None, checkpoint: Path | None, resume: bool, threads: int | None, workers: int) -> None:
+          init_from: Path | None, checkpoint: Path | None, resume: bool, override: bool, threads: int | None,
+          workers: int) -> None:
     """Train HydraViT with stochastic head sampling; writes checkpoint, history and accuracy per head count.
 
     Example: hydra-edge train --data digits --out runs/digits --epochs 30
@@ -87,18 +89,15 @@ def train(data: str, out: Path, preset_name: str | None, heads: str | None, weig
 
     import torch
 
-    from .checkpoint import init_heads_from, load_checkpoint
+    from .checkpoint import init_heads_from, load_checkpoint, load_checkpoint_file
     from .config import parse_heads, preset
     from .data import DataSpec, data_classes, load_data
     from .model import HydraViT
-    from .train import TrainSettings, train as run_training
-
-    from .train import CHECKPOINT
+    from .train import CHECKPOINT, RUN_OPTIONS, TrainSettings, refuse_change, resumed_settings, train as run_training
 
     if threads:
         torch.set_num_threads(threads)
     torch.manual_seed(seed)  # the same initial weights on every run and every DDP rank
-    spec = DataSpec(data, seed=seed)
     previous = out / CHECKPOINT
     shaping = [flag for flag, given in (("--preset", preset_name), ("--heads", heads), ("--init", init_from),
                                         ("--separate-heads", separate_heads)) if given]
@@ -107,8 +106,24 @@ def train(data: str, out: Path, preset_name: str | None, heads: str | None, weig
                              "or choose another --out")
     if checkpoint and shaping:
         raise HydraEdgeError(f"--checkpoint fine-tunes the model as saved; drop {', '.join(shaping)}")
+    settings = TrainSettings(
+        epochs=epochs, batch_size=batch_size, seed=seed, workers=workers,
+        weights=_integers(weights, "--weights") if weights else None,
+        **({"lr": lr} if lr else {}),
+    )
+    spec = DataSpec(data, seed=seed)
     if resume and previous.is_file():
-        model = load_checkpoint(previous)  # the run's own config, whatever the flags say
+        model, saved = load_checkpoint_file(previous)  # the run's own config, settings and data
+        recorded = (saved.get("train") or {}).get("settings")
+        if recorded:
+            given = {name: getattr(settings, name) for name in _typed(RUN_OPTIONS)}
+            settings = resumed_settings(recorded, given, override, previous, workers)
+        if isinstance(saved.get("data"), dict):
+            spec = DataSpec.from_dict(saved["data"])
+            if _typed({"data": "--data"}) and data != spec.source:
+                if not override:
+                    refuse_change("--data", data, spec.source, previous)
+                spec = replace(spec, source=data)
     elif checkpoint:
         model = load_checkpoint(checkpoint)
     else:
@@ -119,15 +134,18 @@ def train(data: str, out: Path, preset_name: str | None, heads: str | None, weig
         if init_from:
             k = init_heads_from(model, init_from)
             click.echo(f"initialised heads 1-{k} from {init_from}")
-    settings = TrainSettings(
-        epochs=epochs, batch_size=batch_size, seed=seed, workers=workers,
-        weights=_integers(weights, "--weights") if weights else None,
-        **({"lr": lr} if lr else {}),
-    )
     result = run_training(model, load_data(spec, model.config), settings, out, resume=resume)
     if result.accuracy:
         _print_accuracy(model.config, result.accuracy, f"held-out accuracy, {data}")
         click.echo(f"checkpoint: {result.checkpoint}\nreport: {out / 'accuracy.json'}, {out / 'accuracy.png'}")
+
+
+def _typed(names: dict[str, str]) -> set[str]:
+    """Which of these parameters the user set (command line or environment), as opposed to defaults."""
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context()
+    return {name for name in names if ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)}
 
 
 def _integers(text: str, option: str) -> tuple[int, ...]:

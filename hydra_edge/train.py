@@ -43,6 +43,36 @@ class TrainSettings:
     workers: int = 0  # image-decoding processes for folder data; in-memory digits needs none
 
 
+# What a run is trained with, as its command-line option: a resumed run keeps its own values.
+RUN_OPTIONS = {"epochs": "--epochs", "batch_size": "--batch-size", "lr": "--lr", "seed": "--seed",
+               "weights": "--weights"}
+
+
+def refuse_change(option: str, given: Any, recorded: Any, where: Path) -> None:
+    """One line for a resumed run asked to change what it was trained with, without ``--override``."""
+    shown = lambda v: ",".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)  # noqa: E731
+    raise HydraEdgeError(f"{option} {shown(given)} differs from the run in {where}, which has {shown(recorded)}; "
+                         f"drop {option} to continue the run as it was, or add --override to change it")
+
+
+def resumed_settings(recorded: dict[str, Any], given: dict[str, Any], override: bool, where: Path,
+                     workers: int = 0) -> TrainSettings:
+    """The settings a resumed run continues with: its own (epochs, batch, lr and its schedule, seed,
+    sampling weights), not the command line's defaults, which would stretch a 12-epoch schedule to 30.
+
+    ``given`` holds only what the user typed (``RUN_OPTIONS`` names); a value that differs from the
+    run's is refused unless ``override``. ``workers`` is this machine's choice, never the run's.
+    """
+    known = {f for f in TrainSettings.__dataclass_fields__}
+    run = {k: v for k, v in recorded.items() if k in known}
+    if run.get("weights") is not None:
+        run["weights"] = tuple(run["weights"])
+    for name, value in given.items():
+        if name in run and value != run[name] and not override:
+            refuse_change(RUN_OPTIONS[name], value, run[name], where)
+    return TrainSettings(**{**run, **given, "workers": workers})
+
+
 @dataclass
 class TrainResult:
     checkpoint: Path

@@ -139,8 +139,8 @@ def test_a_runtime_that_kills_the_runner_is_recorded_and_skipped(rpi_bundle: Pat
     assert "12 heads is recorded as crashed, run again to measure the rest" in line
     cal = read_calibration(tmp_path / "cal.json")
     assert [(r.heads, r.status) for r in cal.results] == [(3, "ok"), (12, "crashed")]
-    again = invoke(*args, "--python", dying)
-    assert again.exit_code == 0 and "already measured" in again.output
+    again = one_line_error(invoke(*args, "--python", dying))  # not measured again, and still a failure
+    assert again.startswith("Error: 1 head count(s) failed: local:") and " 12 heads crashed (the runner died" in again
     fixed = invoke(*args, "--python", device_python, "--force")
     assert fixed.exit_code == 0, fixed.output
     assert [r.status for r in read_calibration(tmp_path / "cal.json").results] == ["ok", "ok"]
@@ -289,3 +289,33 @@ def test_adb_with_a_native_benchmark_model_and_soak(rpi_bundle: Path, adb_device
     assert max(soak.by_thermal_status.values()) > 1.0  # the fake phone slows as it heats
     assert soak.by_temperature and soak.by_temperature[0][1] == 1.0
     assert json.loads((tmp_path / "cal" / f"adb_{adb_device.serial.replace(':', '_')}.json").read_text())["soak"]
+
+
+def test_local_runs_the_interpreter_running_hydra_edge(rpi_bundle: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not whatever `python3` is first on PATH (often one without the runtime)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text("#!/bin/sh\necho 'not the Python running hydra-edge' >&2\nexit 3\n")
+    (bin_dir / "python3").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    result = invoke("--bundle", rpi_bundle, "--local", "--out", tmp_path / "cal.json", "--runs", 3, "--warmup", 1)
+    assert result.exit_code == 0, result.output
+    assert [r.heads for r in read_calibration(tmp_path / "cal.json").measured()] == [3, 12]
+
+
+def test_native_runner_threads_are_capped_at_the_device_cores(rpi_bundle: Path, tmp_path: Path) -> None:
+    calls = tmp_path / "calls"
+    binary = tmp_path / "benchmark_model"
+    binary.write_text(FAKE_BENCHMARK_MODEL.replace(
+        "#!/bin/sh\n", f"#!/bin/sh\nSTATE='{tmp_path / 'state'}'\necho \"$@\" >> '{calls}'\n", 1))
+    binary.chmod(0o755)
+    cores = len(os.sched_getaffinity(0))  # what the device's nproc says
+    for asked, expected in (("64", cores), (None, min(4, cores))):  # rpi's target threads: 4
+        result = invoke("--bundle", rpi_bundle, "--local", "--runner", binary, "--out", tmp_path / f"{asked}.json",
+                        "--runs", 5, *(("--threads", asked) if asked else ()))
+        assert result.exit_code == 0, result.output
+        used = [word for line in calls.read_text().splitlines() for word in line.split()
+                if word.startswith("--num_threads=")]
+        assert used == [f"--num_threads={expected}"] * 2
+        calls.unlink()

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from test_lock import held_elsewhere
 
 from hydra_edge.checkpoint import load_checkpoint
 from hydra_edge.config import HydraConfig, preset
@@ -135,7 +140,7 @@ def test_interrupted_run_resumes(checkpoint: Path, host_target: Path, tmp_path: 
     with pytest.raises(KeyboardInterrupt):
         pipeline.convert(opts)
     assert [a.heads for a in read_manifest(out).artefacts] == [3]
-    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "vit_h3_onnx_fp32.golden.npz",
+    assert sorted(p.name for p in out.iterdir() if p.name != ".lock") == ["manifest.json", "vit_h3_onnx_fp32.golden.npz",
                                                           "vit_h3_onnx_fp32.onnx"]
     monkeypatch.setattr(onnx_exporter, "export", real)
     result = pipeline.convert(opts)
@@ -161,7 +166,7 @@ def test_max_drop_failure_names_the_artefact(checkpoint: Path, host_target: Path
     assert code != 0
     assert "Error: vit_h6_onnx_fp32.onnx: top-1" in output and "p.p. below the fp32 subnetwork" in output
     assert [a.heads for a in read_manifest(out).artefacts] == [3, 12]
-    assert not list(out.glob("vit_h6*")) and not list(out.glob(".*"))
+    assert not list(out.glob("vit_h6*")) and not list(out.glob(".*.tmp"))
 
 
 def test_checkpoint_without_data_spec_uses_random_inputs_or_data(host_target: Path, tmp_path: Path) -> None:
@@ -204,3 +209,54 @@ def test_user_errors_are_one_line_and_write_nothing(checkpoint: Path, tmp_path: 
     assert code != 0 and expected in output
     assert output.strip().count("\n") == 0 and output.startswith("Error: ")
     assert not out.exists() or not any(out.iterdir())
+
+
+def _cli(*args: object) -> list[str]:
+    return [sys.executable, "-m", "hydra_edge.cli", *(str(a) for a in args)]
+
+
+def test_ctrl_c_during_parallel_conversion_keeps_every_finished_artefact(checkpoint: Path, host_target: Path,
+                                                                         tmp_path: Path) -> None:
+    """SIGINT the moment the first artefact lands (mid-commit for some worker, mid-export for others):
+    every artefact file in the bundle is in the manifest, and a re-run converts only the rest."""
+    out = tmp_path / "bundle"
+    args = ("convert", "-c", checkpoint, "-t", host_target, "-o", out, "--heads", "3-8", "--eval-limit", 60)
+    proc = subprocess.Popen(_cli(*args, "-j", 2), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not list(out.glob("vit_h*.onnx")) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
+        output, _ = proc.communicate(timeout=120)  # workers stop too: it must not hang
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0 and "Traceback" not in output, output
+    files = {p.name for p in out.glob("vit_h*.onnx")}
+    listed = {a.file for a in read_manifest(out).artefacts}
+    assert files == listed and 1 <= len(files) < 6, output
+    assert not list(out.glob(".*.tmp"))
+    result = pipeline.convert(pipeline.ConvertOptions(checkpoint=checkpoint, target=str(host_target), out=out,
+                                                      heads="3-8", eval_limit=60))
+    assert set(result.skipped) == listed and len(result.converted) == 6 - len(listed) and not result.failed
+    _check_bundle(out, 6, "onnx")
+
+
+def test_a_second_conversion_into_a_bundle_in_use_says_who_or_waits(checkpoint: Path, host_target: Path,
+                                                                    tmp_path: Path) -> None:
+    out = tmp_path / "bundle"
+    out.mkdir()
+    args = ("-c", checkpoint, "-t", host_target, "-o", out, "--heads", "3", "--eval-limit", 60)
+    with held_elsewhere(out / ".lock") as other:
+        code, output = _run(*args, "--no-wait")
+        assert code == 1 and output.count("\n") == 1, output
+        assert output.startswith(f"Error: bundle {out} is in use by pid {other.pid} on ") and "since" in output
+        waiting = subprocess.Popen(_cli("convert", *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert waiting.stderr is not None
+        line = waiting.stderr.readline()
+        assert line.startswith(f"waiting for bundle {out}: in use by pid {other.pid}"), line
+        assert waiting.poll() is None and not (out / "manifest.json").exists()
+    output, errors = waiting.communicate(timeout=120)
+    assert waiting.returncode == 0, errors
+    assert [a.heads for a in read_manifest(out).artefacts] == [3]
+

@@ -169,3 +169,55 @@ def test_eval_of_a_foreign_checkpoint_needs_data(tmp_path, b16_like):
     torch.save({"model": HydraViT(b16_like).state_dict()}, tmp_path / "deit.pth")
     result = CliRunner().invoke(main, ["eval", "--checkpoint", str(tmp_path / "deit.pth")])
     assert result.exit_code == 1 and "does not say what it was trained on; pass --data" in result.output
+
+
+def test_resume_trains_with_the_runs_settings_and_refuses_other_values_without_override(tmp_path, monkeypatch):
+    """A 3-epoch run (batch 64, lr 2e-3) stopped after epoch 1 is finished as a 3-epoch run: the
+    defaults (30 epochs, batch 32) do not stretch its schedule; typed values that differ are refused
+    in one line unless --override."""
+    import hydra_edge.train as train_module
+
+    run = tmp_path / "run"
+    settings = TrainSettings(epochs=3, batch_size=64, lr=2e-3, warmup_epochs=1, seed=5)
+    real = train_module.accuracy_per_heads
+    calls = []
+
+    def stop_in_epoch_2(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(train_module, "accuracy_per_heads", stop_in_epoch_2)
+    with pytest.raises(KeyboardInterrupt):
+        train(_small(), load_data(DataSpec("digits", seed=5), preset("digits", depth=2)), settings, run)
+    monkeypatch.setattr(train_module, "accuracy_per_heads", real)
+
+    def cli(*args: str):
+        return CliRunner().invoke(main, ["train", "--out", str(run), "--resume", *args])
+
+    folder = _image_folder(tmp_path / "images")
+    for args, option, given, recorded in ((["--epochs", "30"], "--epochs", "30", "3"),
+                                          (["--lr", "0.01"], "--lr", "0.01", "0.002"),
+                                          (["--batch-size", "32"], "--batch-size", "32", "64"),
+                                          (["--data", str(folder)], "--data", str(folder), "digits")):
+        result = cli(*args)
+        assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1, result.output
+        assert (f"{option} {given} differs from the run in {run / 'checkpoint.pt'}, which has {recorded}; "
+                f"drop {option} to continue the run as it was, or add --override") in result.output
+    assert torch.load(run / "checkpoint.pt", weights_only=True)["train"]["epoch"] == 1  # nothing trained
+
+    result = cli("--epochs", "3", "--seed", "5")  # typed, but the run's own values
+    assert result.exit_code == 0, result.output
+    saved = torch.load(run / "checkpoint.pt", weights_only=True)
+    assert {k: saved["train"]["settings"][k] for k in ("epochs", "batch_size", "lr", "seed", "warmup_epochs")} == \
+        {"epochs": 3, "batch_size": 64, "lr": 2e-3, "seed": 5, "warmup_epochs": 1}
+    history = json.loads((run / "history.json").read_text())
+    assert [h["epoch"] for h in history] == [1, 2, 3]
+    assert history[-1]["lr"] == pytest.approx(0.0, abs=1e-12)  # the cosine schedule ran out at epoch 3, as planned
+    assert saved["data"] == {"source": "digits", "seed": 5, "val_fraction": 0.2}
+
+    result = cli("--epochs", "4", "--override")
+    assert result.exit_code == 0, result.output
+    assert [h["epoch"] for h in json.loads((run / "history.json").read_text())] == [1, 2, 3, 4]
+    assert torch.load(run / "checkpoint.pt", weights_only=True)["train"]["settings"]["epochs"] == 4

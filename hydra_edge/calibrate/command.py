@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +12,7 @@ import click
 
 from ..command import command
 from ..errors import HydraEdgeError
+from ..lock import exclusive
 from ..transport import Transport, open_transport
 from .record import Calibration
 from .session import CalibrateOptions, Session, safe_name
@@ -72,16 +74,20 @@ class _Progress:
 
 
 def _calibrate_one(target: Target, options: dict[str, Any], opts: CalibrateOptions, out: Path, several: bool,
-                   progress: _Progress, transports: list[Transport]) -> tuple[Calibration, Path, Path]:
+                   progress: _Progress, transports: list[Transport], wait: bool) -> tuple[Calibration, Path, Path]:
     from ..convert.manifest import read_manifest
     from .plot import plot_calibration
 
     with target.open(options) as transport:
         transports.append(transport)
         path = _out_path(out, transport.device_id, several)
-        session = Session(transport, opts, path)
-        session.report = progress.reporter(transport.device_id, len(session.artefacts))
-        calibration = session.run()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # One calibration per record file: two writing it would each drop what the other saved.
+        with exclusive(path.with_name(path.name + ".lock"), f"calibration record {path}", wait,
+                       say=progress.bar.console.print):
+            session = Session(transport, opts, path)
+            session.report = progress.reporter(transport.device_id, len(session.artefacts))
+            calibration = session.run()
     png = plot_calibration(calibration, read_manifest(opts.bundle), path.with_suffix(".png"))
     return calibration, path, png
 
@@ -118,7 +124,8 @@ def _summary(console: Any, calibration: Calibration, path: Path, png: Path) -> N
 @click.option("--warmup", default=10, show_default=True, type=click.IntRange(min=0), help="Untimed runs first.")
 @click.option("--threads", default=None, type=click.IntRange(min=1), help="Runtime threads (default: the target's).")
 @click.option("--quant", default=None, help="Which artefacts, when the bundle has several per head count.")
-@click.option("--python", "python", default="python3", show_default=True, help="The device's Python interpreter.")
+@click.option("--python", "python", default=None,
+              help="The device's Python interpreter (default: python3; with --local, the one running hydra-edge).")
 @click.option("--setup", is_flag=True, help="Create a venv on the device and pip install numpy and the runtime (reused).")
 @click.option("--pip-arg", "pip_args", multiple=True, help="Extra argument for pip on the device, e.g. --index-url=URL.")
 @click.option("--runner", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
@@ -132,42 +139,44 @@ def _summary(console: Any, calibration: Calibration, path: Path, png: Path) -> N
 @click.option("--ssh-config", default=None, help="ssh config file (default: ~/.ssh/config).")
 @click.option("--adb-port", default=None, type=int, help="Port of the adb server.")
 @click.option("--force", is_flag=True, help="Measure again what the record already holds.")
+@click.option("--no-wait", is_flag=True, help="If another calibration is writing the same record, stop instead of waiting.")
 @click.option("--sysfs-root", default=None, hidden=True, help="Tests: the device reads /sys under this root.")
 def calibrate(bundle: Path, hosts: tuple[str, ...], serial: str | None, local: bool, out: Path, runs: int,
-              warmup: int, threads: int | None, quant: str | None, python: str, setup: bool,
+              warmup: int, threads: int | None, quant: str | None, python: str | None, setup: bool,
               pip_args: tuple[str, ...], runner: Path | None, soak: str | None, soak_interval: float,
               remote_dir: str | None, identity_file: str | None, known_hosts: str | None, ssh_config: str | None,
-              adb_port: int | None, force: bool, sysfs_root: str | None) -> None:
+              adb_port: int | None, force: bool, no_wait: bool, sysfs_root: str | None) -> None:
     """Measure latency per head count on a device over ssh, adb, or this machine.
 
     Saves each head count as it is measured; run the same command again after a dropped
-    connection or Ctrl-C and it finishes the rest.
+    connection or Ctrl-C and it finishes the rest. Exits non-zero when any head count failed.
 
     Example: hydra-edge calibrate --bundle bundles/rpi --host pi@raspberrypi.local
     """
     from rich.console import Console
 
     opts = CalibrateOptions(bundle=bundle, runs=runs, warmup=warmup, threads=threads, quant=quant,
-                            python=python, setup=setup, pip_args=pip_args, runner=runner,
+                            python=python or (sys.executable if local else "python3"), setup=setup, pip_args=pip_args, runner=runner,
                             soak_s=parse_duration(soak) if soak else None, soak_interval_s=soak_interval,
                             sysfs_root=sysfs_root, force=force)
     targets = _targets(hosts, serial, local)
     options = {k: v for k, v in {"remote_dir": remote_dir, "identity_file": identity_file, "known_hosts": known_hosts,
                                  "ssh_config": ssh_config, "adb_port": adb_port}.items() if v is not None}
-    _run_all(targets, options, opts, out, Console())
+    _run_all(targets, options, opts, out, Console(), wait=not no_wait)
 
 
-def _run_all(targets: list[Target], options: dict[str, Any], opts: CalibrateOptions, out: Path, console: Any) -> None:
+def _run_all(targets: list[Target], options: dict[str, Any], opts: CalibrateOptions, out: Path, console: Any,
+             wait: bool = True) -> None:
     """Calibrate every device, concurrently for a fleet; each failure is one line, the rest go on."""
     several = len(targets) > 1
     progress, transports = _Progress(console), []
     with progress.bar:
         if not several:
-            done = [_calibrate_one(targets[0], options, opts, out, several, progress, transports)]
+            done = [_calibrate_one(targets[0], options, opts, out, several, progress, transports, wait)]
             failures: list[str] = []
         else:
             with ThreadPoolExecutor(max_workers=len(targets)) as pool:
-                futures = [pool.submit(_calibrate_one, t, options, opts, out, several, progress, transports)
+                futures = [pool.submit(_calibrate_one, t, options, opts, out, several, progress, transports, wait)
                            for t in targets]
                 try:
                     outcomes = [_outcome(f) for f in futures]
@@ -184,6 +193,16 @@ def _run_all(targets: list[Target], options: dict[str, Any], opts: CalibrateOpti
     if failures:
         raise HydraEdgeError(f"{len(failures)} of {len(targets)} devices failed (see above); "
                              "run the same command again to finish them")
+    failed = [line for calibration, _, _ in done for line in _failed_heads(calibration)]
+    if failed:
+        raise HydraEdgeError(f"{len(failed)} head count(s) failed: {'; '.join(failed)}; the others are saved")
+
+
+def _failed_heads(calibration: Calibration) -> list[str]:
+    """One phrase per head count that has no valid measurement: which device, which heads, why."""
+    return [f"{calibration.device_id} {r.heads} heads {r.status}"
+            + (f" ({(r.error or '').splitlines()[0][:160]})" if r.error else "")
+            for r in calibration.results if not r.ok]
 
 
 

@@ -20,7 +20,8 @@ from ..convert.manifest import ArtefactRecord
 from ..errors import HydraEdgeError
 from ..runtime.signals import (DeviceState, NativeBenchmark, android_device_info, parse_benchmark_model,
                                parse_executor_runner, parse_getprop, read_state, signals_from_profile)
-from ..transport import Transport
+from ..transport import ConnectionLostError, Transport
+from .exits import reporting_exit, split_exit
 from .record import HeadResult
 
 UNCHECKED = {"checked": False, "passed": None,
@@ -94,20 +95,30 @@ def remote_device_info(transport: Transport) -> dict[str, Any]:
     return android_device_info(parse_getprop(remote_runner(transport)(["getprop"]))).to_dict()
 
 
+def device_cores(transport: Transport) -> int | None:
+    """The device's online cores (``nproc``: coreutils, busybox and Android's toybox have it)."""
+    text = remote_runner(transport)(["nproc"])
+    return int(text) if text and text.strip().isdigit() and int(text) > 0 else None
+
+
 def run_native(transport: Transport, tool: NativeTool, binary: str, model: str, artefact: ArtefactRecord,
                runs: int, warmup: int, threads: int, profile_signals: Mapping[str, Any]) -> HeadResult:
     """Time one artefact with the native binary at ``binary`` (both paths on the device)."""
     before = remote_state(transport, profile_signals)
-    result = transport.run(tool.argv(binary, model, runs, warmup, threads), check=False)
+    result = transport.run(reporting_exit(tool.argv(binary, model, runs, warmup, threads)), check=False)
+    stdout, returncode = split_exit(result.stdout)
+    if returncode is None:  # the device's shell never said how the binary ended: the link dropped
+        raise ConnectionLostError(f"the connection to {transport.device_id} dropped while {tool.name} "
+                                  f"timed {artefact.heads} heads")
     after = remote_state(transport, profile_signals)
-    parsed = tool.parse(result.stdout + "\n" + result.stderr)
+    parsed = tool.parse(stdout + "\n" + result.stderr)
     head = HeadResult(heads=artefact.heads, artefact=artefact.id, sha256=artefact.sha256, status="ok",
                       runner=tool.name, golden=dict(UNCHECKED), state_before=before.to_dict(),
                       state_after=after.to_dict())
-    if result.returncode != 0 or not parsed.succeeded or parsed.latency is None:
-        said = (result.stderr.strip() or result.stdout.strip()).splitlines()
+    if returncode != 0 or not parsed.succeeded or parsed.latency is None:
+        said = (result.stderr.strip() or stdout.strip()).splitlines()
         head.status = "error"
-        head.error = f"{tool.name} exited with {result.returncode}: {said[-1] if said else 'no output'}"
+        head.error = f"{tool.name} exited with {returncode}: {said[-1] if said else 'no output'}"
         return head
     head.latency = asdict(parsed.latency)
     head.load_s = parsed.init_ms / 1e3 if parsed.init_ms is not None else None

@@ -1,8 +1,10 @@
 """One device's calibration: push the bundle and the runner, time each head count, save as it comes.
 
-The record on disk is the source of truth: it is rewritten (atomically) after every head count
-the device reports, and a later run with the same bundle and settings skips the head counts it
-already holds. A dropped connection or Ctrl-C therefore costs at most the head count in flight.
+The record on disk is the source of truth: every head count the device reports is saved at once
+(``journal``), and a later run with the same bundle and settings skips the head counts it already
+holds. A dropped connection or Ctrl-C therefore costs at most the head count in flight, which the
+next run measures again; a runner that dies on an artefact (its exit status arrives, see
+``exits``) is recorded as crashed, so the next run goes on with the others.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ from typing import Any, Callable
 
 from ..convert.manifest import MANIFEST, ArtefactRecord, Manifest, bundle_files, read_manifest, sha256_file
 from ..errors import HydraEdgeError
-from ..transport import RemoteCommandError, Transport, TransportError
+from ..transport import ConnectionLostError, RemoteCommandError, Transport, TransportError
 from . import native
 from .device import ensure_python, package_files, push_files, runtime_requirements
+from .exits import exit_code, reporting_exit
+from .journal import RecordWriter, replay
 from .record import Calibration, HeadResult, read_calibration
 from .soak import derate
 
@@ -84,7 +88,7 @@ def resume_or_start(out: Path, device_id: str, bundle: dict[str, Any], settings:
     fresh = Calibration(device_id=device_id, device={}, bundle=bundle, settings=settings)
     if force or not out.exists():
         return fresh
-    old = read_calibration(out)
+    old = replay(read_calibration(out), out)
     differs = [what for what, same in (("device", old.device_id == device_id), ("settings", old.settings == settings),
                                        ("bundle", old.bundle.get("manifest_sha256") == bundle["manifest_sha256"]))
                if not same]
@@ -102,6 +106,8 @@ def _done(calibration: Calibration, artefact: ArtefactRecord) -> bool:
 
 class Session:
     """Calibrates one bundle on one open transport, writing the record to ``out`` as it goes."""
+
+    writer: RecordWriter  # made by run(), when there is something to measure
 
     def __init__(self, transport: Transport, opts: CalibrateOptions, out: Path, report: Report | None = None) -> None:
         self.t, self.opts, self.out = transport, opts, out
@@ -128,6 +134,7 @@ class Session:
         if not todo and not self.soak_pending:
             self.report("already measured", None)
             return self.calibration
+        self.writer = RecordWriter(self.calibration, self.out)
         try:
             self._push(todo)
             if self.opts.runner:
@@ -140,17 +147,19 @@ class Session:
                        f"counts are saved in {self.out}, run the same command again to finish")
             raise (RemoteCommandError(message, e.result) if isinstance(e, RemoteCommandError)
                    else type(e)(message)) from None
+        finally:
+            self.writer.close()
         return self.calibration
 
     # --- steps ----------------------------------------------------------------------------
 
-    def _save(self) -> None:
-        self.calibration.write(self.out)
-
     def _put(self, result: HeadResult) -> None:
-        self.calibration.put(result)
-        self._save()
+        self.writer.put(result)
         self.report(f"{result.status}", result.heads)
+
+    def _in_flight(self, todo: list[ArtefactRecord]) -> ArtefactRecord | None:
+        """The first artefact of ``todo`` the device has not reported: the one it was timing."""
+        return next((a for a in todo if not _done(self.calibration, a)), None)
 
     def _soak_artefact(self) -> ArtefactRecord:
         return self.artefacts[-1]  # the most heads: the one that heats the device most
@@ -180,20 +189,21 @@ class Session:
         samples: list[dict[str, Any]] = []
         if todo:
             self.report("timing", todo[0].heads)
-        finished = False
-        with self.t.stream(argv, check=False, timeout=RUNNER_IDLE_S) as lines:
+        finished, status = False, None
+        with self.t.stream(reporting_exit(argv), check=False, timeout=RUNNER_IDLE_S) as lines:
             for line in lines:
                 finished = self._on_line(line, todo, samples) or finished
+                status = exit_code(line) if status is None else status
         if not finished:
-            # A dropped link can end the stream without a word (an ssh mux client exits 255 silently):
-            # if the device no longer answers, that transport error is the real story.
-            self.t.run(["true"], timeout=30)
+            culprit = self._in_flight(todo)
+            if status is None:  # the runner's status never came: the link dropped, not the runner
+                raise ConnectionLostError(f"the connection to {self.t.device_id} dropped"
+                                          + (f" while timing {culprit.heads} heads" if culprit else ""))
             said = lines.stderr.strip().splitlines()
-            why = f"exit {lines.returncode}: {said[-1] if said else 'no error text'}"
-            # The device is up, so the runner itself died (a runtime that segfaults or is killed for
-            # memory) on the first artefact it had not reported: record that, so a re-run goes on
-            # with the others instead of dying on the same one again.
-            culprit = next((a for a in todo if not _done(self.calibration, a)), None)
+            why = f"exit {status}: {said[-1] if said else 'no error text'}"
+            # The runner itself died (a runtime that segfaults or is killed for memory) on the first
+            # artefact it had not reported: record that, so a re-run goes on with the others
+            # instead of dying on the same one again.
             if culprit is not None:
                 self._put(HeadResult(culprit.heads, culprit.id, culprit.sha256, "crashed", "python",
                                      error=f"the runner died timing it ({why}); --force tries it again"))
@@ -215,8 +225,7 @@ class Session:
         if kind == "fatal":
             raise HydraEdgeError(f"{self.t.device_id}: {event.get('message')}")
         if kind == "device":
-            self.calibration.device = {**event["device"], "runtimes": event.get("runtimes", {})}
-            self._save()
+            self.writer.set_device({**event["device"], "runtimes": event.get("runtimes", {})})
         elif kind == "result":
             self._put(HeadResult(**{k: v for k, v in event.items() if k in _HEAD_FIELDS}))
             following = [a.heads for a in todo if a.heads > event["heads"]]
@@ -229,7 +238,7 @@ class Session:
 
     def _finish_soak(self, samples: list[dict[str, Any]]) -> None:
         self.calibration.soak = derate(self._soak_artefact().heads, float(self.opts.soak_s or 0), samples)
-        self._save()
+        self.writer.fold()
 
     def _run_native(self, todo: list[ArtefactRecord]) -> None:
         assert self.opts.runner is not None and self.tool is not None
@@ -237,12 +246,12 @@ class Session:
         binary = self.t.remote_path("bin", self.opts.runner.name)
         self.t.run(["chmod", "755", binary])
         signals = self.manifest.target.get("signals", {})
-        self.calibration.device = native.remote_device_info(self.t)
-        self._save()
+        self.writer.set_device(native.remote_device_info(self.t))
+        cores = native.device_cores(self.t)
 
         def time_one(a: ArtefactRecord, warmup: int) -> HeadResult:
             return native.run_native(self.t, self.tool, binary, f"{self.bundle_dir}/{a.file}", a, self.opts.runs,
-                                     warmup, self.opts.threads or a.threads, signals)
+                                     warmup, device_threads(self.opts.threads or a.threads, cores), signals)
 
         for a in todo:
             self.report("timing", a.heads)
@@ -253,6 +262,11 @@ class Session:
                 samples.append(native.soak_sample(time_one(soaked, 0), time.monotonic() - start))
                 self.report(f"soaking {time.monotonic() - start:.0f}/{self.opts.soak_s:.0f} s", soaked.heads)
             self._finish_soak(samples)
+
+
+def device_threads(wanted: int, cores: int | None) -> int:
+    """Never more runtime threads than the device has cores: oversubscribed runtimes spin and stall."""
+    return min(wanted, cores) if cores else wanted
 
 
 def runner_files(remote_root: str) -> dict[str, Path]:

@@ -15,6 +15,8 @@ import json
 import multiprocessing
 import os
 import queue
+import signal
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field, replace
@@ -27,11 +29,13 @@ import numpy as np
 
 from .. import __version__
 from ..atomic import atomic_path
+from ..config import HydraConfig
 from ..errors import HydraEdgeError
+from ..lock import exclusive
 from ..runtime.engines import FORMATS, load, runtime_version
 from .formats import exporter, tools
 from .manifest import MANIFEST, ArtefactRecord, Manifest, intact, read_manifest, sha256_file
-from .targets import Variant, load_target
+from .targets import Target, Variant, load_target
 from .verify import EvalSet, eager_logits, golden_tolerance, verify, write_golden
 
 Report = Callable[[str, str, "int | None"], None]  # (artefact file, stage, bytes when done)
@@ -39,6 +43,7 @@ TOOLS = ("torch", "executorch", "litert-torch", "ai-edge-litert", "onnx", "onnxr
 RANDOM_BASIS = "random inputs (agreement with fp32 only; no labelled data)"
 CALIBRATION_IMAGES = 256  # train-split images handed to static quantisers (they take what they need)
 RANDOM_EVAL_IMAGES = 64
+LOCK = ".lock"  # in the bundle folder: one conversion at a time per bundle
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,7 @@ class ConvertOptions:
     eval_limit: int = 1000  # held-out images verified per artefact
     optional: bool = False  # also convert the target's optional variants
     force: bool = False  # re-convert even unchanged artefacts
+    wait: bool = True  # wait while another run holds the bundle (else stop, naming it)
 
 
 @dataclass(frozen=True)
@@ -169,16 +175,24 @@ def _prepare_out(out: Path) -> None:
         raise HydraEdgeError(f"cannot create output folder {out}: {e.strerror}; choose a writable folder") from None
     if not os.access(out, os.W_OK):
         raise HydraEdgeError(f"output folder {out} is not writable; choose a writable folder")
+
+
+def _remove_stale(out: Path) -> None:
+    """Temp files of a killed run (atomic writes never expose them); call with the bundle locked."""
     for stale in [*out.glob(".vit_h*.tmp"), *out.glob(f".{MANIFEST}.*.tmp")]:
-        stale.unlink(missing_ok=True)  # left by a killed run; atomic writes never expose them
+        stale.unlink(missing_ok=True)
 
 
 # ----------------------------------------------------------------------------------------------
 # One job: export -> verify in the device's runtime -> golden pair -> record.
 
 
-def run_job(job: Job, report: Report) -> ArtefactRecord:
-    """Make, verify and record one artefact (in this process); raises HydraEdgeError naming it."""
+def run_job(job: Job, report: Report, commit: Callable[[], None] = lambda: None) -> ArtefactRecord:
+    """Make, verify and record one artefact (in this process); raises HydraEdgeError naming it.
+
+    ``commit`` is called once the artefact is verified and its record complete, just before it is
+    renamed into place: from there on an interrupt must wait until the record is kept too.
+    """
     import torch
 
     from ..sizes import subnet_size
@@ -191,8 +205,8 @@ def run_job(job: Job, report: Report) -> ArtefactRecord:
     for name in exporter(fmt).IMPORTS:
         import_module(name)
     out = Path(job.out)
-    path = out / job.file
-    with atomic_path(path) as tmp:
+    gold = out / golden_name(job.file)
+    with atomic_path(out / job.file) as tmp:
         start = time.perf_counter()
         notes = exporter(fmt).export(sub, torch.from_numpy(evalset.images[:1]), v.quant, v.options, calibration,
                                      tmp, lambda stage: report(job.file, stage, None))
@@ -201,30 +215,99 @@ def run_job(job: Job, report: Report) -> ArtefactRecord:
         engine = load(tmp, threads=1, format=fmt)
         acc, outputs = verify(engine, reference, evalset, job.max_drop, job.file)
         g = job.golden_inputs
-        write_golden(out / golden_name(job.file), evalset.images[:g], reference[:g], outputs[:g])
-        size, sha = tmp.stat().st_size, sha256_file(tmp)
-    gold = out / golden_name(job.file)
-    report(job.file, "done", size)
-    cost = subnet_size(model.config, job.heads)
-    return ArtefactRecord(
-        id=f"h{job.heads}_{v.key}", heads=job.heads, format=fmt, quant=v.quant, file=job.file, bytes=size,
-        sha256=sha, params=cost.params, gmacs=round(cost.gmacs, 6), runtime=v.runtime,
-        runtime_min_version=v.runtime_min_version, threads=job.threads,
-        host_runtime=f"{FORMATS[fmt].runtime} {runtime_version(fmt)}", convert_seconds=round(seconds, 3),
-        accuracy=acc, fingerprint=job.fingerprint, device_build=job.device_build, notes=notes,
-        golden={"file": gold.name, "sha256": sha256_file(gold), "inputs": int(min(g, len(evalset.images))),
-                "reference": "fp32 eager subnetwork", "tolerance": golden_tolerance(outputs[:g], reference[:g])},
-    )
+        write_golden(gold, evalset.images[:g], reference[:g], outputs[:g])
+        cost = subnet_size(model.config, job.heads)
+        record = ArtefactRecord(
+            id=f"h{job.heads}_{v.key}", heads=job.heads, format=fmt, quant=v.quant, file=job.file,
+            bytes=tmp.stat().st_size, sha256=sha256_file(tmp), params=cost.params, gmacs=round(cost.gmacs, 6),
+            runtime=v.runtime, runtime_min_version=v.runtime_min_version, threads=job.threads,
+            host_runtime=f"{FORMATS[fmt].runtime} {runtime_version(fmt)}", convert_seconds=round(seconds, 3),
+            accuracy=acc, fingerprint=job.fingerprint, device_build=job.device_build, notes=notes,
+            golden={"file": gold.name, "sha256": sha256_file(gold), "inputs": int(min(g, len(evalset.images))),
+                    "reference": "fp32 eager subnetwork", "tolerance": golden_tolerance(outputs[:g], reference[:g])},
+        )
+        commit()
+    report(job.file, "done", record.bytes)
+    return record
 
 
-def _worker_init(torch_threads: int) -> None:
+class _Commit:
+    """Ctrl-C between an artefact's rename and its manifest record would leave a file the manifest
+    does not list; from ``hold()`` to the end of the block, SIGINT is noted instead and acted on
+    after (``then``: by default KeyboardInterrupt). Before ``hold()`` it interrupts as usual, and
+    the artefact's temporary file is removed."""
+
+    def __init__(self, then: Callable[[], None] | None = None) -> None:
+        self.interrupted = False
+        self._then = then
+        self._previous: Any = None
+
+    def hold(self) -> None:
+        if threading.current_thread() is threading.main_thread() and self._previous is None:
+            self._previous = signal.signal(signal.SIGINT, self._note)
+
+    def _note(self, signum: int, frame: Any) -> None:
+        self.interrupted = True
+
+    def __enter__(self) -> "_Commit":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+        if self.interrupted and exc[0] is None:
+            (self._then or _raise_interrupt)()
+
+
+def _raise_interrupt() -> None:
+    raise KeyboardInterrupt
+
+
+class _Worker:
+    """A conversion worker process's state. SIGINT (Ctrl-C reaches the whole process group; the
+    parent relays it through ``stop`` otherwise) interrupts the artefact being made, or, while the
+    worker is idle or committing, makes it refuse further artefacts."""
+
+    reports: Any = None
+    busy = False
+    stopping = False
+
+    @classmethod
+    def on_sigint(cls, signum: int, frame: Any) -> None:
+        cls.stopping = True
+        if cls.busy:
+            raise KeyboardInterrupt
+
+    @classmethod
+    def stop(cls) -> None:
+        cls.stopping = True
+
+
+def _relay(stop: Any) -> None:
+    """Turn the parent's ``stop`` event into this worker's own SIGINT."""
+    stop.wait()
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+def _worker_init(torch_threads: int, reports: Any, stop: Any) -> None:
+    signal.signal(signal.SIGINT, _Worker.on_sigint)
+    _Worker.reports = reports
+    threading.Thread(target=_relay, args=(stop,), daemon=True).start()
     import torch
 
     torch.set_num_threads(torch_threads)
 
 
-def _run_in_worker(job: Job, reports: Any) -> ArtefactRecord:
-    return run_job(job, lambda file, stage, size: reports.put((file, stage, size)))
+def _run_in_worker(job: Job) -> ArtefactRecord:
+    with _Commit(then=_Worker.stop) as commit:
+        _Worker.busy = True
+        try:
+            if _Worker.stopping:
+                raise KeyboardInterrupt
+            return run_job(job, lambda file, stage, size: _Worker.reports.put((file, stage, size)), commit.hold)
+        finally:
+            _Worker.busy = False
 
 
 # ----------------------------------------------------------------------------------------------
@@ -238,8 +321,20 @@ class Plan:
     skipped: list[str]  # files whose fingerprint and bytes are unchanged
 
 
-def plan(opts: ConvertOptions) -> Plan:
-    """Check every input, then split the artefacts into jobs to run and records still valid."""
+@dataclass(frozen=True)
+class Inputs:
+    """What ``opts`` names, loaded and checked; nothing is written before all of it is."""
+
+    target: Target
+    variants: tuple[Variant, ...]
+    config: HydraConfig
+    heads: tuple[int, ...]
+    data: dict[str, Any] | None
+    classes: list[str] | None
+
+
+def check_inputs(opts: ConvertOptions) -> Inputs:
+    """Load and check every input; each mistake is one line, raised before anything is written."""
     from ..checkpoint import load_checkpoint_file
     from ..config import parse_heads
     from ..data import DataSpec, load_data
@@ -256,19 +351,25 @@ def plan(opts: ConvertOptions) -> Plan:
     data = _data_spec(saved, opts.data)
     # fails now, in one line, if the data is gone; its class names let a device label what it sees
     classes = load_data(DataSpec.from_dict(data), cfg).classes if data is not None else None
-    _prepare_out(opts.out)
+    return Inputs(target, variants, cfg, tuple(heads), data, classes)
+
+
+def plan(opts: ConvertOptions, inputs: Inputs) -> Plan:
+    """Split the artefacts into jobs to run and records still valid (call with the bundle locked)."""
+    target, cfg, data = inputs.target, inputs.config, inputs.data
     ckpt_sha = sha256_file(opts.checkpoint)
     old = read_manifest(opts.out) if (opts.out / MANIFEST).is_file() else None
     keep = old is not None and old.checkpoint["sha256"] == ckpt_sha and old.target.get("name") == target.name
     manifest = Manifest(
-        checkpoint={"path": str(opts.checkpoint), "sha256": ckpt_sha}, model=cfg.to_dict(), data=data, classes=classes,
-        target={**target.to_dict(), "sha256": target.sha256}, tools=tool_versions(), max_drop=opts.max_drop,
-        artefacts=list(old.artefacts) if keep and old else [], created_by=f"hydra-edge {__version__}",
+        checkpoint={"path": str(opts.checkpoint), "sha256": ckpt_sha}, model=cfg.to_dict(), data=data,
+        classes=inputs.classes, target={**target.to_dict(), "sha256": target.sha256}, tools=tool_versions(),
+        max_drop=opts.max_drop, artefacts=list(old.artefacts) if keep and old else [],
+        created_by=f"hydra-edge {__version__}",
     )
     previous = manifest.by_id()
     jobs, skipped = [], []
-    for k in heads:
-        for v in variants:
+    for k in inputs.heads:
+        for v in inputs.variants:
             file = artefact_name(k, v)
             fp = fingerprint(ckpt_sha, k, v, data, opts.eval_limit, target.golden_inputs)
             build = v.device_build.format(file=file, engine=f"{Path(file).stem}.engine") if v.device_build else None
@@ -300,9 +401,18 @@ def convert(opts: ConvertOptions, report: Report | None = None) -> ConvertResult
 
     Failures are collected (``result.failed``) so that the other head counts still finish; the
     manifest is rewritten after every artefact, so an interrupted run resumes where it stopped.
+    One run at a time per bundle: a second waits for the lock (or, with ``wait=False``, stops
+    with the holder's name).
     """
     report = report or (lambda file, stage, size: None)
-    todo = plan(opts)
+    inputs = check_inputs(opts)
+    _prepare_out(opts.out)
+    with exclusive(opts.out / LOCK, f"bundle {opts.out}", opts.wait):
+        _remove_stale(opts.out)
+        return _convert(opts, plan(opts, inputs), report)
+
+
+def _convert(opts: ConvertOptions, todo: Plan, report: Report) -> ConvertResult:
     manifest, jobs = todo.manifest, todo.jobs
     for file in todo.skipped:
         report(file, "skipped (unchanged)", None)
@@ -320,10 +430,13 @@ def convert(opts: ConvertOptions, report: Report | None = None) -> ConvertResult
 
     if opts.jobs == 1 or len(jobs) <= 1:
         for job in jobs:
-            try:
-                finish(job, run_job(job, report), None)
-            except Exception as e:  # one artefact's failure must not stop the others
-                finish(job, None, e)
+            with _Commit() as commit:
+                try:
+                    record = run_job(job, report, commit.hold)
+                except Exception as e:  # one artefact's failure must not stop the others
+                    finish(job, None, e)
+                else:
+                    finish(job, record, None)
         return result
     _run_parallel(jobs, opts.jobs, report, finish)
     return result
@@ -331,26 +444,44 @@ def convert(opts: ConvertOptions, report: Report | None = None) -> ConvertResult
 
 def _run_parallel(jobs: list[Job], n: int, report: Report,
                   finish: Callable[[Job, ArtefactRecord | None, BaseException | None], None]) -> None:
-    """Independent head counts in ``n`` spawned processes; stage reports come back over a queue."""
+    """Independent head counts in ``n`` spawned processes; stage reports come back over a queue.
+
+    On Ctrl-C the workers stop (an artefact being made is dropped, one being renamed into place
+    is finished) and every artefact that did finish is recorded before the interrupt goes on.
+    """
     ctx = multiprocessing.get_context("spawn")  # fork would copy torch's thread pools mid-use
     torch_threads = max(1, (os.cpu_count() or 1) // n)
-    with ctx.Manager() as manager:
-        reports = manager.Queue()
-        with ProcessPoolExecutor(n, mp_context=ctx, initializer=_worker_init, initargs=(torch_threads,)) as pool:
-            futures: dict[Future, Job] = {pool.submit(_run_in_worker, job, reports): job for job in jobs}
-            pending = set(futures)
-            try:
-                while pending:
-                    done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-                    _drain(reports, report)
-                    for future in done:
-                        error = future.exception()
-                        finish(futures[future], None if error else future.result(), error)
+    reports, stop = ctx.Queue(), ctx.Event()
+    with ProcessPoolExecutor(n, mp_context=ctx, initializer=_worker_init,
+                             initargs=(torch_threads, reports, stop)) as pool:
+        futures: dict[Future, Job] = {pool.submit(_run_in_worker, job): job for job in jobs}
+        recorded: set[Future] = set()
+
+        def record_finished() -> None:
+            for future, job in futures.items():
+                if future.done() and not future.cancelled() and future not in recorded:
+                    recorded.add(future)
+                    error = future.exception()
+                    if not isinstance(error, KeyboardInterrupt):  # stopped by Ctrl-C: not a failure
+                        finish(job, None if error else future.result(), error)
+
+        try:
+            while len(recorded) < len(futures):
+                wait(set(futures) - recorded, timeout=0.2, return_when=FIRST_COMPLETED)
                 _drain(reports, report)
-            except BaseException:
-                for future in pending:
+                with _Commit() as commit:
+                    commit.hold()
+                    record_finished()
+        except KeyboardInterrupt:
+            with _Commit() as commit:  # a second Ctrl-C must not lose what the workers finished
+                commit.hold()
+                stop.set()
+                for future in futures:
                     future.cancel()
-                raise
+                wait(futures)
+                _drain(reports, report)
+                record_finished()
+            raise
 
 
 def _drain(reports: Any, report: Report) -> None:

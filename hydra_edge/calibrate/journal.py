@@ -1,0 +1,100 @@
+"""Saving a calibration as it is measured, in linear total writing, atomic against a crash.
+
+Rewriting the whole record after every head count costs O(n^2) over a run. Instead each result
+is appended to ``<record>.journal`` (one JSON line, fsynced) and the record is rewritten
+(atomically) only when the journal holds as many results as the record does, so the rewrites
+grow geometrically (O(n) bytes in all) and the record file alone always holds at least half of
+what was measured; closing folds the rest in and empties the journal. After a crash the next
+run replays the journal (a torn last line, cut by the crash, is ignored), so nothing that was
+reported is lost. The journal names the record it belongs to; one left from another device,
+bundle or settings is ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Optional
+
+from .record import Calibration, HeadResult
+
+KIND = "hydra-edge/calibration-journal"
+
+
+def journal_path(record: Path) -> Path:
+    return record.with_name(record.name + ".journal")
+
+
+def _identity(calibration: Calibration) -> dict[str, Any]:
+    return {"journal": KIND, "device_id": calibration.device_id,
+            "manifest_sha256": calibration.bundle.get("manifest_sha256"), "settings": calibration.settings}
+
+
+def replay(calibration: Calibration, record: Path) -> Calibration:
+    """``calibration`` with the results its journal holds beyond it (in place, and returned)."""
+    try:
+        lines = journal_path(record).read_text().split("\n")
+    except (OSError, UnicodeDecodeError):
+        return calibration
+    entries = []
+    for line in lines[:-1]:  # the text after the last newline is a line the crash cut short
+        try:
+            entries.append(json.loads(line))
+        except ValueError:
+            return calibration  # not a journal this hydra-edge wrote: the record alone stands
+    if not entries or entries[0] != _identity(calibration):
+        return calibration
+    for entry in entries[1:]:
+        if "device" in entry:
+            calibration.device = entry["device"]
+        elif "result" in entry:
+            calibration.put(HeadResult(**entry["result"]))
+    return calibration
+
+
+class RecordWriter:
+    """Writes one calibration to ``record`` as results come: appended to the journal, folded in."""
+
+    def __init__(self, calibration: Calibration, record: Path) -> None:
+        self.calibration, self.record = calibration, record
+        self._journal: Optional[Any] = None
+        self._pending = 0  # results in the journal, not yet in the record file
+        self.fold()
+
+    def fold(self) -> None:
+        """Rewrite the record with everything, then start an empty journal for it."""
+        self.calibration.write(self.record)
+        if self._journal is not None:
+            self._journal.close()
+        self._journal = open(journal_path(self.record), "w")
+        self._pending = 0
+        self._append(_identity(self.calibration))
+
+    def _append(self, entry: dict[str, Any]) -> None:
+        assert self._journal is not None
+        self._journal.write(json.dumps(entry) + "\n")
+        self._journal.flush()
+        os.fsync(self._journal.fileno())
+
+    def put(self, result: HeadResult) -> None:
+        self.calibration.put(result)
+        self._append({"result": asdict(result)})
+        self._pending += 1
+        if self._pending >= max(1, len(self.calibration.results) - self._pending):
+            self.fold()
+
+    def set_device(self, device: dict[str, Any]) -> None:
+        self.calibration.device = device
+        self._append({"device": device})
+
+    def close(self) -> None:
+        """Fold everything into the record and remove the journal."""
+        if self._journal is None:
+            return
+        self.fold()
+        assert self._journal is not None
+        self._journal.close()
+        self._journal = None
+        journal_path(self.record).unlink(missing_ok=True)

@@ -1,0 +1,72 @@
+"""One writer at a time for a bundle or a calibration record, and a note of who that writer is.
+
+Two ``convert`` runs into one folder, or two calibrations of one device into one file, would
+each rewrite the manifest or record from what they read at the start, and the later write would
+drop what the other added. An OS file lock (released by the kernel if its holder dies) beside
+what it protects makes the second run wait; a small note beside the lock says who holds it
+(pid, host, command, since when), so the waiting run can tell the user what it waits for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator
+
+from filelock import FileLock, Timeout
+
+from .atomic import write_json
+from .errors import HydraEdgeError
+
+
+class LockedError(HydraEdgeError):
+    """Another process holds the lock and the caller asked not to wait."""
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _owner_file(lock_file: Path) -> Path:
+    return lock_file.with_name(lock_file.name + ".owner")
+
+
+def holder(lock_file: Path) -> str:
+    """Who holds ``lock_file``, in words, from the note its holder wrote."""
+    try:
+        note = json.loads(_owner_file(lock_file).read_text())
+        return (f"pid {note['pid']} on {note['host']} (`{note['command']}`, since "
+                f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(note['since']))})")
+    except (OSError, ValueError, KeyError, TypeError):
+        return "another process (it has not said which yet)"
+
+
+@contextmanager
+def exclusive(lock_file: Path, what: str, wait: bool = True, say: Callable[[str], None] = _say) -> Iterator[None]:
+    """Hold ``lock_file`` for the block; ``what`` names the protected thing in messages.
+
+    A held lock means waiting (saying so once, naming the holder), or with ``wait=False`` a
+    ``LockedError`` naming the holder. The lock's folder must exist.
+    """
+    lock = FileLock(lock_file)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        if not wait:
+            raise LockedError(f"{what} is in use by {holder(lock_file)}; wait for it to finish "
+                              "(or run without --no-wait to wait for it)") from None
+        say(f"waiting for {what}: in use by {holder(lock_file)}")
+        lock.acquire()
+    try:
+        write_json(_owner_file(lock_file), {"pid": os.getpid(), "host": platform.node() or "localhost",
+                                            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:200],
+                                            "since": time.time()})
+        yield
+    finally:
+        _owner_file(lock_file).unlink(missing_ok=True)
+        lock.release()

@@ -1,0 +1,66 @@
+"""One writer per bundle or calibration record: a second process waits, saying who holds the lock,
+or (asked not to wait) stops with that name. ``held_elsewhere`` is shared with the stage tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from hydra_edge.lock import LockedError, exclusive, holder
+
+
+@contextmanager
+def held_elsewhere(lock_file: Path) -> Iterator[subprocess.Popen]:
+    """Another hydra-edge process holding ``lock_file`` until the block ends."""
+    code = ("import sys\nfrom pathlib import Path\nfrom hydra_edge.lock import exclusive\n"
+            f"with exclusive(Path({str(lock_file)!r}), 'it'):\n    print('held', flush=True)\n    sys.stdin.read()\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, "--the-holder"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+        yield proc
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(timeout=30)
+
+
+def test_a_held_lock_is_refused_naming_its_holder_or_waited_for(tmp_path: Path) -> None:
+    lock_file = tmp_path / "record.json.lock"
+    said: list[str] = []
+    with held_elsewhere(lock_file) as other:
+        with pytest.raises(LockedError, match=rf"^the record is in use by pid {other.pid} on .*--the-holder.*, since "):
+            with exclusive(lock_file, "the record", wait=False):
+                pass
+        got = threading.Event()
+
+        def waiter() -> None:
+            with exclusive(lock_file, "the record", say=said.append):
+                got.set()
+
+        thread = threading.Thread(target=waiter)
+        thread.start()
+        assert not got.wait(1.0)  # the holder still runs: the waiter must not get in
+        assert said and said[0].startswith(f"waiting for the record: in use by pid {other.pid}")
+    thread.join(timeout=30)
+    assert got.is_set() and len(said) == 1
+    with exclusive(lock_file, "the record", wait=False):  # released by the waiter too
+        assert holder(lock_file).startswith(f"pid {os.getpid()} on ")
+    assert holder(lock_file) == "another process (it has not said which yet)"  # no note left behind
+
+
+def test_a_killed_holder_releases_the_lock(tmp_path: Path) -> None:
+    """The kernel drops a dead process's lock: a crashed run never blocks the next one."""
+    lock_file = tmp_path / ".lock"
+    with held_elsewhere(lock_file) as other:
+        other.kill()
+        other.wait()
+        with exclusive(lock_file, "the bundle", wait=False):
+            pass
