@@ -351,7 +351,7 @@ def test_a_failed_battery_holds_its_last_level_first(bundle: Path, board: Board)
 @pytest.mark.parametrize("key, value", [("stale_after_s", "soon"), ("raise_after_s", -1), ("assumed_hot", math.inf),
                                         ("stale_after_s", True)])
 def test_a_bad_fail_safe_setting_is_one_line(bundle: Path, board: Board, key: str, value: object) -> None:
-    one_line = rf"^\[signals\] {key} = .* is not a finite number.*; fix the target profile$"
+    one_line = rf"^the switcher's signals: \$\.{key}: .*(expected|not a finite number).*; see targets/rpi\.toml for the format$"
     with pytest.raises(HydraEdgeError, match=one_line):
         switcher(bundle, board, signals={"thermal": "sysfs", key: value})
 
