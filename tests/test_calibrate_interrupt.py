@@ -10,7 +10,6 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from test_lock import held_elsewhere
 from hydra_edge.calibrate.journal import RecordWriter, journal_path
 from hydra_edge.calibrate.record import Calibration, HeadResult, read_calibration
 from hydra_edge.calibrate.session import resume_or_start
+from hydra_edge.records import calibration as records_calibration
 
 
 @pytest.fixture(scope="module")
@@ -136,9 +136,9 @@ def test_saving_per_head_count_writes_linearly_in_all(tmp_path: Path, monkeypatc
 
 def test_a_calibrator_killed_between_saves_loses_no_reported_result(tmp_path: Path) -> None:
     """SIGKILL after three results: two are in the record file, the third only in the journal (its
-    last line torn by the kill); the next run's resume has all three."""
+    last line torn by the kill); the reader the lookup table uses and the next run's resume have all three."""
     record = tmp_path / "cal.json"
-    results = [asdict(_result(h)) for h in (3, 6, 12)]
+    results = [_result(h).to_dict() for h in (3, 6, 12)]
     code = (f"import json, sys, time\nfrom pathlib import Path\n"
             f"from hydra_edge.calibrate.journal import RecordWriter\n"
             f"from hydra_edge.calibrate.record import Calibration, HeadResult\n"
@@ -154,7 +154,8 @@ def test_a_calibrator_killed_between_saves_loses_no_reported_result(tmp_path: Pa
         proc.wait()
     with open(journal_path(record), "a") as journal:
         journal.write('{"result": {"heads": 9, "artef')  # as if the kill had cut a line short
-    assert [r.heads for r in read_calibration(record).results] == [3, 6]
+    assert [r.heads for r in records_calibration.read_calibration(record).results] == [3, 6]  # the file alone
+    assert [r.heads for r in read_calibration(record).results] == [3, 6, 12]  # what lut and the next run read
     resumed = resume_or_start(record, "local:x", {"manifest_sha256": "0" * 64}, {}, force=False)
     assert [r.heads for r in resumed.results] == [3, 6, 12]
     other = resume_or_start(record, "local:x", {"manifest_sha256": "1" * 64}, {}, force=True)

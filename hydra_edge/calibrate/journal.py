@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Optional
 
-from .record import Calibration, HeadResult
+from ..records import codec
+from ..records.calibration import HINT, Calibration, HeadResult
 
 KIND = "hydra-edge/calibration-journal"
 
@@ -50,7 +50,7 @@ def replay(calibration: Calibration, record: Path) -> Calibration:
         if "device" in entry:
             calibration.device = entry["device"]
         elif "result" in entry:
-            calibration.put(HeadResult(**entry["result"]))
+            calibration.put(codec.convert(entry["result"], HeadResult, f"{journal_path(record)} result", HINT))
     return calibration
 
 
@@ -80,7 +80,7 @@ class RecordWriter:
 
     def put(self, result: HeadResult) -> None:
         self.calibration.put(result)
-        self._append({"result": asdict(result)})
+        self._append({"result": result.to_dict()})
         self._pending += 1
         if self._pending >= max(1, len(self.calibration.results) - self._pending):
             self.fold()

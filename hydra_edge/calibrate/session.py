@@ -22,7 +22,7 @@ from ..transport import ConnectionLostError, RemoteCommandError, Transport, Tran
 from . import native
 from .device import ensure_python, package_files, push_files, runtime_requirements
 from .exits import exit_code, reporting_exit
-from .journal import RecordWriter, replay
+from .journal import RecordWriter
 from .record import Calibration, HeadResult, read_calibration
 from .soak import derate
 
@@ -88,7 +88,7 @@ def resume_or_start(out: Path, device_id: str, bundle: dict[str, Any], settings:
     fresh = Calibration(device_id=device_id, device={}, bundle=bundle, settings=settings)
     if force or not out.exists():
         return fresh
-    old = replay(read_calibration(out), out)
+    old = read_calibration(out)
     differs = [what for what, same in (("device", old.device_id == device_id), ("settings", old.settings == settings),
                                        ("bundle", old.bundle.get("manifest_sha256") == bundle["manifest_sha256"]))
                if not same]
