@@ -16,7 +16,7 @@ from typing import Iterable, Mapping
 
 from ..convert.manifest import ArtefactRecord
 from ..errors import HydraEdgeError
-from ..runtime.engines import FORMATS
+from ..runtime.engines import FORMATS, impostors, lacks, pip_install
 from ..transport import IntegrityError, RemoteCommandError, Transport
 from ..atomic import sha256_file
 
@@ -133,16 +133,18 @@ def ensure_python(transport: Transport, python: str, requirements: Mapping[str, 
     """
     if setup:
         python = _venv(transport, python)
-    missing = probe(transport, python, requirements)
-    if missing and setup:
-        _pip_install(transport, python, [requirements[m] for m in missing], pip_args)
-        missing = probe(transport, python, requirements)
-    if missing:
-        packages = " ".join(requirements[m] for m in missing)
+    lookalikes = impostors(requirements)
+    missing = probe(transport, python, [*requirements, *lookalikes])
+    if setup and any(m in requirements for m in missing):
+        _pip_install(transport, python, [requirements[m] for m in missing if m in requirements], pip_args)
+        missing = probe(transport, python, [*requirements, *lookalikes])
+    lacking = [m for m in missing if m in requirements]
+    if lacking:
+        line = lacks(requirements, lacking, [m for m in lookalikes if m not in missing], python, transport.device_id)
         how = ("pip could not provide it in the --setup venv" if setup else
-               f"add it with `{python} -m pip install {packages}` on the device, or re-run with --setup")
-        raise RuntimeMissingError(f"{transport.device_id} lacks the Python package(s) {packages} "
-                                  f"for {python!r}; {how}")
+               f"install with `{pip_install([requirements[m] for m in lacking], python)}` on the device, "
+               "or re-run with --setup")
+        raise RuntimeMissingError(f"{line}; {how}")
     return python
 
 

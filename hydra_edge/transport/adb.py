@@ -52,6 +52,7 @@ class AdbTransport(Transport):
 
     def __init__(self, serial: str | None = None, *, adb_port: int | None = None,
                  remote_dir: str = DEFAULT_BASE_DIR, adb: str = "adb") -> None:
+        super().__init__()
         self._adb_cmd = [adb, *(["-P", str(adb_port)] if adb_port else [])]
         self.adb_port = adb_port
         self.base_dir = remote_dir

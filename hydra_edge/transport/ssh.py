@@ -102,6 +102,7 @@ class SshTransport(Transport):
                  known_hosts: str | Path | None = None, ssh_config: str | Path | None = None,
                  connect_timeout: float = 10.0, remote_dir: str = "hydra-edge",
                  reuse_connection: bool = True, ssh: str = "ssh") -> None:
+        super().__init__()
         self.target = parse_target(spec, port)
         self.device_id = f"ssh:{self.target}"
         self.base_dir = remote_dir  # relative: in the login user's home, where ssh commands start
@@ -181,7 +182,8 @@ class SshTransport(Transport):
             raise UnreachableError(f"logging in to {self.device_id} took over 120 s; giving up") from None
 
     def close(self) -> None:
-        """Stop the master connection and remove its socket dir."""
+        """Stop running commands and the master connection, and remove its socket dir."""
+        super().close()
         if not self._control_dir:
             return
         try:
