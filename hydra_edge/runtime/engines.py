@@ -130,6 +130,14 @@ def pip_install(packages: Sequence[str], python: str = "python3") -> str:
     return shlex.join([python, "-m", "pip", "install", *packages])
 
 
+def runtime_version(name: str) -> str | None:
+    """Installed version of the runtime of format ``name`` (None if not installed)."""
+    try:
+        return importlib.metadata.version(FORMATS[name].runtime)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def impostors(requirements: Mapping[str, str]) -> list[str]:
     """Import names of runtimes that look like, but cannot stand in for, those ``requirements`` need."""
     return [f.impostor[0] for f in FORMATS.values() if f.impostor and f.module in requirements]
