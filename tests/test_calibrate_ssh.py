@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -176,3 +177,64 @@ def test_ctrl_c_mid_calibration_keeps_what_was_measured(bundle: Path, device_pyt
     result = invoke(*args)
     assert result.exit_code == 0, result.output
     assert [r.heads for r in read_calibration(out).measured()] == [3, 6, 12]
+
+
+def start_host(command: str, *args: object) -> subprocess.Popen:
+    """``hydra-edge COMMAND ARGS`` in a process of its own, as a user runs it; output in ``stdout``."""
+    module = {"calibrate": "hydra_edge.calibrate.command", "deploy": "hydra_edge.deploy"}[command]
+    code = f"from {module} import {command}; {command}({[str(a) for a in args]!r})"
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def on_board(server: SshServer, marker: str) -> list[int]:
+    """Processes sshd started (the board's side) whose command line names ``marker``."""
+    return [pid for pid in _descendants(server.pid) if marker in _cmdline(pid)]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def stop_host_and_check_the_board(host: subprocess.Popen, how: str, server: SshServer, marker: str) -> str:
+    """Ctrl-C (SIGINT, what the terminal sends) or SIGKILL the host; return its output once it has
+    exited, after checking nothing it started on the board still runs."""
+    assert on_board(server, marker)  # the board process runs: stopping it below is what is tested
+    try:
+        if how == "ctrl-c":
+            host.send_signal(signal.SIGINT)
+            output, _ = host.communicate(timeout=15)  # "returns at once": generous, it used to hang
+        else:
+            host.kill()
+            output, _ = host.communicate(timeout=15)
+        deadline = time.monotonic() + 10
+        while on_board(server, marker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = on_board(server, marker)
+        assert not left, [_cmdline(pid) for pid in left]
+    finally:
+        if host.poll() is None:
+            host.kill()
+        for pid in on_board(server, marker):
+            os.kill(pid, signal.SIGKILL)
+    return output
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "killed"])
+def test_stopping_the_host_stops_the_runner_on_the_board(how: str, bundle: Path, device_python: Path,
+                                                          sshd_server: SshServer, tmp_path: Path) -> None:
+    """Ctrl-C returns at once and a SIGKILLed host leaves nothing behind: the runner exits within
+    seconds either way, instead of timing on unseen until its next line fails to reach us."""
+    board = tmp_path / f"board-{uuid.uuid4().hex[:8]}"
+    out = tmp_path / "board.json"
+    host = start_host("calibrate", "--bundle", bundle, "--host", sshd_server.spec, *_ssh_args(sshd_server),
+                      "--remote-dir", board, "--python", device_python, "--out", out, "--runs", 10**6, "--warmup", 0)
+    deadline = time.monotonic() + 120
+    while not (out.exists() and on_board(sshd_server, "runner.py --bundle")) and time.monotonic() < deadline:
+        time.sleep(0.05)  # the device has reported itself: the runner is timing 3 heads, for minutes
+    output = stop_host_and_check_the_board(host, how, sshd_server, str(board))
+    if how == "ctrl-c":
+        assert host.returncode == 1 and "Traceback" not in output, output
+        assert output.strip().splitlines()[-1].startswith("Error: ") and "interrupted" in output

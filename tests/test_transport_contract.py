@@ -9,12 +9,12 @@ import _thread
 import hashlib
 import json
 import threading
-import time
 import uuid
 from pathlib import Path
 from typing import Iterator
 
 import pytest
+from standins import gone, running
 from standins.adbd import AdbDevice, adb_device, adb_server  # noqa: F401  (fixtures)
 from standins.sshd import SshServer, sshd_server  # noqa: F401  (fixture)
 
@@ -210,26 +210,6 @@ def test_one_transport_serves_many_threads(transport: Transport) -> None:
 def test_argv_must_be_a_list(transport: Transport) -> None:
     with pytest.raises(TypeError, match="list of strings"):
         transport.run("echo hi")  # type: ignore[arg-type]
-
-
-def running(marker: str) -> list[str]:
-    """Command lines of live processes on this machine (every stand-in device's too) naming ``marker``."""
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue  # it ended while we looked
-        if marker in text:
-            found.append(text)
-    return found
-
-
-def gone(marker: str, within_s: float) -> bool:
-    deadline = time.monotonic() + within_s
-    while running(marker) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return not running(marker)
 
 
 @pytest.mark.parametrize("kind", KINDS)
