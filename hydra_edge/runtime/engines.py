@@ -151,7 +151,7 @@ def lacks(requirements: Mapping[str, str], missing: Sequence[str], present: Sequ
     named so a user does not think the runtime they already installed will do.
     """
     notes = [f.impostor[1] for f in FORMATS.values() if f.module in missing and f.impostor and f.impostor[0] in present]
-    return (f"{where} lacks the Python package(s) {', '.join(requirements[m] for m in missing)} for {python!r}"
+    return (f"{where} lacks the Python package(s) {' '.join(requirements[m] for m in missing)} for {python!r}"
             + "".join(f" ({note})" for note in notes))
 
 
