@@ -9,7 +9,9 @@ temp dir) makes each later command cost one round trip instead of a handshake.
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -34,12 +36,11 @@ MASTER_IDLE_S = 120  # a master left behind by a crashed run exits on its own af
 SSH_RULES = (
     ErrorRule(r"REMOTE HOST IDENTIFICATION HAS CHANGED|Host key .* has changed", HostKeyError,
               "the ssh host key of {host} has CHANGED (a reinstalled board, or someone in between); "
-              "if expected, run `ssh-keygen -R {keyhost}` then add the new key with "
-              "`ssh-keyscan -p {port} {host} >> {known_hosts}`"),
+              "if expected, run `ssh-keygen -R {keyhost} -f {known_hosts}` then add the new key with "
+              "`ssh-keyscan -p {port} {hostname} >> {known_hosts}`"),
     ErrorRule(r"Host key verification failed|host key is known for|no .* host key is known", HostKeyError,
               "the ssh host key of {host} is not in known_hosts; after checking its fingerprint add it "
-              "with `ssh-keyscan -p {port} {host} >> {known_hosts}` or connect once by hand "
-              "with `ssh -p {port} {login}`"),
+              "with `ssh-keyscan -p {port} {hostname} >> {known_hosts}` or connect once by hand with `{by_hand}`"),
     ErrorRule(r"Permission denied \((?P<methods>[^)]*)\)|Too many authentication failures|"
               r"(?P<bad>remote username contains invalid characters)", AuthenticationError,
               "{device} refused to log in as {user!r}; check the user name, identity file and "
@@ -120,7 +121,7 @@ class SshTransport(Transport):
         if self.target.user is not None:
             options += ["-l", self.target.user]
         self._ssh = ssh
-        self._known_hosts = known_hosts  # named in host-key messages
+        self._known_hosts, self._ssh_config = known_hosts, ssh_config  # named in host-key messages
         self._control_dir = tempfile.mkdtemp(prefix="hydra-ssh-") if reuse_connection else None
         if self._control_dir:
             options += ["-o", f"ControlPath={_ssh_value(Path(self._control_dir) / '%C')}"]
@@ -138,11 +139,30 @@ class SshTransport(Transport):
                       install_hint="install openssh-client (apt-get install openssh-client)")
 
     def _error_fields(self) -> dict[str, object]:
-        port = self.target.port or 22
+        """Message values; those pasted into suggested commands are shell-quoted and come from
+        ``ssh -G`` (the host name, port and known_hosts file ssh really uses, aliases resolved)."""
+        real = self._resolved()
+        hostname = real.get("hostname") or self.target.host
+        port = int(real.get("port") or self.target.port or 22)
+        files = re.split(r"\s+(?=[/~])", real.get("userknownhostsfile", "").strip())  # as ssh -G lists them
+        known_hosts = str(self._known_hosts or files[0] or os.path.expanduser("~/.ssh/known_hosts"))
+        by_hand = [self._ssh, *(["-F", str(self._ssh_config)] if self._ssh_config else []),
+                   *(["-o", f"UserKnownHostsFile={_ssh_value(known_hosts)}"] if self._known_hosts else []),
+                   *(["-p", str(self.target.port)] if self.target.port else []),
+                   *(["-l", self.target.user] if self.target.user else []), self.target.host]
         return {"device": self.device_id, "host": self.target.host, "port": port,
-                "user": self.target.user or "(from ssh config)", "login": str(SshTarget(self.target.host, self.target.user)),
-                "known_hosts": self._known_hosts or "~/.ssh/known_hosts",
-                "keyhost": self.target.host if port == 22 else f"[{self.target.host}]:{port}"}
+                "user": self.target.user or "(from ssh config)", "hostname": shlex.quote(hostname),
+                "known_hosts": shlex.quote(known_hosts), "by_hand": shlex.join(by_hand),
+                "keyhost": shlex.quote(hostname if port == 22 else f"[{hostname}]:{port}")}
+
+    def _resolved(self) -> dict[str, str]:
+        """``ssh -G``'s view of the target after every config file: {option: value}, or {} if it fails."""
+        try:
+            out = subprocess.run(self._ssh_argv("-G", "--", self.target.host), stdin=subprocess.DEVNULL,
+                                 capture_output=True, text=True, timeout=15).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return {}
+        return dict(line.partition(" ")[::2] for line in out.splitlines())
 
     def _client_error(self, returncode: int, stderr: str) -> TransportError | None:
         if returncode != SSH_EXIT_ERROR:
