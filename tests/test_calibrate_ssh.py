@@ -4,6 +4,7 @@ fleet, clear failures, and a board whose sshd dies mid-calibration."""
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import signal
 import subprocess
@@ -18,7 +19,10 @@ from standins import free_port, stop_process, wait_for_port
 from standins.sshd import SshServer, sshd_server, start_sshd  # noqa: F401  (fixture)
 from test_calibrate import HOST_TARGET, invoke, make_bundle, one_line_error, torch_free_python
 
+from hydra_edge.calibrate.device import push_files
 from hydra_edge.calibrate.record import read_calibration
+from hydra_edge.calibrate.session import runner_files
+from hydra_edge.transport import open_transport
 
 
 @pytest.fixture(scope="module")
@@ -238,3 +242,29 @@ def test_stopping_the_host_stops_the_runner_on_the_board(how: str, bundle: Path,
     if how == "ctrl-c":
         assert host.returncode == 1 and "Traceback" not in output, output
         assert output.strip().splitlines()[-1].startswith("Error: ") and "interrupted" in output
+
+
+@pytest.mark.parametrize("name", ["back\\slash", "new\nline", "-dash"], ids=["backslash", "newline", "leading-dash"])
+def test_remote_dirs_with_backslashes_newlines_or_a_leading_dash_work(
+        name: str, bundle: Path, device_python: Path, sshd_server: SshServer, tmp_path: Path) -> None:
+    """sha256sum escapes such names in its output and commands would read '-dir' as an option; the
+    push, the skip-what-is-there check and the run must all still work, leaving no staging files."""
+    if name.startswith("-"):  # relative: in the login user's home on the board, where ssh commands start
+        remote_dir = f"{name}-{uuid.uuid4().hex[:8]}"
+        remote = Path(pwd.getpwnam(sshd_server.user).pw_dir) / remote_dir
+    else:
+        remote = tmp_path / name
+        remote_dir = str(remote)
+    args = ("--bundle", bundle, "--host", sshd_server.spec, *_ssh_args(sshd_server), "--remote-dir", remote_dir,
+            "--python", device_python, "--out", tmp_path / "cal.json", "--runs", 5, "--warmup", 0)
+    try:
+        result = invoke(*args)
+        assert result.exit_code == 0, result.output
+        assert [r.heads for r in read_calibration(tmp_path / "cal.json").measured()] == [3, 6, 12]
+        assert (remote / "runner" / "calibration" / "runner.py").is_file()
+        assert not [p for p in remote.rglob("*") if p.name.startswith(".incoming-") or p.name.endswith(".hydra-part")]
+        with open_transport(host=sshd_server.spec, remote_dir=remote_dir, **sshd_server.options) as t:
+            assert push_files(t, runner_files("runner")) == 0  # every file recognised as already there
+    finally:
+        if name.startswith("-"):
+            shutil.rmtree(remote, ignore_errors=True)

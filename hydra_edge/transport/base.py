@@ -103,7 +103,7 @@ def remote_command(argv: Sequence[str], cwd: str | None = None, env: Mapping[str
             raise ValueError(f"not an environment variable name: {bad[0]!r}")
         line = "env " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items()) + " " + line
     if cwd is not None:
-        line = f"cd {shlex.quote(cwd)} && {line}"
+        line = f"cd {shlex.quote(_safe_path(cwd))} && {line}"
     return line
 
 
@@ -125,6 +125,37 @@ def shown(argv: Sequence[str], limit: int = 120) -> str:
 def _safe_path(path: str) -> str:
     """Keep a relative path that starts with '-' from being read as an option."""
     return "./" + path if path.startswith("-") else path
+
+
+def device_dir(path: str) -> str:
+    """A ``--remote-dir`` as every later command can use it: one that starts with '-' gets './'.
+
+    Every other character (spaces, quotes, backslashes, newlines) is kept: commands quote it.
+    """
+    if not path or "\0" in path:
+        raise TransportError(f"cannot use {path!r} as the remote dir: it is empty or holds a NUL byte")
+    return _safe_path(path)
+
+
+_SHA256SUM_ESCAPES = {"\\": "\\", "n": "\n", "r": "\r"}
+
+
+def parse_sha256sum(output: str) -> dict[str, str]:
+    """``{file name: digest}`` from ``sha256sum`` output.
+
+    GNU sha256sum writes a line for a name holding a backslash or a newline as '\\' + digest +
+    the name with those escaped; the name is unescaped here so it matches the path asked for.
+    """
+    found = {}
+    for line in output.split("\n"):
+        escaped = line.startswith("\\")
+        digest, _, name = line[escaped:].partition(" ")
+        name = name[1:] if name[:1] in (" ", "*") else name  # "  name" (text) or " *name" (binary)
+        if escaped:
+            name = re.sub(r"\\(.)", lambda m: _SHA256SUM_ESCAPES.get(m.group(1), m.group(0)), name)
+        if _SHA256.match(digest) and name:
+            found[name] = digest
+    return found
 
 
 def _mib(n: int) -> str:
@@ -342,10 +373,10 @@ class Transport(ABC):
         """sha256 of a device file, computed on the device (``sha256sum``, or toybox's on Android)."""
         result = None
         for tool in (["sha256sum"], ["toybox", "sha256sum"]):
-            result = self.run([*tool, _safe_path(remote)], check=False)
-            digest = result.stdout.split()[0] if result.stdout.split() else ""
-            if result.returncode == 0 and _SHA256.match(digest):
-                return digest
+            result = self.run([*tool, "--", remote], check=False)
+            digests = list(parse_sha256sum(result.stdout).values())
+            if result.returncode == 0 and len(digests) == 1:
+                return digests[0]
             if result.returncode not in (126, 127):  # the tool exists and failed: say why
                 break
         raise self._transfer_error(result.stderr if result else "", remote, "hashing")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Mapping
 
-from .base import ErrorRule, Launch, Transport, match_error, remote_command
+from .base import ErrorRule, Launch, Transport, device_dir, match_error, remote_command
 from .errors import (
     AuthenticationError,
     ConnectionLostError,
@@ -106,7 +106,7 @@ class SshTransport(Transport):
         super().__init__()
         self.target = parse_target(spec, port)
         self.device_id = f"ssh:{self.target}"
-        self.base_dir = remote_dir  # relative: in the login user's home, where ssh commands start
+        self.base_dir = device_dir(remote_dir)  # relative: in the login user's home, where ssh commands start
         options = ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
                    "-o", f"ConnectTimeout={max(1, round(connect_timeout))}",
                    "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"]
