@@ -108,5 +108,9 @@ def deploy(bundle: Path, lut_path: Path, host: str | None, local: bool, images: 
     options = {k: v for k, v in {"remote_dir": remote_dir, "identity_file": identity_file,
                                  "known_hosts": known_hosts, "ssh_config": ssh_config}.items() if v is not None}
     app_args = ["--plain"] + (["--max-images", str(max_images)] if max_images is not None else [])
-    with Target("local", None).open(options) if local else Target("host", host).open(options) as transport:
-        deploy_to(transport, bundle, lut_file, images, camera, python, setup, pip_args, app_args, detach)
+    try:
+        with Target("local", None).open(options) if local else Target("host", host).open(options) as transport:
+            deploy_to(transport, bundle, lut_file, images, camera, python, setup, pip_args, app_args, detach)
+    except KeyboardInterrupt:  # between device commands; one that runs is stopped by its transport
+        raise HydraEdgeError("interrupted; what deploy started on the board was stopped "
+                             "(run the same command again: files already there are not sent again)") from None

@@ -241,7 +241,6 @@ def test_stopping_the_host_stops_the_runner_on_the_board(how: str, bundle: Path,
     output = stop_host_and_check_the_board(host, how, sshd_server, str(board))
     if how == "ctrl-c":
         assert host.returncode == 1 and "Traceback" not in output, output
-        assert output.strip().splitlines()[-1].startswith("Error: ") and "interrupted" in output
 
 
 @pytest.mark.parametrize("name", ["back\\slash", "new\nline", "-dash"], ids=["backslash", "newline", "leading-dash"])
