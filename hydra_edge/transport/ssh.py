@@ -208,7 +208,7 @@ class SshTransport(Transport):
             return
         try:
             subprocess.run(self._ssh_argv("-O", "exit", "--", self.target.host), stdin=subprocess.DEVNULL,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=15)
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=5)
         except (OSError, subprocess.TimeoutExpired):
             pass  # no master (never connected) or no ssh: nothing to stop
         shutil.rmtree(self._control_dir, ignore_errors=True)
