@@ -22,7 +22,7 @@ from test_calibrate import HOST_TARGET, invoke, make_bundle, one_line_error, tor
 from hydra_edge.calibrate.device import push_files
 from hydra_edge.calibrate.record import read_calibration
 from hydra_edge.calibrate.session import runner_files
-from hydra_edge.transport import open_transport
+from hydra_edge.transport import RemoteCommandError, open_transport
 
 
 @pytest.fixture(scope="module")
@@ -267,3 +267,19 @@ def test_remote_dirs_with_backslashes_newlines_or_a_leading_dash_work(
     finally:
         if name.startswith("-"):
             shutil.rmtree(remote, ignore_errors=True)
+
+
+def test_a_push_that_fails_on_the_board_leaves_no_staging_files(sshd_server: SshServer) -> None:
+    """The archive is unpacked on the board; when that fails (here a file stands where a folder
+    must go) the archive and its half-unpacked folder are removed, even under a '-' remote dir."""
+    remote_dir = f"-board-{uuid.uuid4().hex[:8]}"
+    remote = Path(pwd.getpwnam(sshd_server.user).pw_dir) / remote_dir
+    remote.mkdir()
+    try:
+        (remote / "runner").write_text("a file where the runner's folder must go")
+        with open_transport(host=sshd_server.spec, remote_dir=remote_dir, **sshd_server.options) as t:
+            with pytest.raises(RemoteCommandError, match="exited with"):
+                push_files(t, runner_files("runner"))
+        assert [p.name for p in remote.iterdir()] == ["runner"]
+    finally:
+        shutil.rmtree(remote, ignore_errors=True)
