@@ -183,7 +183,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> None:
-    from hydra_edge.runtime.engines import FORMATS, check_runtimes
+    from hydra_edge.runtime.engines import check_runtimes, runtimes_for
 
     manifest = read_manifest(args.bundle)
     known = manifest.by_id()
@@ -192,7 +192,7 @@ def run(args: argparse.Namespace) -> None:
     if unknown:
         raise HydraEdgeError(f"{args.bundle}: no artefact {unknown[0]!r} in the manifest")
     # A missing runtime stops the run in one line, instead of an error per artefact and exit 0.
-    check_runtimes({FORMATS[known[name].format].module: FORMATS[known[name].format].runtime for name in wanted})
+    check_runtimes(runtimes_for(known[name].format for name in wanted))
     device = Device(manifest.target.get("signals", {}), args.sysfs_root)
     emit(device_record())
     for name in wanted:

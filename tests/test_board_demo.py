@@ -135,10 +135,20 @@ def test_app_mistakes_are_one_line(board: dict[str, Path], tmp_path: Path, case:
     assert "Traceback" not in proc.stderr
 
 
-def run_app(board: dict[str, Path], *args: object) -> subprocess.CompletedProcess:
+def run_app(board: dict[str, Path], *args: object, site: Path | None = None) -> subprocess.CompletedProcess:
+    """The app as a board runs it; ``site`` is a folder of its Python's own (e.g. a sitecustomize)."""
+    path = f"{site}:{ROOT}" if site else str(ROOT)
     return subprocess.run([sys.executable, str(APP), "--bundle", str(board["bundle"]), "--lut", str(board["lut"]),
                            "--plain", *map(str, args)], capture_output=True, text=True, timeout=120,
-                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+                          env={"PYTHONPATH": path, "PATH": "/usr/bin:/bin"})
+
+
+def test_the_app_without_its_runtime_stops_in_one_line(board: dict[str, Path], tmp_path: Path) -> None:
+    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['onnxruntime'] = None\n")
+    proc = run_app(board, "--images", board["images"], "--max-images", 3, site=tmp_path)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and "switch" not in proc.stdout
+    (line,) = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert line.startswith("Error: this device lacks the Python package(s) onnxruntime") and "-m pip install" in line
 
 
 def test_an_unreadable_image_is_skipped_with_one_warning(board: dict[str, Path], tmp_path: Path) -> None:

@@ -31,9 +31,9 @@ import numpy as np
 from hydra_edge.atomic import read_json, write_json
 from hydra_edge.convert.manifest import read_manifest
 from hydra_edge.errors import HydraEdgeError
-from hydra_edge.runtime.engines import FORMATS, check_runtimes
-from hydra_edge.runtime.preprocess import IMAGE_SUFFIXES, load_image
+from hydra_edge.runtime.engines import check_runtimes, runtimes_for
 from hydra_edge.runtime.hostwatch import exit_when_stdin_closes
+from hydra_edge.runtime.preprocess import IMAGE_SUFFIXES, load_image
 from hydra_edge.runtime.switcher import Switcher
 
 Sample = Tuple[np.ndarray, Optional[int]]  # (C, H, W) image, label if known
@@ -182,13 +182,12 @@ def read_scenario(path: Path) -> List[Dict[str, Any]]:
 def run(args: argparse.Namespace) -> Dict[str, Any]:
     bundle = Path(args.bundle)
     manifest = read_manifest(bundle)
+    check_runtimes(runtimes_for(a.format for a in manifest.artefacts))  # one line now, not a fallback per artefact
     model = manifest.model
     scenario = read_scenario(Path(args.scenario)) if args.scenario else None
     board = SimulatedBoard(Path(args.sysfs_root), scenario) if scenario else None
     switcher = Switcher(bundle, lut=args.lut, root=args.sysfs_root or "/", poll_s=args.poll_s, threads=args.threads,
                         clock=board.clock if board else time.monotonic)
-    formats = [FORMATS[c.format] for c in switcher.table.candidates]
-    check_runtimes({fmt.module: fmt.runtime for fmt in formats})  # one line now, not a fallback per artefact
     # The held-out accuracy of the artefact each head count runs (a bundle may hold several per head count).
     records = manifest.by_id()
     accuracy = {c.heads: (records[c.artefact].accuracy or {}).get("top1") if c.artefact in records else None

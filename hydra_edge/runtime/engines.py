@@ -16,7 +16,7 @@ import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -153,6 +153,11 @@ def lacks(requirements: Mapping[str, str], missing: Sequence[str], present: Sequ
     notes = [f.impostor[1] for f in FORMATS.values() if f.module in missing and f.impostor and f.impostor[0] in present]
     return (f"{where} lacks the Python package(s) {' '.join(requirements[m] for m in missing)} for {python!r}"
             + "".join(f" ({note})" for note in notes))
+
+
+def runtimes_for(formats: Iterable[str]) -> dict[str, str]:
+    """``{import name: pip name}`` of the runtimes that run artefacts of these formats."""
+    return {FORMATS[name].module: FORMATS[name].runtime for name in formats}
 
 
 def check_runtimes(requirements: Mapping[str, str]) -> None:
