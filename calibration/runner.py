@@ -180,6 +180,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--soak-artefact", default=None, help="artefact id to soak (default: most heads)")
     parser.add_argument("--soak-interval", type=float, default=5.0, help="seconds per soak sample")
     parser.add_argument("--sysfs-root", default="/", help="read /sys and /proc under this root (tests)")
+    parser.add_argument("--exit-with-host", action="store_true",
+                        help="exit as soon as stdin closes: the host that started this has gone (Ctrl-C, killed)")
     args = parser.parse_args(argv)
     if args.runs < 1 or args.warmup < 0 or args.threads < 0 or args.soak_interval <= 0:
         parser.error("--runs must be >= 1, --warmup and --threads >= 0, --soak-interval > 0")
@@ -187,12 +189,16 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> None:
+    from hydra_edge.runtime.engines import check_runtimes, runtimes_for
+
     manifest = read_manifest(args.bundle)
     known = manifest.by_id()
     wanted = list(known) if args.only is None else args.only
     unknown = [name for name in wanted + [args.soak_artefact or ""] if name and name not in known]
     if unknown:
         raise HydraEdgeError(f"{args.bundle}: no artefact {unknown[0]!r} in the manifest")
+    # A missing runtime stops the run in one line, instead of an error per artefact and exit 0.
+    check_runtimes(runtimes_for(known[name].format for name in wanted))
     device = Device(manifest.target.get("signals", {}), args.sysfs_root)
     emit(device_record())
     for name in wanted:
@@ -210,6 +216,10 @@ def run(args: argparse.Namespace) -> None:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
+    if args.exit_with_host:
+        from hydra_edge.runtime.hostwatch import exit_when_stdin_closes
+
+        exit_when_stdin_closes()
     try:
         run(args)
     except HydraEdgeError as e:

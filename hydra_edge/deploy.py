@@ -57,13 +57,13 @@ def deploy_to(transport: Transport, bundle: Path, lut: Path, images: Path | None
     source = ["--images", posixpath.join(root, "images")] if images is not None else ["--camera", str(camera)]
     argv = [python, posixpath.join(root, "app.py"), "--bundle", posixpath.join(root, "bundle"), *source, *app_args]
     env = {"PYTHONPATH": root}
-    if detach:
+    if detach:  # stdin is /dev/null there, so without --exit-with-host: it runs on after we go
         log = posixpath.join(root, "app.log")
         line = f"nohup {shlex.join(argv)} > {shlex.quote(log)} 2>&1 &"
         transport.run(["sh", "-c", line], env=env)
         click.echo(f"started on {transport.device_id}; its output goes to {log}")
         return 0
-    with transport.stream(argv, env=env, check=False) as lines:
+    with transport.stream([*argv, "--exit-with-host"], env=env, check=False) as lines:
         for line in lines:
             click.echo(line)
     if lines.returncode:
@@ -102,9 +102,15 @@ def deploy(bundle: Path, lut_path: Path, host: str | None, local: bool, images: 
         raise click.UsageError("name the board with --host, or --local for this machine")
     if (images is None) == (camera is None):
         raise click.UsageError("give exactly one of --images and --camera")
+    if max_images is not None and max_images < 1:
+        raise HydraEdgeError(f"--max-images must be 1 or more, not {max_images}; leave it out to run until Ctrl-C")
     lut_file = lut_path / "lut.json" if lut_path.is_dir() else lut_path
     options = {k: v for k, v in {"remote_dir": remote_dir, "identity_file": identity_file,
                                  "known_hosts": known_hosts, "ssh_config": ssh_config}.items() if v is not None}
-    app_args = ["--plain"] + (["--max-images", str(max_images)] if max_images else [])
-    with Target("local", None).open(options) if local else Target("host", host).open(options) as transport:
-        deploy_to(transport, bundle, lut_file, images, camera, python, setup, pip_args, app_args, detach)
+    app_args = ["--plain"] + (["--max-images", str(max_images)] if max_images is not None else [])
+    try:
+        with Target("local", None).open(options) if local else Target("host", host).open(options) as transport:
+            deploy_to(transport, bundle, lut_file, images, camera, python, setup, pip_args, app_args, detach)
+    except KeyboardInterrupt:  # between device commands; one that runs is stopped by its transport
+        raise HydraEdgeError("interrupted; what deploy started on the board was stopped "
+                             "(run the same command again: files already there are not sent again)") from None

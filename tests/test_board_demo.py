@@ -6,7 +6,9 @@ import json
 import re
 import subprocess
 import sys
+import threading
 import time
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +17,7 @@ from click.testing import CliRunner
 from PIL import Image
 from standins.sshd import SshServer, sshd_server  # noqa: F401  (fixture)
 from test_calibrate import HOST_TARGET, make_bundle, torch_free_python
+from test_calibrate_ssh import start_host, stop_host_and_check_the_board
 
 from hydra_edge.calibrate.record import Calibration, HeadResult
 from hydra_edge.calibrate.session import bundle_record
@@ -135,3 +138,68 @@ def test_app_mistakes_are_one_line(board: dict[str, Path], tmp_path: Path, case:
     assert proc.returncode == 1 and message in proc.stderr
     assert [line for line in proc.stderr.splitlines() if line.strip()][-1].startswith("Error: ")
     assert "Traceback" not in proc.stderr
+
+
+def run_app(board: dict[str, Path], *args: object, site: Path | None = None) -> subprocess.CompletedProcess:
+    """The app as a board runs it; ``site`` is a folder of its Python's own (e.g. a sitecustomize)."""
+    path = f"{site}:{ROOT}" if site else str(ROOT)
+    return subprocess.run([sys.executable, str(APP), "--bundle", str(board["bundle"]), "--lut", str(board["lut"]),
+                           "--plain", *map(str, args)], capture_output=True, text=True, timeout=120,
+                          env={"PYTHONPATH": path, "PATH": "/usr/bin:/bin"})
+
+
+def test_the_app_without_its_runtime_stops_in_one_line(board: dict[str, Path], tmp_path: Path) -> None:
+    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['onnxruntime'] = None\n")
+    proc = run_app(board, "--images", board["images"], "--max-images", 3, site=tmp_path)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and "switch" not in proc.stdout
+    (line,) = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert line.startswith("Error: this device lacks the Python package(s) onnxruntime") and "-m pip install" in line
+
+
+def test_an_unreadable_image_is_skipped_with_one_warning(board: dict[str, Path], tmp_path: Path) -> None:
+    images = tmp_path / "images"
+    (images / "1").mkdir(parents=True)
+    for name in ("a.png", "c.png"):
+        Image.fromarray(np.zeros((8, 8), np.uint8), mode="L").save(images / "1" / name)
+    (images / "1" / "b.png").write_bytes(b"\x89PNG\r\n\x1a\n truncated")
+    proc = run_app(board, "--images", images, "--max-images", 4)
+    assert proc.returncode == 0, proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if "b.png" in line]
+    assert len(warnings) == 1 and warnings[0].startswith("warning: skipped") and "Traceback" not in proc.stderr
+    assert "4 images" in proc.stdout  # the two readable images, cycled
+
+
+def test_max_images_below_one_is_refused_in_one_line(board: dict[str, Path], tmp_path: Path) -> None:
+    result = CliRunner().invoke(deploy, ["--bundle", str(board["bundle"]), "--lut", str(board["lut"]), "--local",
+                                         "--images", str(board["images"]), "--remote-dir", str(tmp_path / "dev"),
+                                         "--max-images", "-3"])
+    assert result.exit_code == 1 and result.output.strip().splitlines() == [
+        "Error: --max-images must be 1 or more, not -3; leave it out to run until Ctrl-C"]
+    assert not (tmp_path / "dev").exists()
+    proc = run_app(board, "--images", board["images"], "--max-images", -3)
+    assert proc.returncode == 2 and "--max-images must be 1 or more" in proc.stderr
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "killed"])
+def test_stopping_deploy_stops_the_app_on_the_board(how: str, board: dict[str, Path], sshd_server: SshServer,
+                                                     tmp_path: Path) -> None:
+    remote = tmp_path / f"pi-{uuid.uuid4().hex[:8]}"
+    host = start_host("deploy", "--bundle", board["bundle"], "--lut", board["lut"], "--host", sshd_server.spec,
+                      "--identity", sshd_server.identity_file, "--known-hosts", sshd_server.known_hosts,
+                      "--remote-dir", remote, "--images", board["images"], "--python", torch_free_python(tmp_path))
+    switched = threading.Event()
+
+    def watch() -> None:  # the app runs until stopped; its first switch line means it is classifying
+        for line in iter(host.stdout.readline, ""):
+            if line.startswith("switch None ->"):
+                switched.set()
+                return
+
+    reader = threading.Thread(target=watch, daemon=True)
+    reader.start()
+    assert switched.wait(120), "the app never started on the board"
+    reader.join()
+    output = stop_host_and_check_the_board(host, how, sshd_server, str(remote))
+    if how == "ctrl-c":
+        assert host.returncode == 1 and "Traceback" not in output
+        assert output.strip().splitlines()[-1].startswith("Error: interrupted")

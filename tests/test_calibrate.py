@@ -152,7 +152,7 @@ def test_a_device_without_the_runtime_gets_one_line(rpi_bundle: Path, tmp_path: 
     line = one_line_error(invoke("--bundle", rpi_bundle, "--local", "--python", bare / "bin" / "python",
                                  "--out", tmp_path / "cal"))
     assert "lacks the Python package(s) numpy ai-edge-litert>=2.3.0" in line
-    assert "-m pip install numpy ai-edge-litert>=2.3.0" in line and "--setup" in line
+    assert "-m pip install numpy 'ai-edge-litert>=2.3.0'" in line and "--setup" in line  # pasted as is: quoted
     line = one_line_error(invoke("--bundle", rpi_bundle, "--local", "--python", tmp_path / "no python",
                                  "--out", tmp_path / "cal"))
     assert "there is no Python at" in line and "--python PATH" in line

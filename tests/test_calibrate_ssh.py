@@ -4,12 +4,14 @@ fleet, clear failures, and a board whose sshd dies mid-calibration."""
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,10 @@ from standins import free_port, stop_process, wait_for_port
 from standins.sshd import SshServer, sshd_server, start_sshd  # noqa: F401  (fixture)
 from test_calibrate import HOST_TARGET, invoke, make_bundle, one_line_error, torch_free_python
 
+from hydra_edge.calibrate.device import push_files
 from hydra_edge.calibrate.record import read_calibration
+from hydra_edge.calibrate.session import runner_files
+from hydra_edge.transport import RemoteCommandError, open_transport
 
 
 @pytest.fixture(scope="module")
@@ -176,3 +181,100 @@ def test_ctrl_c_mid_calibration_keeps_what_was_measured(bundle: Path, device_pyt
     result = invoke(*args)
     assert result.exit_code == 0, result.output
     assert [r.heads for r in read_calibration(out).measured()] == [3, 6, 12]
+
+
+def start_host(command: str, *args: object) -> subprocess.Popen:
+    """``hydra-edge COMMAND ARGS`` in a process of its own, as a user runs it; output in ``stdout``."""
+    module = {"calibrate": "hydra_edge.calibrate.command", "deploy": "hydra_edge.deploy"}[command]
+    code = f"from {module} import {command}; {command}({[str(a) for a in args]!r})"
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def on_board(server: SshServer, marker: str) -> list[int]:
+    """Processes sshd started (the board's side) whose command line names ``marker``."""
+    return [pid for pid in _descendants(server.pid) if marker in _cmdline(pid)]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def stop_host_and_check_the_board(host: subprocess.Popen, how: str, server: SshServer, marker: str) -> str:
+    """Ctrl-C (SIGINT, what the terminal sends) or SIGKILL the host; return its output once it has
+    exited, after checking nothing it started on the board still runs."""
+    assert on_board(server, marker)  # the board process runs: stopping it below is what is tested
+    try:
+        if how == "ctrl-c":
+            host.send_signal(signal.SIGINT)
+            output, _ = host.communicate(timeout=15)  # "returns at once": generous, it used to hang
+        else:
+            host.kill()
+            output, _ = host.communicate(timeout=15)
+        deadline = time.monotonic() + 10
+        while on_board(server, marker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = on_board(server, marker)
+        assert not left, [_cmdline(pid) for pid in left]
+    finally:
+        if host.poll() is None:
+            host.kill()
+        for pid in on_board(server, marker):
+            os.kill(pid, signal.SIGKILL)
+    return output
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "killed"])
+def test_stopping_the_host_stops_the_runner_on_the_board(how: str, bundle: Path, device_python: Path,
+                                                          sshd_server: SshServer, tmp_path: Path) -> None:
+    """Ctrl-C returns at once and a SIGKILLed host leaves nothing behind: the runner exits within
+    seconds either way, instead of timing on unseen until its next line fails to reach us."""
+    board = tmp_path / f"board-{uuid.uuid4().hex[:8]}"
+    out = tmp_path / "board.json"
+    host = start_host("calibrate", "--bundle", bundle, "--host", sshd_server.spec, *_ssh_args(sshd_server),
+                      "--remote-dir", board, "--python", device_python, "--out", out, "--runs", 10**6, "--warmup", 0)
+    deadline = time.monotonic() + 120
+    while not (out.exists() and on_board(sshd_server, "runner.py --bundle")) and time.monotonic() < deadline:
+        time.sleep(0.05)  # the device has reported itself: the runner is timing 3 heads, for minutes
+    output = stop_host_and_check_the_board(host, how, sshd_server, str(board))
+    if how == "ctrl-c":
+        assert host.returncode == 1 and "Traceback" not in output, output
+
+
+def test_a_remote_dir_with_a_leading_dash_a_backslash_and_a_newline_works(
+        bundle: Path, device_python: Path, sshd_server: SshServer, tmp_path: Path) -> None:
+    """sha256sum escapes such names in its output and commands would read '-dir' as an option; the
+    push, the skip-what-is-there check and the run must all still work, leaving no staging files.
+    Relative, so in the login user's home on the board, where ssh commands start."""
+    remote_dir = f"-board back\\slash new\nline {uuid.uuid4().hex[:8]}"
+    remote = Path(pwd.getpwnam(sshd_server.user).pw_dir) / remote_dir
+    try:
+        result = invoke("--bundle", bundle, "--host", sshd_server.spec, *_ssh_args(sshd_server),
+                        "--remote-dir", remote_dir, "--python", device_python, "--out", tmp_path / "cal.json",
+                        "--runs", 5, "--warmup", 0)
+        assert result.exit_code == 0, result.output
+        assert [r.heads for r in read_calibration(tmp_path / "cal.json").measured()] == [3, 6, 12]
+        assert (remote / "runner" / "calibration" / "runner.py").is_file()
+        assert not [p for p in remote.rglob("*") if p.name.startswith(".incoming-") or p.name.endswith(".hydra-part")]
+        with open_transport(host=sshd_server.spec, remote_dir=remote_dir, **sshd_server.options) as t:
+            assert push_files(t, runner_files("runner")) == 0  # every file recognised as already there
+    finally:
+        shutil.rmtree(remote, ignore_errors=True)
+
+
+def test_a_push_that_fails_on_the_board_leaves_no_staging_files(sshd_server: SshServer) -> None:
+    """The archive is unpacked on the board; when that fails (here a file stands where a folder
+    must go) the archive and its half-unpacked folder are removed, even under a '-' remote dir."""
+    remote_dir = f"-board-{uuid.uuid4().hex[:8]}"
+    remote = Path(pwd.getpwnam(sshd_server.user).pw_dir) / remote_dir
+    remote.mkdir()
+    try:
+        (remote / "runner").write_text("a file where the runner's folder must go")
+        with open_transport(host=sshd_server.spec, remote_dir=remote_dir, **sshd_server.options) as t:
+            with pytest.raises(RemoteCommandError, match="exited with"):
+                push_files(t, runner_files("runner"))
+        assert [p.name for p in remote.iterdir()] == ["runner"]
+    finally:
+        shutil.rmtree(remote, ignore_errors=True)

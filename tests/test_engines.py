@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from hydra_edge.calibrate.device import RuntimeMissingError, ensure_python
 from hydra_edge.config import preset
 from hydra_edge.convert.formats import exporter
 from hydra_edge.convert.targets import load_target
@@ -17,6 +18,7 @@ from hydra_edge.errors import HydraEdgeError
 from hydra_edge.model import HydraViT
 from hydra_edge.runtime import engines
 from hydra_edge.runtime.engines import FORMATS, check_golden, compare, format_of, load
+from hydra_edge.transport import LocalTransport
 
 # (format, quant, relative L2 error allowed against eager fp32)
 CASES = [
@@ -91,3 +93,42 @@ def test_unknown_artefacts_fail_in_one_line(tmp_path: Path) -> None:
         load(tmp_path / "missing.onnx")
     with pytest.raises(HydraEdgeError, match="unknown format 'coreml'"):
         load(tmp_path / "m.onnx", format="coreml")
+
+
+def tflite_runtime_only_python(root: Path) -> Path:
+    """A board's Python that has tflite-runtime 2.14.0 (and numpy) but no ai-edge-litert.
+
+    tflite-runtime cannot be installed here (no network), so its package is an empty one with
+    real metadata: whether a device is refused depends only on what its Python can import.
+    """
+    site = root / "site"
+    (site / "tflite_runtime").mkdir(parents=True)
+    (site / "tflite_runtime" / "__init__.py").write_text("")
+    (site / "tflite_runtime-2.14.0.dist-info").mkdir()
+    (site / "tflite_runtime-2.14.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: tflite-runtime\nVersion: 2.14.0\n")
+    (site / "sitecustomize.py").write_text("import sys\nsys.modules['torch'] = sys.modules['ai_edge_litert'] = None\n")
+    wrapper = root / "python3"
+    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH="{site}" exec "{sys.executable}" "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+NEEDS = {"numpy": "numpy", "ai_edge_litert": "ai-edge-litert>=2.3.0"}
+
+
+def test_a_device_with_only_tflite_runtime_is_refused_up_front(tmp_path: Path) -> None:
+    """tflite-runtime 2.14 refuses these artefacts (FULLY_CONNECTED version 12): the host's probe says
+    so in one line, with a command that can be pasted as it is, and the device code will not start."""
+    python = tflite_runtime_only_python(tmp_path)
+    with LocalTransport(tmp_path / "device") as t:
+        with pytest.raises(RuntimeMissingError) as info:
+            ensure_python(t, str(python), NEEDS, setup=False)
+    line = str(info.value)
+    assert "\n" not in line and "lacks the Python package(s) ai-edge-litert>=2.3.0" in line
+    assert "tflite-runtime cannot run these artefacts" in line and "FULLY_CONNECTED version 12" in line
+    assert f"`{python} -m pip install 'ai-edge-litert>=2.3.0'`" in line
+    code = f"from hydra_edge.runtime.engines import check_runtimes; check_runtimes({NEEDS!r})"
+    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[1])
+    assert done.returncode != 0 and "HydraEdgeError: this device lacks the Python package(s) ai-edge-litert" in done.stderr
+    assert "tflite-runtime cannot run these artefacts" in done.stderr and "'ai-edge-litert>=2.3.0'" in done.stderr

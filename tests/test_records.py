@@ -109,7 +109,7 @@ def fuzz(doc: Any, free: tuple[str, ...], optional: tuple[str, ...], allow_negat
             cases[name] = mutate(doc, keys, bad)
         for name, bad_doc in cases.items():
             file = write(bad_doc)
-            with pytest.raises(error, match="") as e:
+            with pytest.raises(error) as e:
                 read()
                 pytest.fail(f"{path} {name} was accepted")
             message = str(e.value)

@@ -4,9 +4,11 @@ the calibrator pushes, no torch, and artefacts whose outputs are wrong reported,
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -18,8 +20,9 @@ from hydra_edge.convert.manifest import read_manifest, sha256_file
 
 # Blocks torch, runs the runner as __main__, then reports where every hydra_edge module came from.
 GUARD = """\
-import json, runpy, sys
-sys.modules["torch"] = None
+import json, os, runpy, sys
+for blocked in ["torch", *os.environ.get("BLOCKED_MODULES", "").split()]:
+    sys.modules[blocked] = None
 runner, sys.argv = sys.argv[1], sys.argv[1:]
 try:
     runpy.run_path(runner, run_name="__main__")
@@ -45,9 +48,10 @@ def pushed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "runner"
 
 
-def run_runner(pushed: Path, *args: object) -> tuple[list[dict], dict]:
+def run_runner(pushed: Path, *args: object, blocked: str = "") -> tuple[list[dict], dict]:
     done = subprocess.run([sys.executable, "-c", GUARD, str(pushed / "calibration" / "runner.py"),
-                           *map(str, args)], capture_output=True, text=True, timeout=120, cwd=pushed.parent)
+                           *map(str, args)], capture_output=True, text=True, timeout=120, cwd=pushed.parent,
+                          env={**os.environ, "BLOCKED_MODULES": blocked})
     events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     return events[:-1], events[-1]
 
@@ -100,3 +104,28 @@ def test_a_corrupted_artefact_is_refused_by_sha256(bundle: Path, pushed: Path, t
 def test_no_bundle_is_a_fatal_line(pushed: Path, tmp_path: Path) -> None:
     events, modules = run_runner(pushed, "--bundle", tmp_path / "nothing")
     assert modules["code"] == 2 and events[-1]["event"] == "fatal" and "no manifest" in events[-1]["message"]
+
+
+def test_a_missing_runtime_stops_the_runner_in_one_line(bundle: Path, pushed: Path) -> None:
+    """Not one error per artefact and exit 0: one fatal line naming the package and how to install it."""
+    events, modules = run_runner(pushed, "--bundle", bundle, blocked="onnxruntime")
+    assert modules["code"] == 2 and [e["event"] for e in events] == ["fatal"]
+    assert "lacks the Python package(s) onnxruntime" in events[0]["message"]
+    assert "-m pip install onnxruntime" in events[0]["message"]
+
+
+def test_with_exit_with_host_the_runner_stops_when_its_stdin_closes(bundle: Path, pushed: Path) -> None:
+    """What a killed host, Ctrl-C or a dropped link looks like from the board: stdin reaches its end."""
+    proc = subprocess.Popen([sys.executable, str(pushed / "calibration" / "runner.py"), "--bundle", str(bundle),
+                             "--runs", str(10**7), "--warmup", "0", "--exit-with-host"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=pushed.parent)
+    try:
+        assert json.loads(proc.stdout.readline())["event"] == "device"  # now timing, for hours
+        time.sleep(0.5)
+        assert proc.poll() is None
+        proc.stdin.close()
+        assert proc.wait(timeout=10) == 129
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.stdout.close()

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from standins import gone, running
 from standins.adbd import AdbDevice, adb_device, adb_server  # noqa: F401  (fixtures)
 from standins.sshd import SshServer, sshd_server  # noqa: F401  (fixture)
 
@@ -32,17 +33,23 @@ NASTY_DIR = "a b;'c\"$(x)`y`"
 NASTY_ARGS = ["two words", "it's", 'say "hi"', "$HOME", "`id`", "$(id)", "a;b", "*", "\\n", "-n", ""]
 
 
-@pytest.fixture(scope="module", params=["local", "ssh", "adb"])
+KINDS = ["local", "ssh", "adb"]
+
+
+def _open(kind: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Transport:
+    if kind == "local":
+        return open_transport(local=True, workdir=tmp_path_factory.mktemp("local-device"))
+    if kind == "ssh":
+        server: SshServer = request.getfixturevalue("sshd_server")
+        return open_transport(host=server.spec, remote_dir=str(tmp_path_factory.mktemp("ssh-home")), **server.options)
+    device: AdbDevice = request.getfixturevalue("adb_device")
+    return open_transport(serial=device.serial, adb_port=device.server.port)
+
+
+@pytest.fixture(scope="module", params=KINDS)
 def transport(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Transport]:
     """One transport per kind for the module; each test works in its own remote dir."""
-    if request.param == "local":
-        t = open_transport(local=True, workdir=tmp_path_factory.mktemp("local-device"))
-    elif request.param == "ssh":
-        server: SshServer = request.getfixturevalue("sshd_server")
-        t = open_transport(host=server.spec, remote_dir=str(tmp_path_factory.mktemp("ssh-home")), **server.options)
-    else:
-        device: AdbDevice = request.getfixturevalue("adb_device")
-        t = open_transport(serial=device.serial, adb_port=device.server.port)
+    t = _open(request.param, request, tmp_path_factory)
     try:
         yield t
     finally:
@@ -203,3 +210,37 @@ def test_one_transport_serves_many_threads(transport: Transport) -> None:
 def test_argv_must_be_a_list(transport: Transport) -> None:
     with pytest.raises(TypeError, match="list of strings"):
         transport.run("echo hi")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_closing_a_transport_stops_a_stream_another_thread_reads(
+        kind: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """What an interrupted fleet does: the main thread closes each device's transport, and every
+    worker's command ends, on the device too (a command that watches its stdin, as the runner and
+    the board app do, sees it close), however the device is reached."""
+    t = _open(kind, request, tmp_path_factory)
+    marker = f"hydra-close-{uuid.uuid4().hex}"
+    started, outcome = threading.Event(), {}
+
+    def worker() -> None:
+        try:
+            with t.stream(["sh", "-c", 'echo started; cat; echo "stdin closed"', "sh", marker]) as lines:
+                for line in lines:
+                    outcome.setdefault("lines", []).append(line)
+                    started.set()
+        except TransportInterrupted as e:
+            outcome["error"] = e
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    try:
+        assert started.wait(30) and running(marker)
+        t.close()
+        thread.join(15)
+        assert not thread.is_alive() and isinstance(outcome.get("error"), TransportInterrupted)
+        assert gone(marker, within_s=10), running(marker)
+        with pytest.raises(TransportInterrupted, match="was closed"):
+            t.run(["true"])
+    finally:
+        t.close()
+        thread.join()

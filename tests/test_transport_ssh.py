@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -91,3 +92,33 @@ def test_parse_target(spec: str, target: SshTarget) -> None:
 def test_unreadable_targets_are_user_errors(spec: str) -> None:
     with pytest.raises(UnreachableError, match="cannot read ssh target"):
         parse_target(spec)
+
+
+def test_host_key_hints_name_what_ssh_really_uses_and_can_be_pasted(sshd_server: SshServer, tmp_path: Path) -> None:
+    """An ssh-config alias: the hint names its real host name, port and known_hosts file (from
+    ``ssh -G``, not the alias), quoted; pasted into a shell as it is, it makes the next try work."""
+    known_hosts = tmp_path / "board keys; it's here" / "known_hosts"
+    known_hosts.parent.mkdir()
+    known_hosts.write_text("")
+    config = tmp_path / "ssh_config"
+    config.write_text(sshd_server.ssh_config.read_text().replace(
+        f"UserKnownHostsFile {sshd_server.known_hosts}", f'UserKnownHostsFile "{known_hosts}"'))
+    with pytest.raises(HostKeyError) as info:
+        open_transport(host=sshd_server.alias, ssh_config=config)
+    message = str(info.value)
+    keyscan = f"ssh-keyscan -p {sshd_server.port} 127.0.0.1 >> {shlex.quote(str(known_hosts))}"
+    assert keyscan in message and f"`ssh -F {config} {sshd_server.alias}`" in message
+    assert subprocess.run(["sh", "-c", keyscan], capture_output=True).returncode == 0
+    with open_transport(host=sshd_server.alias, ssh_config=config) as t:
+        assert t.run(["echo", "trusted"]).stdout == "trusted\n"
+
+    other = tmp_path / "other"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    known_hosts.write_text(f"[127.0.0.1]:{sshd_server.port} {' '.join(other.with_suffix('.pub').read_text().split()[:2])}\n")
+    with pytest.raises(HostKeyError) as info:
+        open_transport(host=sshd_server.alias, ssh_config=config)
+    forget = f"ssh-keygen -R '[127.0.0.1]:{sshd_server.port}' -f {shlex.quote(str(known_hosts))}"
+    assert forget in str(info.value)
+    assert subprocess.run(["sh", "-c", f"{forget} && {keyscan}"], capture_output=True).returncode == 0
+    with open_transport(host=sshd_server.alias, ssh_config=config) as t:
+        assert t.run(["echo", "trusted again"]).stdout == "trusted again\n"

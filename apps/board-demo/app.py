@@ -31,6 +31,8 @@ import numpy as np
 from hydra_edge.atomic import read_json, write_json
 from hydra_edge.errors import HydraEdgeError
 from hydra_edge.records.manifest import read_manifest
+from hydra_edge.runtime.engines import check_runtimes, runtimes_for
+from hydra_edge.runtime.hostwatch import exit_when_stdin_closes
 from hydra_edge.runtime.preprocess import IMAGE_SUFFIXES, load_image
 from hydra_edge.runtime.switcher import Switcher
 
@@ -38,7 +40,10 @@ Sample = Tuple[np.ndarray, Optional[int]]  # (C, H, W) image, label if known
 
 
 def folder_images(folder: Path, img_size: int, in_chans: int, classes: Optional[List[str]]) -> List[Sample]:
-    """Every image under ``folder``; the first sub-folder below it names the class (one of ``classes``)."""
+    """Every readable image under ``folder``; the first sub-folder below it names the class (one of ``classes``).
+
+    An image that cannot be read (truncated, not an image) costs one warning, not the run.
+    """
     if not folder.is_dir():
         raise HydraEdgeError(f"image folder {folder} does not exist; give a folder of images")
     samples = []
@@ -52,7 +57,10 @@ def folder_images(folder: Path, img_size: int, in_chans: int, classes: Optional[
                 raise HydraEdgeError(f"{folder / parts[0]} is not one of the model's classes {classes}; "
                                      "rename it, or put unlabelled images directly in the folder")
             label = classes.index(parts[0])
-        samples.append((load_image(f, img_size, in_chans), label))
+        try:
+            samples.append((load_image(f, img_size, in_chans), label))
+        except HydraEdgeError as e:
+            logging.warning("warning: skipped %s", e)
     if not samples:
         raise HydraEdgeError(f"no images in {folder}; give a folder of images (a sub-folder per class for accuracy)")
     return samples
@@ -173,6 +181,7 @@ def read_scenario(path: Path) -> List[Dict[str, Any]]:
 def run(args: argparse.Namespace) -> Dict[str, Any]:
     bundle = Path(args.bundle)
     manifest = read_manifest(bundle)
+    check_runtimes(runtimes_for(a.format for a in manifest.artefacts))  # one line now, not a fallback per artefact
     model = manifest.model
     scenario = read_scenario(Path(args.scenario)) if args.scenario else None
     board = SimulatedBoard(Path(args.sysfs_root), scenario) if scenario else None
@@ -236,12 +245,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--threads", type=int, help="runtime threads (default: the target's, at most one per core)")
     parser.add_argument("--plain", action="store_true", help="plain lines instead of the live table")
     parser.add_argument("--log", help="write the switch events and per-head-count results as JSON here")
+    parser.add_argument("--exit-with-host", action="store_true",
+                        help="exit as soon as stdin closes: the host that started this has gone (Ctrl-C, killed)")
     args = parser.parse_args(argv)
     if (args.images is None) == (args.camera is None):
         parser.error("give exactly one of --images and --camera")
+    if args.max_images is not None and args.max_images < 1:
+        parser.error(f"--max-images must be 1 or more, not {args.max_images}; leave it out to run until Ctrl-C")
     if args.scenario and not args.sysfs_root:
         parser.error("--scenario needs --sysfs-root (a folder for the simulated sysfs tree)")
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    if args.exit_with_host:
+        exit_when_stdin_closes()
     try:
         run(args)
     except HydraEdgeError as e:

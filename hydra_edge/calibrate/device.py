@@ -16,8 +16,9 @@ from typing import Iterable, Mapping
 
 from ..convert.manifest import ArtefactRecord
 from ..errors import HydraEdgeError
-from ..runtime.engines import FORMATS
+from ..runtime.engines import FORMATS, impostors, lacks, pip_install
 from ..transport import IntegrityError, RemoteCommandError, Transport
+from ..transport.base import parse_sha256sum
 from ..atomic import sha256_file
 
 MIN_PYTHON = (3, 9)
@@ -81,8 +82,9 @@ def push_files(transport: Transport, files: Mapping[str, Path]) -> int:
         transport.push(archive, transport.remote_path(f"{stage}.tar"))
     try:
         transport.run(["sh", "-c", _UNPACK, "sh", stage, *missing], cwd=transport.base_dir)
-    finally:
-        transport.run(["rm", "-rf", stage, f"{stage}.tar"], cwd=transport.base_dir, check=False)
+    finally:  # by full path: whatever failed above, no half-pushed archive stays behind
+        transport.run(["rm", "-rf", "--", transport.remote_path(stage), transport.remote_path(f"{stage}.tar")],
+                      check=False)
     arrived = remote_hashes(transport, [transport.remote_path(rel) for rel in missing])
     broken = [rel for rel in missing if arrived.get(transport.remote_path(rel)) != want[rel]]
     if broken:
@@ -94,13 +96,7 @@ def remote_hashes(transport: Transport, paths: list[str]) -> dict[str, str]:
     """sha256 of those ``paths`` that exist on the device (``sha256sum`` skips the others)."""
     if not paths:
         return {}
-    out = transport.run(["sha256sum", "--", *paths], check=False).stdout
-    found = {}
-    for line in out.splitlines():
-        digest, _, name = line.partition("  ")
-        if len(digest) == 64 and name:
-            found[name] = digest
-    return found
+    return parse_sha256sum(transport.run(["sha256sum", "--", *paths], check=False).stdout)
 
 
 def probe(transport: Transport, python: str, modules: Iterable[str]) -> list[str]:
@@ -133,16 +129,18 @@ def ensure_python(transport: Transport, python: str, requirements: Mapping[str, 
     """
     if setup:
         python = _venv(transport, python)
-    missing = probe(transport, python, requirements)
-    if missing and setup:
-        _pip_install(transport, python, [requirements[m] for m in missing], pip_args)
-        missing = probe(transport, python, requirements)
-    if missing:
-        packages = " ".join(requirements[m] for m in missing)
+    lookalikes = impostors(requirements)
+    missing = probe(transport, python, [*requirements, *lookalikes])
+    if setup and any(m in requirements for m in missing):
+        _pip_install(transport, python, [requirements[m] for m in missing if m in requirements], pip_args)
+        missing = probe(transport, python, [*requirements, *lookalikes])
+    lacking = [m for m in missing if m in requirements]
+    if lacking:
+        line = lacks(requirements, lacking, [m for m in lookalikes if m not in missing], python, transport.device_id)
         how = ("pip could not provide it in the --setup venv" if setup else
-               f"add it with `{python} -m pip install {packages}` on the device, or re-run with --setup")
-        raise RuntimeMissingError(f"{transport.device_id} lacks the Python package(s) {packages} "
-                                  f"for {python!r}; {how}")
+               f"install with `{pip_install([requirements[m] for m in lacking], python)}` on the device, "
+               "or re-run with --setup")
+        raise RuntimeMissingError(f"{line}; {how}")
     return python
 
 

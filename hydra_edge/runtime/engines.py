@@ -11,9 +11,12 @@ exporter for a format by the same name (``hydra_edge.convert.<name>``).
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
+import shlex
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -31,6 +34,9 @@ class Format:
     runtime: str  # the pip distribution a device installs
     module: str  # what the engine imports
     loader: Callable[[Path, int], Step]
+    # (import name, why it is not enough): a runtime a device may have instead that cannot run
+    # these artefacts, named when a device has it but lacks ``module``
+    impostor: tuple[str, str] | None = None
 
 
 @dataclass
@@ -49,7 +55,7 @@ class Engine:
 
 
 def _load_tflite(path: Path, threads: int) -> Step:
-    # ai-edge-litert, never tflite-runtime: the latter silently miscomputes dynamic-range int8 layers.
+    # ai-edge-litert only (see TFLITE_RUNTIME_WHY): tflite-runtime cannot run these artefacts.
     from ai_edge_litert.interpreter import Interpreter
 
     interpreter = Interpreter(model_path=str(path), num_threads=threads)
@@ -81,8 +87,14 @@ def _load_pte(path: Path, threads: int) -> Step:
     return lambda x: method.execute([torch.from_numpy(x)])[0].numpy()
 
 
+# tflite-runtime 2.14.0 is its last release. It refuses the artefacts the PT2E dynamic-range path
+# writes (their FULLY_CONNECTED ops are version 12, newer than it knows), and for the FC layers of
+# ai-edge-quantizer's dynamic recipe it loads the model but returns wrong outputs without a word.
+TFLITE_RUNTIME_WHY = "its tflite-runtime cannot run these artefacts: 2.14, the last release, refuses FULLY_CONNECTED version 12"
+
 FORMATS: dict[str, Format] = {
-    "tflite": Format("tflite", ".tflite", runtime="ai-edge-litert", module="ai_edge_litert", loader=_load_tflite),
+    "tflite": Format("tflite", ".tflite", runtime="ai-edge-litert", module="ai_edge_litert", loader=_load_tflite,
+                     impostor=("tflite_runtime", TFLITE_RUNTIME_WHY)),
     "executorch": Format("executorch", ".pte", runtime="executorch", module="executorch", loader=_load_pte),
     "onnx": Format("onnx", ".onnx", runtime="onnxruntime", module="onnxruntime", loader=_load_onnx),
 }
@@ -109,8 +121,13 @@ def load(path: str | Path, threads: int = 1, format: str | None = None) -> Engin
     try:
         step = fmt.loader(path, max(1, int(threads)))
     except ImportError as e:
-        raise HydraEdgeError(f"cannot run {path.name}: {e}; install it with `pip install {fmt.runtime}`") from None
+        raise HydraEdgeError(f"cannot run {path.name}: {e}; install it with `{pip_install([fmt.runtime])}`") from None
     return Engine(path=path, format=fmt, threads=threads, step=step)
+
+
+def pip_install(packages: Sequence[str], python: str = "python3") -> str:
+    """A pip command a user can paste as it is: every word shell-quoted (a bare ``>=`` is a redirect)."""
+    return shlex.join([python, "-m", "pip", "install", *packages])
 
 
 def runtime_version(name: str) -> str | None:
@@ -119,6 +136,37 @@ def runtime_version(name: str) -> str | None:
         return importlib.metadata.version(FORMATS[name].runtime)
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+def impostors(requirements: Mapping[str, str]) -> list[str]:
+    """Import names of runtimes that look like, but cannot stand in for, those ``requirements`` need."""
+    return [f.impostor[0] for f in FORMATS.values() if f.impostor and f.module in requirements]
+
+
+def lacks(requirements: Mapping[str, str], missing: Sequence[str], present: Sequence[str], python: str,
+          where: str) -> str:
+    """The start of a one-line error for a Python at ``where`` that lacks ``missing`` import names.
+
+    ``requirements`` maps import names to pip requirements; ``present`` are the impostors it has,
+    named so a user does not think the runtime they already installed will do.
+    """
+    notes = [f.impostor[1] for f in FORMATS.values() if f.module in missing and f.impostor and f.impostor[0] in present]
+    return (f"{where} lacks the Python package(s) {' '.join(requirements[m] for m in missing)} for {python!r}"
+            + "".join(f" ({note})" for note in notes))
+
+
+def runtimes_for(formats: Iterable[str]) -> dict[str, str]:
+    """``{import name: pip name}`` of the runtimes that run artefacts of these formats."""
+    return {FORMATS[name].module: FORMATS[name].runtime for name in formats}
+
+
+def check_runtimes(requirements: Mapping[str, str]) -> None:
+    """Refuse, in one line, to start without a runtime this Python needs, rather than fail per artefact."""
+    missing = [m for m in requirements if importlib.util.find_spec(m) is None]
+    if missing:
+        present = [m for m in impostors(requirements) if importlib.util.find_spec(m) is not None]
+        raise HydraEdgeError(f"{lacks(requirements, missing, present, sys.executable, 'this device')}; install "
+                             f"with `{pip_install([requirements[m] for m in missing], sys.executable)}`")
 
 
 # ---------------------------------------------------------------------------------------------

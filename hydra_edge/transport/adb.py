@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Mapping
 
-from .base import ErrorRule, Launch, Transport, match_error, remote_command
+from .base import ErrorRule, Launch, Transport, device_dir, match_error, remote_command
 from .errors import (
     ConnectionLostError,
     DeviceNotFoundError,
@@ -52,9 +52,10 @@ class AdbTransport(Transport):
 
     def __init__(self, serial: str | None = None, *, adb_port: int | None = None,
                  remote_dir: str = DEFAULT_BASE_DIR, adb: str = "adb") -> None:
+        super().__init__()
         self._adb_cmd = [adb, *(["-P", str(adb_port)] if adb_port else [])]
         self.adb_port = adb_port
-        self.base_dir = remote_dir
+        self.base_dir = device_dir(remote_dir)
         self.serial: str | None = None  # None only while looking for the one attached device
         self.serial = serial or os.environ.get("ANDROID_SERIAL") or self._only_device()
 

@@ -103,7 +103,7 @@ def remote_command(argv: Sequence[str], cwd: str | None = None, env: Mapping[str
             raise ValueError(f"not an environment variable name: {bad[0]!r}")
         line = "env " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items()) + " " + line
     if cwd is not None:
-        line = f"cd {shlex.quote(cwd)} && {line}"
+        line = f"cd {shlex.quote(_safe_path(cwd))} && {line}"
     return line
 
 
@@ -125,6 +125,37 @@ def shown(argv: Sequence[str], limit: int = 120) -> str:
 def _safe_path(path: str) -> str:
     """Keep a relative path that starts with '-' from being read as an option."""
     return "./" + path if path.startswith("-") else path
+
+
+def device_dir(path: str) -> str:
+    """A ``--remote-dir`` as every later command can use it: one that starts with '-' gets './'.
+
+    Every other character (spaces, quotes, backslashes, newlines) is kept: commands quote it.
+    """
+    if not path or "\0" in path:
+        raise TransportError(f"cannot use {path!r} as the remote dir: it is empty or holds a NUL byte")
+    return _safe_path(path)
+
+
+_SHA256SUM_ESCAPES = {"\\": "\\", "n": "\n", "r": "\r"}
+
+
+def parse_sha256sum(output: str) -> dict[str, str]:
+    """``{file name: digest}`` from ``sha256sum`` output.
+
+    GNU sha256sum writes a line for a name holding a backslash or a newline as '\\' + digest +
+    the name with those escaped; the name is unescaped here so it matches the path asked for.
+    """
+    found = {}
+    for line in output.split("\n"):
+        escaped = line.startswith("\\")
+        digest, _, name = line[escaped:].partition(" ")
+        name = name[1:] if name[:1] in (" ", "*") else name  # "  name" (text) or " *name" (binary)
+        if escaped:
+            name = re.sub(r"\\(.)", lambda m: _SHA256SUM_ESCAPES.get(m.group(1), m.group(0)), name)
+        if _SHA256.match(digest) and name:
+            found[name] = digest
+    return found
 
 
 def _mib(n: int) -> str:
@@ -162,6 +193,11 @@ class Transport(ABC):
     device_id: str  # e.g. "ssh:pi@10.0.0.7:22", "adb:R58M12345", "local:myhost"
     base_dir: str
 
+    def __init__(self) -> None:
+        self._clients: set[subprocess.Popen] = set()  # running client processes, stopped by close()
+        self._clients_lock = threading.Lock()
+        self._closed = False
+
     def __str__(self) -> str:
         return self.device_id
 
@@ -190,7 +226,17 @@ class Transport(ABC):
         self.run(["true"])
 
     def close(self) -> None:
-        """Release connections and temp files; the device's files stay."""
+        """Stop every command still running through this transport; later calls are refused.
+
+        From any thread: a fleet interrupted by Ctrl-C closes each device's transport so that the
+        worker threads' commands end now, on every kind of device. Subclasses then release their
+        connections and temp files; the device's files stay.
+        """
+        with self._clients_lock:
+            self._closed = True
+            running = list(self._clients)
+        for proc in running:
+            _stop(proc)
 
     def _upload(self, local: Path, remote: str) -> None:
         """Copy a file to the device (default: stream it into ``cat`` over the command channel)."""
@@ -230,17 +276,29 @@ class Transport(ABC):
         however long it runs in all. Use it as a context manager so leaving early stops the command.
         """
         argv = check_argv(argv)
-        proc = self._popen(self._launch(argv, cwd, env), subprocess.DEVNULL, subprocess.PIPE)
+        # The command's stdin stays open, empty, until the stream ends: a device program that
+        # watches it (``hostwatch``) stops when this process is stopped or killed.
+        proc = self._popen(self._launch(argv, cwd, env), subprocess.PIPE, subprocess.PIPE)
         return Stream(self, argv, proc, timeout, check)
 
     def _popen(self, launch: Launch, stdin: int | IO[bytes], stdout: int | IO[bytes]) -> subprocess.Popen:
-        try:
-            return subprocess.Popen(launch.argv, cwd=launch.cwd, env=launch.env,
-                                    stdin=stdin, stdout=stdout, stderr=subprocess.PIPE,
-                                    start_new_session=True)
-        except FileNotFoundError:
-            raise ToolMissingError(f"`{launch.argv[0]}` is not installed on this machine; "
-                                   f"{launch.install_hint}") from None
+        with self._clients_lock:
+            if self._closed:
+                raise TransportInterrupted(f"interrupted: the connection to {self.device_id} was closed")
+            try:
+                proc = subprocess.Popen(launch.argv, cwd=launch.cwd, env=launch.env,
+                                        stdin=stdin, stdout=stdout, stderr=subprocess.PIPE,
+                                        start_new_session=True)
+            except FileNotFoundError:
+                raise ToolMissingError(f"`{launch.argv[0]}` is not installed on this machine; "
+                                       f"{launch.install_hint}") from None
+            self._clients.add(proc)
+        return proc
+
+    def _released(self, proc: subprocess.Popen) -> None:
+        """A client process has ended; ``close`` no longer needs to stop it."""
+        with self._clients_lock:
+            self._clients.discard(proc)
 
     def _execute(self, argv: list[str], cwd: str | None = None, env: Mapping[str, str] | None = None,
                  timeout: float | None = None, stdin: int | IO[bytes] = subprocess.DEVNULL,
@@ -262,6 +320,10 @@ class Transport(ABC):
         except KeyboardInterrupt:
             _stop(proc)
             raise TransportInterrupted(f"interrupted while `{shown(argv)}` ran on {self.device_id}") from None
+        finally:
+            self._released(proc)
+        if self._closed:
+            raise TransportInterrupted(f"interrupted while `{shown(argv)}` ran on {self.device_id}")
         err_text = err.decode(errors="replace")
         failure = self._client_error(proc.returncode, err_text)
         if failure is not None:
@@ -311,10 +373,10 @@ class Transport(ABC):
         """sha256 of a device file, computed on the device (``sha256sum``, or toybox's on Android)."""
         result = None
         for tool in (["sha256sum"], ["toybox", "sha256sum"]):
-            result = self.run([*tool, _safe_path(remote)], check=False)
-            digest = result.stdout.split()[0] if result.stdout.split() else ""
-            if result.returncode == 0 and _SHA256.match(digest):
-                return digest
+            result = self.run([*tool, "--", remote], check=False)
+            digests = list(parse_sha256sum(result.stdout).values())
+            if result.returncode == 0 and len(digests) == 1:
+                return digests[0]
             if result.returncode not in (126, 127):  # the tool exists and failed: say why
                 break
         raise self._transfer_error(result.stderr if result else "", remote, "hashing")
@@ -374,7 +436,8 @@ class Stream:
 
     After the loop ends, ``returncode`` and ``stderr`` hold the outcome; with ``check`` a
     non-zero exit raises ``RemoteCommandError``, a dropped connection the transport's error,
-    Ctrl-C ``TransportInterrupted``. Leaving a ``with`` block early stops the command.
+    Ctrl-C ``TransportInterrupted``. Leaving a ``with`` block early stops the command; stopping
+    never waits on the device (an ssh master may hold the pipes of a command that runs on).
     """
 
     def __init__(self, transport: Transport, argv: list[str], proc: subprocess.Popen,
@@ -400,9 +463,12 @@ class Stream:
             self._timer.start()
 
     def _read_stderr(self) -> None:
-        assert self._proc.stderr is not None
-        for chunk in iter(lambda: self._proc.stderr.read1(65536), b""):
-            self._err_chunks.append(chunk)
+        """Collect stderr until its end; the pipe is this thread's to close (see ``close``)."""
+        pipe = self._proc.stderr
+        assert pipe is not None
+        with pipe:
+            for chunk in iter(lambda: pipe.read1(65536), b""):
+                self._err_chunks.append(chunk)
 
     def _time_out(self) -> None:
         self._timed_out.set()
@@ -432,6 +498,8 @@ class Stream:
         if self._timed_out.is_set():
             raise TransportTimeout(f"`{shown(self._argv)}` printed nothing for {self._timeout:g} s on "
                                    f"{self._transport.device_id} (hung?); stopped it")
+        if self._transport._closed:
+            raise TransportInterrupted(f"interrupted while `{shown(self._argv)}` ran on {self._transport.device_id}")
         rc = self._proc.returncode
         failure = self._transport._client_error(rc, self.stderr)
         if failure is not None:
@@ -441,12 +509,21 @@ class Stream:
             raise self._transport._command_failed(self._argv, Result(rc, "", self.stderr))
 
     def close(self) -> None:
-        """Stop the command if it still runs and collect its stderr."""
+        """Stop the command if it still runs and collect what it wrote to stderr.
+
+        Closing the command's stdin tells a device program that watches it to stop; stopping the
+        client ends it everywhere else. The stderr reader gets a moment to drain, but is not
+        waited for: a device command that ignores both keeps its pipe open until it ends.
+        """
         if self._timer:
             self._timer.cancel()
-        _stop(self._proc)
-        self._err_reader.join(timeout=5)
-        self.stderr = b"".join(self._err_chunks).decode(errors="replace")
-        for pipe in (self._proc.stdout, self._proc.stderr):
+        for pipe in (self._proc.stdin, self._proc.stdout):
             if pipe:
-                pipe.close()
+                try:
+                    pipe.close()
+                except OSError:
+                    pass  # the client already went, taking the pipe's other end with it
+        _stop(self._proc)
+        self._transport._released(self._proc)
+        self._err_reader.join(timeout=2)
+        self.stderr = b"".join(self._err_chunks).decode(errors="replace")

@@ -21,6 +21,7 @@ class LocalTransport(Transport):
     """Runs device commands on this machine; relative device paths resolve in ``workdir``."""
 
     def __init__(self, workdir: str | Path | None = None) -> None:
+        super().__init__()
         self._owns_workdir = workdir is None  # a temp dir we made is ours to remove
         self.workdir = Path(workdir if workdir is not None else tempfile.mkdtemp(prefix="hydra-edge-local-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -61,5 +62,6 @@ class LocalTransport(Transport):
         return shutil.disk_usage(self._resolve(remote_dir)).free
 
     def close(self) -> None:
+        super().close()
         if self._owns_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)

@@ -9,7 +9,9 @@ temp dir) makes each later command cost one round trip instead of a handshake.
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Mapping
 
-from .base import ErrorRule, Launch, Transport, match_error, remote_command
+from .base import ErrorRule, Launch, Transport, device_dir, match_error, remote_command
 from .errors import (
     AuthenticationError,
     ConnectionLostError,
@@ -34,12 +36,11 @@ MASTER_IDLE_S = 120  # a master left behind by a crashed run exits on its own af
 SSH_RULES = (
     ErrorRule(r"REMOTE HOST IDENTIFICATION HAS CHANGED|Host key .* has changed", HostKeyError,
               "the ssh host key of {host} has CHANGED (a reinstalled board, or someone in between); "
-              "if expected, run `ssh-keygen -R {keyhost}` then add the new key with "
-              "`ssh-keyscan -p {port} {host} >> {known_hosts}`"),
+              "if expected, run `ssh-keygen -R {keyhost} -f {known_hosts}` then add the new key with "
+              "`ssh-keyscan -p {port} {hostname} >> {known_hosts}`"),
     ErrorRule(r"Host key verification failed|host key is known for|no .* host key is known", HostKeyError,
               "the ssh host key of {host} is not in known_hosts; after checking its fingerprint add it "
-              "with `ssh-keyscan -p {port} {host} >> {known_hosts}` or connect once by hand "
-              "with `ssh -p {port} {login}`"),
+              "with `ssh-keyscan -p {port} {hostname} >> {known_hosts}` or connect once by hand with `{by_hand}`"),
     ErrorRule(r"Permission denied \((?P<methods>[^)]*)\)|Too many authentication failures|"
               r"(?P<bad>remote username contains invalid characters)", AuthenticationError,
               "{device} refused to log in as {user!r}; check the user name, identity file and "
@@ -102,9 +103,10 @@ class SshTransport(Transport):
                  known_hosts: str | Path | None = None, ssh_config: str | Path | None = None,
                  connect_timeout: float = 10.0, remote_dir: str = "hydra-edge",
                  reuse_connection: bool = True, ssh: str = "ssh") -> None:
+        super().__init__()
         self.target = parse_target(spec, port)
         self.device_id = f"ssh:{self.target}"
-        self.base_dir = remote_dir  # relative: in the login user's home, where ssh commands start
+        self.base_dir = device_dir(remote_dir)  # relative: in the login user's home, where ssh commands start
         options = ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
                    "-o", f"ConnectTimeout={max(1, round(connect_timeout))}",
                    "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"]
@@ -119,7 +121,7 @@ class SshTransport(Transport):
         if self.target.user is not None:
             options += ["-l", self.target.user]
         self._ssh = ssh
-        self._known_hosts = known_hosts  # named in host-key messages
+        self._known_hosts, self._ssh_config = known_hosts, ssh_config  # named in host-key messages
         self._control_dir = tempfile.mkdtemp(prefix="hydra-ssh-") if reuse_connection else None
         if self._control_dir:
             options += ["-o", f"ControlPath={_ssh_value(Path(self._control_dir) / '%C')}"]
@@ -137,11 +139,30 @@ class SshTransport(Transport):
                       install_hint="install openssh-client (apt-get install openssh-client)")
 
     def _error_fields(self) -> dict[str, object]:
-        port = self.target.port or 22
+        """Message values; those pasted into suggested commands are shell-quoted and come from
+        ``ssh -G`` (the host name, port and known_hosts file ssh really uses, aliases resolved)."""
+        real = self._resolved()
+        hostname = real.get("hostname") or self.target.host
+        port = int(real.get("port") or self.target.port or 22)
+        files = re.split(r"\s+(?=[/~])", real.get("userknownhostsfile", "").strip())  # as ssh -G lists them
+        known_hosts = str(self._known_hosts or files[0] or os.path.expanduser("~/.ssh/known_hosts"))
+        by_hand = [self._ssh, *(["-F", str(self._ssh_config)] if self._ssh_config else []),
+                   *(["-o", f"UserKnownHostsFile={_ssh_value(known_hosts)}"] if self._known_hosts else []),
+                   *(["-p", str(self.target.port)] if self.target.port else []),
+                   *(["-l", self.target.user] if self.target.user else []), self.target.host]
         return {"device": self.device_id, "host": self.target.host, "port": port,
-                "user": self.target.user or "(from ssh config)", "login": str(SshTarget(self.target.host, self.target.user)),
-                "known_hosts": self._known_hosts or "~/.ssh/known_hosts",
-                "keyhost": self.target.host if port == 22 else f"[{self.target.host}]:{port}"}
+                "user": self.target.user or "(from ssh config)", "hostname": shlex.quote(hostname),
+                "known_hosts": shlex.quote(known_hosts), "by_hand": shlex.join(by_hand),
+                "keyhost": shlex.quote(hostname if port == 22 else f"[{hostname}]:{port}")}
+
+    def _resolved(self) -> dict[str, str]:
+        """``ssh -G``'s view of the target after every config file: {option: value}, or {} if it fails."""
+        try:
+            out = subprocess.run(self._ssh_argv("-G", "--", self.target.host), stdin=subprocess.DEVNULL,
+                                 capture_output=True, text=True, timeout=15).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return {}
+        return dict(line.partition(" ")[::2] for line in out.splitlines())
 
     def _client_error(self, returncode: int, stderr: str) -> TransportError | None:
         if returncode != SSH_EXIT_ERROR:
@@ -181,12 +202,13 @@ class SshTransport(Transport):
             raise UnreachableError(f"logging in to {self.device_id} took over 120 s; giving up") from None
 
     def close(self) -> None:
-        """Stop the master connection and remove its socket dir."""
+        """Stop running commands and the master connection, and remove its socket dir."""
+        super().close()
         if not self._control_dir:
             return
         try:
             subprocess.run(self._ssh_argv("-O", "exit", "--", self.target.host), stdin=subprocess.DEVNULL,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=15)
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=5)
         except (OSError, subprocess.TimeoutExpired):
             pass  # no master (never connected) or no ssh: nothing to stop
         shutil.rmtree(self._control_dir, ignore_errors=True)

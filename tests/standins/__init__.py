@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import time
+from pathlib import Path
 from typing import Callable
 
 
@@ -55,3 +56,24 @@ def stop_process(proc: subprocess.Popen) -> None:
         except ProcessLookupError:
             pass
         break
+
+
+def running(marker: str) -> list[str]:
+    """Command lines of live processes on this machine (every stand-in device's too) naming ``marker``."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # it ended while we looked
+        if marker in text:
+            found.append(text)
+    return found
+
+
+def gone(marker: str, within_s: float) -> bool:
+    """Whether every process naming ``marker`` has ended within ``within_s`` seconds."""
+    deadline = time.monotonic() + within_s
+    while running(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not running(marker)
