@@ -171,21 +171,21 @@ def _run_all(targets: list[Target], options: dict[str, Any], opts: CalibrateOpti
     several = len(targets) > 1
     progress, transports = _Progress(console), []
     with progress.bar:
-        if not several:
-            done = [_calibrate_one(targets[0], options, opts, out, several, progress, transports, wait)]
-            failures: list[str] = []
-        else:
-            with ThreadPoolExecutor(max_workers=len(targets)) as pool:
-                futures = [pool.submit(_calibrate_one, t, options, opts, out, several, progress, transports, wait)
-                           for t in targets]
-                try:
+        try:
+            if not several:
+                done = [_calibrate_one(targets[0], options, opts, out, several, progress, transports, wait)]
+                failures: list[str] = []
+            else:
+                with ThreadPoolExecutor(max_workers=len(targets)) as pool:
+                    futures = [pool.submit(_calibrate_one, t, options, opts, out, several, progress, transports,
+                                           wait) for t in targets]
                     outcomes = [_outcome(f) for f in futures]
-                except KeyboardInterrupt:
-                    for transport in list(transports):  # drops ssh masters, so the workers' commands end
-                        transport.close()
-                    raise HydraEdgeError("interrupted; measured head counts are saved, run the same command again")
-            done = [o for o in outcomes if not isinstance(o, str)]
-            failures = [f"{t.name}: {o}" for t, o in zip(targets, outcomes) if isinstance(o, str)]
+                done = [o for o in outcomes if not isinstance(o, str)]
+                failures = [f"{t.name}: {o}" for t, o in zip(targets, outcomes) if isinstance(o, str)]
+        except KeyboardInterrupt:  # wherever it lands: in a device stream, a save or the progress bar
+            for transport in list(transports):  # stops every device's command and drops ssh masters
+                transport.close()
+            raise HydraEdgeError("interrupted; measured head counts are saved, run the same command again") from None
     for calibration, path, png in done:
         _summary(console, calibration, path, png)
     for line in failures:
