@@ -10,7 +10,7 @@ from .calibrate.command import calibrate
 from .convert.command import convert
 from .demo import demo
 from .deploy import deploy
-from .command import CONTEXT, Group
+from .command import CONTEXT, Group, Number
 from .errors import HydraEdgeError
 from .lut.command import lut
 
@@ -66,17 +66,18 @@ def info(preset_name: str | None, checkpoint: Path | None) -> None:
 @click.option("--heads", default=None, help="Head counts to sample, e.g. 3-12 or 3,6,12 (default: 3 to all).")
 @click.option("--weights", default=None, help="Sampling weight per head count, e.g. 30,10,10,...")
 @click.option("--separate-heads", is_flag=True, help="One classifier per head count.")
-@click.option("--epochs", default=30, show_default=True)
-@click.option("--batch-size", default=32, show_default=True)
-@click.option("--lr", default=None, type=float, help="Peak learning rate.")
-@click.option("--seed", default=0, show_default=True)
+@click.option("--epochs", default=30, show_default=True, type=click.IntRange(1, 100_000))
+@click.option("--batch-size", default=32, show_default=True, type=click.IntRange(1, 1_000_000))
+@click.option("--lr", default=None, type=Number(0, 10, min_open=True), help="Peak learning rate.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**32 - 1))
 @click.option("--init", "init_from", type=click.Path(dir_okay=False, path_type=Path),
               help="Initialise the first heads from a narrower DeiT/timm checkpoint (DeiT-tiny: heads 1-3).")
 @click.option("--checkpoint", type=click.Path(dir_okay=False, path_type=Path), help="Fine-tune this checkpoint.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run in --out, with the run's own settings.")
 @click.option("--override", is_flag=True, help="With --resume: let --epochs, --lr, ... change the run's settings.")
-@click.option("--threads", type=int, default=None, help="CPU threads (small models train fastest on 1).")
-@click.option("--workers", default=0, show_default=True, help="Processes decoding images of a folder data set.")
+@click.option("--threads", type=click.IntRange(1, 4096), default=None,
+              help="CPU threads (small models train fastest on 1).")
+@click.option("--workers", default=0, show_default=True, type=click.IntRange(0, 256), help="Processes decoding images of a folder data set.")
 def train(data: str, out: Path, preset_name: str | None, heads: str | None, weights: str | None,
           separate_heads: bool, epochs: int, batch_size: int, lr: float | None, seed: int,
           init_from: Path | None, checkpoint: Path | None, resume: bool, override: bool, threads: int | None,
@@ -109,7 +110,7 @@ def train(data: str, out: Path, preset_name: str | None, heads: str | None, weig
     settings = TrainSettings(
         epochs=epochs, batch_size=batch_size, seed=seed, workers=workers,
         weights=_integers(weights, "--weights") if weights else None,
-        **({"lr": lr} if lr else {}),
+        **({"lr": lr} if lr is not None else {}),
     )
     spec = DataSpec(data, seed=seed)
     if resume and previous.is_file():

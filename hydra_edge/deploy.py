@@ -63,13 +63,17 @@ def deploy_to(transport: Transport, bundle: Path, lut: Path, images: Path | None
         transport.run(["sh", "-c", line], env=env)
         click.echo(f"started on {transport.device_id}; its output goes to {log}")
         return 0
-    with transport.stream([*argv, "--exit-with-host"], env=env, check=False) as lines:
+    # stderr joins stdout on the device, so the app's warnings (a skipped image, a failing sensor)
+    # reach the user as they happen, in order with its output
+    merged = ["sh", "-c", 'exec "$@" 2>&1', "sh", *argv, "--exit-with-host"]
+    last = ""
+    with transport.stream(merged, env=env, check=False) as lines:
         for line in lines:
             click.echo(line)
+            last = line.strip() or last
     if lines.returncode:
-        said = lines.stderr.strip().splitlines()
         raise HydraEdgeError(f"the app on {transport.device_id} stopped with exit {lines.returncode}: "
-                             f"{said[-1] if said else 'no error text'}")
+                             f"{last or 'no error text'}")
     return 0
 
 
@@ -81,7 +85,7 @@ def deploy_to(transport: Transport, bundle: Path, lut: Path, images: Path | None
 @click.option("--local", is_flag=True, help="This machine is the board.")
 @click.option("--images", type=click.Path(file_okay=False, exists=True, path_type=Path),
               help="Images to push and classify (a sub-folder per class shows live accuracy).")
-@click.option("--camera", type=int, default=None, help="Classify this OpenCV camera on the board instead.")
+@click.option("--camera", type=click.IntRange(0, 1000), default=None, help="Classify this OpenCV camera on the board instead.")
 @click.option("--max-images", type=int, default=None, help="Stop after this many images (default: run on).")
 @click.option("--python", default="python3", show_default=True, help="The board's Python interpreter.")
 @click.option("--setup", is_flag=True, help="Create a venv on the board and pip install what it lacks (reused).")

@@ -169,6 +169,20 @@ def test_an_unreadable_image_is_skipped_with_one_warning(board: dict[str, Path],
     assert "4 images" in proc.stdout  # the two readable images, cycled
 
 
+def test_deploy_shows_the_apps_warnings_as_they_happen(board: dict[str, Path], tmp_path: Path) -> None:
+    images = tmp_path / "images"
+    (images / "1").mkdir(parents=True)
+    Image.fromarray(np.zeros((8, 8), np.uint8), mode="L").save(images / "1" / "a.png")
+    (images / "1" / "b.png").write_bytes(b"\x89PNG\r\n\x1a\n truncated")
+    result = CliRunner().invoke(deploy, ["--bundle", str(board["bundle"]), "--lut", str(board["lut"]), "--local",
+                                         "--images", str(images), "--max-images", "3", "--python", sys.executable,
+                                         "--remote-dir", str(tmp_path / "dev")])
+    assert result.exit_code == 0, result.output
+    skipped = [line for line in result.output.splitlines() if line.startswith("warning: skipped") and "b.png" in line]
+    assert len(skipped) == 1, result.output
+    assert "3 images" in result.output
+
+
 def test_max_images_below_one_is_refused_in_one_line(board: dict[str, Path], tmp_path: Path) -> None:
     result = CliRunner().invoke(deploy, ["--bundle", str(board["bundle"]), "--lut", str(board["lut"]), "--local",
                                          "--images", str(board["images"]), "--remote-dir", str(tmp_path / "dev"),

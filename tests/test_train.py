@@ -221,3 +221,14 @@ def test_resume_trains_with_the_runs_settings_and_refuses_other_values_without_o
     assert result.exit_code == 0, result.output
     assert [h["epoch"] for h in json.loads((run / "history.json").read_text())] == [1, 2, 3, 4]
     assert torch.load(run / "checkpoint.pt", weights_only=True)["train"]["settings"]["epochs"] == 4
+
+
+@pytest.mark.parametrize("option, value", [("--epochs", "-3"), ("--epochs", "0"), ("--batch-size", "0"),
+                                           ("--lr", "nan"), ("--lr", "0"), ("--lr", "inf"), ("--threads", "0"),
+                                           ("--workers", "-1"), ("--seed", "-1")])
+def test_training_numbers_out_of_range_are_one_line_and_train_nothing(tmp_path: Path, option: str,
+                                                                      value: str) -> None:
+    out = tmp_path / "run"
+    result = CliRunner().invoke(main, ["train", "--data", "digits", "--out", str(out), option, value])
+    assert result.exit_code == 2 and option in result.output and "Traceback" not in result.output, result.output
+    assert not out.exists()
