@@ -244,6 +244,23 @@ def test_stopping_the_host_stops_the_runner_on_the_board(how: str, bundle: Path,
         assert host.returncode == 1 and "Traceback" not in output, output
 
 
+@pytest.mark.parametrize("how", ["ctrl-c", "killed"])
+def test_stopping_the_host_stops_a_native_runner_that_ignores_its_stdin(how: str, sshd_server: SshServer) -> None:
+    """A native benchmark binary (benchmark_model, executor_runner) cannot watch for its host as the
+    Python runner does: the device's shell that reports its exit status stops it instead."""
+    seconds = 900 + uuid.uuid4().int % 99  # `sleep N` with an N no other test uses: the board-side marker
+    code = ("import sys\nfrom hydra_edge.calibrate.exits import reporting_exit\n"
+            "from hydra_edge.transport import open_transport\n"
+            f"with open_transport(host={sshd_server.spec!r}, **{ {k: str(v) for k, v in sshd_server.options.items()}!r}) as t:\n"
+            f"    with t.stream(reporting_exit(['sleep', '{seconds}']), check=False) as lines:\n"
+            "        for line in lines:\n            print(line, flush=True)\n")
+    host = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    while not on_board(sshd_server, f"sleep {seconds}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stop_host_and_check_the_board(host, how, sshd_server, f"sleep {seconds}")
+
+
 def test_a_remote_dir_with_a_leading_dash_a_backslash_and_a_newline_works(
         bundle: Path, device_python: Path, sshd_server: SshServer, tmp_path: Path) -> None:
     """sha256sum escapes such names in its output and commands would read '-dir' as an option; the

@@ -11,10 +11,19 @@ from __future__ import annotations
 import json
 from typing import Optional
 
+# The device's sh runs the command in the background (its stdin still the host's) and a watcher
+# reads the stdin the host holds open: at its end (Ctrl-C, a killed host, a dropped link) the
+# watcher stops the command, which a native binary cannot do for itself. The watcher writes
+# nowhere, so it never keeps a channel open.
+_REPORTING_EXIT = ('exec 3<&0; "$@" <&3 & pid=$!; '
+                   '{ cat <&3 >/dev/null 2>&1; kill -TERM "$pid" 2>/dev/null; } >/dev/null 2>&1 & '
+                   'wait "$pid"; printf \'\\n{"event": "exit", "code": %d}\\n\' "$?"')
+
+
 def reporting_exit(argv: list[str]) -> list[str]:
-    """``argv`` run by the device's ``sh``, which then prints ``{"event": "exit", "code": N}``
-    on a line of its own."""
-    return ["sh", "-c", '"$@"; printf \'\\n{"event": "exit", "code": %d}\\n\' "$?"', "sh", *argv]
+    """``argv`` run by the device's ``sh``, which then prints ``{"event": "exit", "code": N}`` on a
+    line of its own; run it as a stream (stdin held open): the command is stopped when stdin ends."""
+    return ["sh", "-c", _REPORTING_EXIT, "sh", *argv]
 
 
 def exit_code(line: str) -> Optional[int]:

@@ -105,20 +105,22 @@ def run_native(transport: Transport, tool: NativeTool, binary: str, model: str, 
                runs: int, warmup: int, threads: int, profile_signals: Mapping[str, Any]) -> HeadResult:
     """Time one artefact with the native binary at ``binary`` (both paths on the device)."""
     before = remote_state(transport, profile_signals)
-    result = transport.run(reporting_exit(tool.argv(binary, model, runs, warmup, threads)), check=False)
-    stdout, returncode = split_exit(result.stdout)
+    with transport.stream(reporting_exit(tool.argv(binary, model, runs, warmup, threads)), check=False) as lines:
+        said = list(lines)  # the stream holds the binary's stdin open: when it ends, the binary is stopped
+    stdout, returncode = split_exit("\n".join(said))
+    stderr = lines.stderr
     if returncode is None:  # the device's shell never said how the binary ended: the link dropped
         raise ConnectionLostError(f"the connection to {transport.device_id} dropped while {tool.name} "
                                   f"timed {artefact.heads} heads")
     after = remote_state(transport, profile_signals)
-    parsed = tool.parse(stdout + "\n" + result.stderr)
+    parsed = tool.parse(stdout + "\n" + stderr)
     head = HeadResult(heads=artefact.heads, artefact=artefact.id, sha256=artefact.sha256, status="ok",
                       runner=tool.name, golden=dict(UNCHECKED), state_before=before.to_dict(),
                       state_after=after.to_dict())
     if returncode != 0 or not parsed.succeeded or parsed.latency is None:
-        said = (result.stderr.strip() or stdout.strip()).splitlines()
+        last = (stderr.strip() or stdout.strip()).splitlines()
         head.status = "error"
-        head.error = f"{tool.name} exited with {returncode}: {said[-1] if said else 'no output'}"
+        head.error = f"{tool.name} exited with {returncode}: {last[-1] if last else 'no output'}"
         return head
     head.latency = asdict(parsed.latency)
     head.load_s = parsed.init_ms / 1e3 if parsed.init_ms is not None else None
