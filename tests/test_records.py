@@ -14,6 +14,7 @@ import math
 import re
 import subprocess
 import sys
+import typing
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -280,6 +281,7 @@ def test_lut_candidate_paths_that_leave_the_bundle_are_refused(lut_file: Path, b
 @pytest.mark.parametrize("change, field", [
     (lambda d: d["candidates"][0].update(heads="six"), "$.candidates[0].heads"),
     (lambda d: d["candidates"][0].update(heads=99), "$.candidates[0].heads"),  # in range, not in the bundle
+    (lambda d: d["candidates"][0].update(format="six"), "$.candidates[0].format"),  # no runtime loads it
     (lambda d: d["selection"].update(min_dwell_s=-1), "$.selection.min_dwell_s"),
     (lambda d: d["thermal"].update(margin=-3), "$.thermal.margin"),
     (lambda d: d["battery"].update(margin_pct=-5), "$.battery.margin_pct"),
@@ -456,6 +458,26 @@ def test_calibrate_never_copies_a_file_outside_the_bundle(tmp_path: Path, bundle
     assert result.exit_code == 1 and "Traceback" not in result.output, result.output
     assert len(error_lines(result.output)) == 1
     assert "$.artefacts[0].file: '/etc/hostname' leaves the bundle" in error_lines(result.output)[0]
+
+
+def test_an_artefact_format_no_runtime_loads_is_one_line_naming_the_field(tmp_path: Path, bundle: Path) -> None:
+    """A manifest saying ``"format": "six"`` once crashed calibrate with a KeyError."""
+    from hydra_edge.calibrate.command import calibrate
+
+    doc = json.loads((bundle / MANIFEST).read_text())
+    doc["artefacts"][0]["format"] = "six"
+    (bundle / MANIFEST).write_text(json.dumps(doc))
+    assert_one_line(lambda: read_manifest(bundle), bundle / MANIFEST, "$.artefacts[0].format")
+    result = CliRunner().invoke(calibrate, ["--bundle", str(bundle), "--local", "--out", str(tmp_path / "cal")])
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert len(error_lines(result.output)) == 1 and "$.artefacts[0].format" in error_lines(result.output)[0]
+
+
+def test_the_records_know_the_formats_the_runtime_loads() -> None:
+    from hydra_edge.records.fields import Format
+    from hydra_edge.runtime.engines import FORMATS
+
+    assert set(typing.get_args(Format)) == set(FORMATS)
 
 
 def test_calibrate_names_a_missing_artefact_in_one_line(tmp_path: Path, bundle: Path) -> None:

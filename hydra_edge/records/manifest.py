@@ -17,7 +17,8 @@ from ..atomic import sha256_file, write_bytes
 from ..errors import HydraEdgeError
 from . import codec
 from .config import ModelConfig
-from .fields import Heads, Name, NonNegative, NonNegFloat, Percent, Positive, Ratio, Sha256, Threads, check, relative_path
+from .fields import (Format, Heads, Name, NonNegative, NonNegFloat, Percent, Positive, Ratio, Sha256, Threads, check,
+                     relative_path)
 from .target import TargetRecord
 
 SCHEMA = "hydra-edge/bundle"
@@ -65,7 +66,7 @@ class ArtefactRecord(msgspec.Struct, forbid_unknown_fields=True):
 
     id: Name  # "h6_executorch_int8-dynamic"
     heads: Heads
-    format: Name  # a key of hydra_edge.runtime.engines.FORMATS
+    format: Format
     quant: Name
     file: str
     bytes: NonNegative
