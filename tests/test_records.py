@@ -25,6 +25,7 @@ from test_lut import calibration, fake_bundle
 
 from hydra_edge.calibrate.record import Derating, read_calibration
 from hydra_edge.config import HydraConfig, parse_heads
+from hydra_edge.atomic import sha256_file
 from hydra_edge.convert.manifest import MANIFEST, bundle_files, read_manifest
 from hydra_edge.convert.targets import load_target
 from hydra_edge.errors import HydraEdgeError
@@ -331,6 +332,11 @@ def test_a_missing_record_or_artefact_is_one_line(tmp_path: Path, bundle: Path) 
         bundle_files(bundle, manifest.artefacts)
     for a in manifest.artefacts:
         (bundle / a.file).write_bytes(b"model")
+    doc = json.loads((bundle / MANIFEST).read_text())
+    for a in doc["artefacts"]:
+        a["sha256"] = sha256_file(bundle / a["file"])
+    (bundle / MANIFEST).write_text(json.dumps(doc))
+    manifest = read_manifest(bundle)
     with pytest.raises(HydraEdgeError, match=r"golden\.npz is missing \(artefact h3_onnx_fp32 golden\.file"):
         bundle_files(bundle, manifest.artefacts)
     assert set(bundle_files(bundle, manifest.artefacts, golden=False)) == {a.file for a in manifest.artefacts}
@@ -478,6 +484,59 @@ def test_the_records_know_the_formats_the_runtime_loads() -> None:
     from hydra_edge.runtime.engines import FORMATS
 
     assert set(typing.get_args(Format)) == set(FORMATS)
+
+
+def bundle_with_files(folder: Path, name: str, sha256: str) -> Path:
+    """A one-artefact bundle whose golden pair exists and whose artefact ``name`` has ``sha256``."""
+    fake_bundle(folder, [3])
+    doc = json.loads((folder / MANIFEST).read_text())
+    (folder / doc["artefacts"][0]["golden"]["file"]).write_bytes(b"golden")
+    doc["artefacts"][0].update(file=name, sha256=sha256)
+    doc["artefacts"][0]["golden"]["sha256"] = sha256_file(folder / doc["artefacts"][0]["golden"]["file"])
+    (folder / MANIFEST).write_text(json.dumps(doc))
+    return folder
+
+
+@pytest.mark.parametrize("link", ["file", "folder"])
+def test_a_bundle_link_leading_outside_is_never_pushed(tmp_path: Path, link: str) -> None:
+    """An artefact that is a link to a file outside the bundle (``-> /etc/hostname``), or lies in a
+    folder link (``sub -> /etc``), is refused by calibrate and deploy even with the right sha256."""
+    from hydra_edge.calibrate.command import calibrate
+
+    outside = tmp_path / "etc"
+    outside.mkdir()
+    (outside / "hostname").write_text("secret-host\n")
+    name = "vit.onnx" if link == "file" else "sub/hostname"
+    bundle = bundle_with_files(tmp_path / "bundle", name, sha256_file(outside / "hostname"))
+    if link == "file":
+        (bundle / name).symlink_to(outside / "hostname")
+    else:
+        (bundle / "sub").symlink_to(outside)
+    record = read_manifest(bundle).artefacts[0]
+    with pytest.raises(HydraEdgeError) as e:
+        bundle_files(bundle, [record], golden=False)
+    assert str(e.value).startswith(f"{bundle / name} is a link to {outside / 'hostname'}, outside the bundle")
+    result = CliRunner().invoke(calibrate, ["--bundle", str(bundle), "--local", "--out", str(tmp_path / "cal")])
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert len(error_lines(result.output)) == 1 and "outside the bundle" in error_lines(result.output)[0]
+
+
+def test_a_bundle_file_is_pushed_only_with_the_manifest_sha256(tmp_path: Path) -> None:
+    """A link inside the bundle is fine; a file changed since convert (its sha256 differs) is refused."""
+    bundle = bundle_with_files(tmp_path / "bundle", "vit.onnx", "0" * 64)
+    (bundle / "real.onnx").write_bytes(b"model")
+    (bundle / "vit.onnx").symlink_to("real.onnx")
+    doc = json.loads((bundle / MANIFEST).read_text())
+    doc["artefacts"][0]["sha256"] = sha256_file(bundle / "real.onnx")
+    (bundle / MANIFEST).write_text(json.dumps(doc))
+    record = read_manifest(bundle).artefacts[0]
+    assert bundle_files(bundle, [record]) == {"vit.onnx": bundle / "vit.onnx",
+                                              record.golden["file"]: bundle / record.golden["file"]}
+    (bundle / "real.onnx").write_bytes(b"tampered")
+    with pytest.raises(HydraEdgeError) as e:
+        bundle_files(bundle, [record])
+    assert str(e.value) == (f"{bundle / 'vit.onnx'} is not the file the manifest names (its sha256 differs; artefact "
+                            f"h3_onnx_fp32 file in {bundle / MANIFEST}); re-run hydra-edge convert to restore the bundle")
 
 
 def test_calibrate_names_a_missing_artefact_in_one_line(tmp_path: Path, bundle: Path) -> None:
