@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from hydra_edge.calibrate.record import Calibration, Derating, HeadResult
-from hydra_edge.convert.manifest import ArtefactRecord, Manifest, sha256_file
+from hydra_edge.convert.manifest import ArtefactRecord, Manifest, read_manifest, sha256_file
 from hydra_edge.convert.targets import load_target
 from hydra_edge.errors import HydraEdgeError
 from hydra_edge.lut import policy as policy_module
@@ -57,8 +57,10 @@ def calibration(bundle: Path, latency_ms: dict[int, float], soak: Derating | Non
     cal = Calibration(device_id="local:test", device={}, settings={}, soak=soak,
                       bundle={"path": str(bundle), "manifest_sha256": sha256_file(bundle / "manifest.json"),
                               "target": "pi"})
+    recorded = read_manifest(bundle).by_id()  # each result names its artefact as the manifest records it
     for h, ms in latency_ms.items():
-        cal.put(HeadResult(heads=h, artefact=f"h{h}_onnx_fp32", sha256="0" * 64, status="ok", runner="python",
+        artefact = recorded[f"h{h}_onnx_fp32"]
+        cal.put(HeadResult(heads=h, artefact=artefact.id, sha256=artefact.sha256, status="ok", runner="python",
                            latency={"count": 10, "p50_ms": ms, "mean_ms": ms},
                            state_after=None if power_w is None else {"power_w": power_w}))
     return cal

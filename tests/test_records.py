@@ -283,6 +283,9 @@ def test_lut_candidate_paths_that_leave_the_bundle_are_refused(lut_file: Path, b
     (lambda d: d["candidates"][0].update(heads="six"), "$.candidates[0].heads"),
     (lambda d: d["candidates"][0].update(heads=99), "$.candidates[0].heads"),  # in range, not in the bundle
     (lambda d: d["candidates"][0].update(format="six"), "$.candidates[0].format"),  # no runtime loads it
+    (lambda d: d["candidates"][0].update(format="tflite"), "$.candidates[0].format"),  # not the manifest's runtime
+    (lambda d: d["candidates"][0].update(threads=4), "$.candidates[0].threads"),
+    (lambda d: d["candidates"][0].update(artefact="h5_onnx_fp32"), "$.candidates[0].artefact"),
     (lambda d: d["selection"].update(min_dwell_s=-1), "$.selection.min_dwell_s"),
     (lambda d: d["thermal"].update(margin=-3), "$.thermal.margin"),
     (lambda d: d["battery"].update(margin_pct=-5), "$.battery.margin_pct"),
