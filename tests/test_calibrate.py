@@ -17,6 +17,7 @@ import pytest
 import torch
 from click.testing import CliRunner, Result
 from standins.adbd import AdbDevice, adb_device, adb_server  # noqa: F401  (fixtures)
+from test_lut import fake_bundle
 
 from hydra_edge.calibrate.command import calibrate
 from hydra_edge.calibrate.device import RuntimeMissingError, ensure_python
@@ -166,6 +167,13 @@ def test_a_malformed_runner_result_is_one_line_and_never_saved(rpi_bundle: Path,
     fixed = invoke(*args, "--python", device_python)  # no --force needed
     assert fixed.exit_code == 0, fixed.output
     assert [r.heads for r in read_calibration(out).measured()] == [3, 12]
+
+
+def test_an_empty_bundle_says_how_to_fill_it(tmp_path: Path) -> None:
+    """Once "the bundle has no None artefacts; choose --quant from []"."""
+    line = one_line_error(invoke("--bundle", fake_bundle(tmp_path / "bundle", []), "--local", "--out", tmp_path / "cal"))
+    assert line == ("Error: the bundle has no artefacts; convert some into it with hydra-edge convert "
+                    "(with --optional where the target's artefacts are all optional)")
 
 
 def test_a_device_without_the_runtime_gets_one_line(rpi_bundle: Path, tmp_path: Path) -> None:

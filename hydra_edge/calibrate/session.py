@@ -64,6 +64,9 @@ def safe_name(device_id: str) -> str:
 
 def select_artefacts(manifest: Manifest, quant: str | None = None) -> list[ArtefactRecord]:
     """One artefact per head count, ascending; ``quant`` picks when the bundle holds several."""
+    if not manifest.artefacts:
+        raise HydraEdgeError("the bundle has no artefacts; convert some into it with hydra-edge convert "
+                             "(with --optional where the target's artefacts are all optional)")
     chosen = [a for a in manifest.artefacts if quant is None or a.quant == quant]
     quants = sorted({a.quant for a in manifest.artefacts})
     if not chosen:
