@@ -449,6 +449,15 @@ def test_schemas_import_without_torch_or_host_modules() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
+def test_the_lookup_table_and_fail_safe_need_only_the_standard_library_and_msgspec() -> None:
+    """What their docstrings promise boards: no numpy, no torch; msgspec comes with the records."""
+    code = ("import sys; before = set(sys.modules); import hydra_edge.runtime.lut, hydra_edge.runtime.failsafe;"
+            "used = {m.split('.')[0] for m in set(sys.modules) - before} - set(sys.stdlib_module_names);"
+            "used.discard('typing_extensions');"  # msgspec imports it where it is installed
+            "assert used == {'hydra_edge', 'msgspec'}, used")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
 # --- the readers that use a record's paths ---------------------------------------------------------------
 
 

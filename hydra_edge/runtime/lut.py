@@ -2,7 +2,8 @@
 
 This is the one Python implementation of the selection logic; ``hydra_edge.lut.emit_c`` and
 ``emit_kotlin`` write the same few lines in C and Kotlin, and a test checks that all three agree.
-Standard library only (Python 3.9+), because boards run it.
+Numpy-free and torch-free: the standard library and msgspec (through ``hydra_edge.records``),
+Python 3.9+, because boards run it.
 
 The decision is a pure function of five numbers, so it is the same in every language:
 
