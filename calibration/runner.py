@@ -3,7 +3,7 @@
 
 ``hydra-edge calibrate`` pushes this file beside the torch-free parts of ``hydra_edge`` it
 imports (``runtime``, ``records``, ``errors``, ``atomic``) and runs it with the
-device's Python (3.9+, numpy and the bundle's runtime; never torch). It can also be run by
+device's Python (3.9+, numpy, msgspec and the bundle's runtime; never torch). It can also be run by
 hand on a board: ``python3 calibration/runner.py --bundle bundles/rpi``.
 
 For each artefact it checks the sha256 of the file and its golden pair, loads it, runs the

@@ -17,9 +17,11 @@ import pytest
 import torch
 from click.testing import CliRunner, Result
 from standins.adbd import AdbDevice, adb_device, adb_server  # noqa: F401  (fixtures)
+from test_lut import fake_bundle
 
 from hydra_edge.calibrate.command import calibrate
 from hydra_edge.calibrate.device import RuntimeMissingError, ensure_python
+from hydra_edge.calibrate.journal import journal_path
 from hydra_edge.calibrate.record import read_calibration
 from hydra_edge.config import preset
 from hydra_edge.convert import pipeline
@@ -144,6 +146,34 @@ def test_a_runtime_that_kills_the_runner_is_recorded_and_skipped(rpi_bundle: Pat
     fixed = invoke(*args, "--python", device_python, "--force")
     assert fixed.exit_code == 0, fixed.output
     assert [r.status for r in read_calibration(tmp_path / "cal.json").results] == ["ok", "ok"]
+
+
+def test_a_malformed_runner_result_is_one_line_and_never_saved(rpi_bundle: Path, device_python: Path,
+                                                              tmp_path: Path) -> None:
+    """A runner (another version, a damaged copy) reports 12 heads as "six": the run stops in one line,
+    the record and its journal keep only the good result, and a run with a sound runner finishes."""
+    garbling = tmp_path / "python-that-garbles"
+    garbling.write_text(f'#!/bin/sh\ncase "$1" in\n  *runner.py) "{device_python}" "$@" '
+                        f"| sed 's/\"heads\": 12,/\"heads\": \"six\",/'; exit 0;;\n"
+                        f'  *) exec "{device_python}" "$@";;\nesac\n')
+    garbling.chmod(0o755)
+    out = tmp_path / "cal.json"
+    args = ("--bundle", rpi_bundle, "--local", "--out", out, "--runs", 3, "--warmup", 1)
+    line = one_line_error(invoke(*args, "--python", garbling))
+    assert "the runner on local:" in line and "sent a malformed result: $.heads: expected `int`, got `str`" in line
+    assert f"the results before it are saved in {out}" in line
+    assert "six" not in out.read_text() and not journal_path(out).exists()
+    assert [(r.heads, r.status) for r in read_calibration(out).results] == [(3, "ok")]
+    fixed = invoke(*args, "--python", device_python)  # no --force needed
+    assert fixed.exit_code == 0, fixed.output
+    assert [r.heads for r in read_calibration(out).measured()] == [3, 12]
+
+
+def test_an_empty_bundle_says_how_to_fill_it(tmp_path: Path) -> None:
+    """Once "the bundle has no None artefacts; choose --quant from []"."""
+    line = one_line_error(invoke("--bundle", fake_bundle(tmp_path / "bundle", []), "--local", "--out", tmp_path / "cal"))
+    assert line == ("Error: the bundle has no artefacts; convert some into it with hydra-edge convert "
+                    "(with --optional where the target's artefacts are all optional)")
 
 
 def test_a_device_without_the_runtime_gets_one_line(rpi_bundle: Path, tmp_path: Path) -> None:

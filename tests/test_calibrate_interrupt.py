@@ -21,6 +21,7 @@ from test_lock import held_elsewhere
 from hydra_edge.calibrate.journal import RecordWriter, journal_path
 from hydra_edge.calibrate.record import Calibration, HeadResult, read_calibration
 from hydra_edge.calibrate.session import resume_or_start
+from hydra_edge.errors import HydraEdgeError
 from hydra_edge.records import calibration as records_calibration
 
 
@@ -160,3 +161,24 @@ def test_a_calibrator_killed_between_saves_loses_no_reported_result(tmp_path: Pa
     assert [r.heads for r in resumed.results] == [3, 6, 12]
     other = resume_or_start(record, "local:x", {"manifest_sha256": "1" * 64}, {}, force=True)
     assert other.results == []  # --force (or another bundle) starts over; the journal is not theirs
+
+
+def test_a_journal_line_the_schema_refuses_names_the_journal_and_the_way_out(tmp_path: Path) -> None:
+    """A whole journal line with 12 heads as "six" (not written by this calibrator, which checks every
+    result): the reader lut uses and a re-run say which journal and line, and how to go on."""
+    record = tmp_path / "cal.json"
+    identity = {"manifest_sha256": "0" * 64}
+    writer = RecordWriter(Calibration(device_id="local:x", device={}, bundle=identity, settings={}), record)
+    writer.put(_result(3))
+    with open(journal_path(record), "a") as journal:
+        journal.write(json.dumps({"result": {**_result(12).to_dict(), "heads": "six"}}) + "\n")
+    for read in (lambda: read_calibration(record),
+                 lambda: resume_or_start(record, "local:x", identity, {}, force=False)):
+        with pytest.raises(HydraEdgeError) as e:
+            read()
+        assert str(e.value) == (f"{journal_path(record)} line 2 result: $.heads: expected `int`, got `str`; "
+                                f"delete {journal_path(record)} to keep only what {record} holds, "
+                                "or calibrate again with --force")
+    assert resume_or_start(record, "local:x", identity, {}, force=True).results == []
+    journal_path(record).unlink()
+    assert [r.heads for r in read_calibration(record).results] == [3]

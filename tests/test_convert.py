@@ -184,7 +184,8 @@ def test_checkpoint_without_data_spec_uses_random_inputs_or_data(host_target: Pa
     assert b.accuracy["top1"] is not None and b.accuracy["images"] == 360
 
 
-@pytest.mark.parametrize("case", ["target", "heads", "not-hydravit", "not-checkpoint", "unwritable", "quant"])
+@pytest.mark.parametrize("case", ["target", "heads", "not-hydravit", "not-checkpoint", "unwritable", "quant",
+                                  "all-optional"])
 def test_user_errors_are_one_line_and_write_nothing(checkpoint: Path, tmp_path: Path, case: str) -> None:
     out = tmp_path / "bundle"
     args = {"-c": checkpoint, "-t": "rpi", "-o": out}
@@ -203,6 +204,9 @@ def test_user_errors_are_one_line_and_write_nothing(checkpoint: Path, tmp_path: 
         (tmp_path / "file").write_text("")
         out = args["-o"] = tmp_path / "file" / "bundle"
         expected = "cannot create output folder"
+    elif case == "all-optional":  # once "0 converted", exit 0 and an empty manifest
+        (tmp_path / "host.toml").write_text(ONNX_FP32 + "optional = true\n")
+        args["-t"], expected = tmp_path / "host.toml", "the profile's artefacts are all optional; pass --optional"
     else:
         extra, expected = ["--quant", "fp16"], "no quantisation 'fp16'"
     code, output = _run(*[str(v) for kv in args.items() for v in kv], *extra)

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from hydra_edge.calibrate.record import Calibration, Derating, HeadResult
-from hydra_edge.convert.manifest import ArtefactRecord, Manifest, sha256_file
+from hydra_edge.convert.manifest import ArtefactRecord, Manifest, read_manifest, sha256_file
 from hydra_edge.convert.targets import load_target
 from hydra_edge.errors import HydraEdgeError
 from hydra_edge.lut import policy as policy_module
@@ -57,8 +57,10 @@ def calibration(bundle: Path, latency_ms: dict[int, float], soak: Derating | Non
     cal = Calibration(device_id="local:test", device={}, settings={}, soak=soak,
                       bundle={"path": str(bundle), "manifest_sha256": sha256_file(bundle / "manifest.json"),
                               "target": "pi"})
+    recorded = read_manifest(bundle).by_id()  # each result names its artefact as the manifest records it
     for h, ms in latency_ms.items():
-        cal.put(HeadResult(heads=h, artefact=f"h{h}_onnx_fp32", sha256="0" * 64, status="ok", runner="python",
+        artefact = recorded[f"h{h}_onnx_fp32"]
+        cal.put(HeadResult(heads=h, artefact=artefact.id, sha256=artefact.sha256, status="ok", runner="python",
                            latency={"count": 10, "p50_ms": ms, "mean_ms": ms},
                            state_after=None if power_w is None else {"power_w": power_w}))
     return cal
@@ -183,7 +185,8 @@ def test_command_writes_every_output_bound_to_bundle_and_calibration(tmp_path: P
     assert f'const val MANIFEST_SHA256 = "{manifest_sha}"' in (tmp_path / "lut" / "HydraLut.kt").read_text()
 
 
-@pytest.mark.parametrize("case", ["other-bundle", "no-budget", "no-calibration", "nothing-measured"])
+@pytest.mark.parametrize("case", ["other-bundle", "no-budget", "no-calibration", "nothing-measured", "other-heads",
+                                  "other-sha256"])
 def test_user_errors_are_one_line(tmp_path: Path, case: str) -> None:
     bundle = fake_bundle(tmp_path / "bundle", [3, 12])
     cal = calibration(bundle, {3: 10, 12: 40})
@@ -195,6 +198,14 @@ def test_user_errors_are_one_line(tmp_path: Path, case: str) -> None:
     elif case == "nothing-measured":
         cal.results[0].status = cal.results[1].status = "error"
         expected = "no successful measurement"
+    elif case == "other-heads":  # a table built from it names an artefact the device then refuses
+        cal.results[0].heads = 99
+        expected = (f"{tmp_path / 'cal.json'}: artefact h3_onnx_fp32 was measured as 99 heads, but "
+                    f"{bundle / 'manifest.json'} has it as 3 heads; calibrate this bundle again")
+    elif case == "other-sha256":
+        cal.results[1].sha256 = "e" * 64
+        expected = (f"{tmp_path / 'cal.json'}: artefact h12_onnx_fp32 was measured as sha256 eeeeeeeeeeee, but "
+                    f"{bundle / 'manifest.json'} has it as sha256 000000000000; calibrate this bundle again")
     if case == "no-calibration":
         expected = "no calibration at"
     else:

@@ -14,6 +14,7 @@ import math
 import re
 import subprocess
 import sys
+import typing
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -24,6 +25,7 @@ from test_lut import calibration, fake_bundle
 
 from hydra_edge.calibrate.record import Derating, read_calibration
 from hydra_edge.config import HydraConfig, parse_heads
+from hydra_edge.atomic import sha256_file
 from hydra_edge.convert.manifest import MANIFEST, bundle_files, read_manifest
 from hydra_edge.convert.targets import load_target
 from hydra_edge.errors import HydraEdgeError
@@ -280,6 +282,10 @@ def test_lut_candidate_paths_that_leave_the_bundle_are_refused(lut_file: Path, b
 @pytest.mark.parametrize("change, field", [
     (lambda d: d["candidates"][0].update(heads="six"), "$.candidates[0].heads"),
     (lambda d: d["candidates"][0].update(heads=99), "$.candidates[0].heads"),  # in range, not in the bundle
+    (lambda d: d["candidates"][0].update(format="six"), "$.candidates[0].format"),  # no runtime loads it
+    (lambda d: d["candidates"][0].update(format="tflite"), "$.candidates[0].format"),  # not the manifest's runtime
+    (lambda d: d["candidates"][0].update(threads=4), "$.candidates[0].threads"),
+    (lambda d: d["candidates"][0].update(artefact="h5_onnx_fp32"), "$.candidates[0].artefact"),
     (lambda d: d["selection"].update(min_dwell_s=-1), "$.selection.min_dwell_s"),
     (lambda d: d["thermal"].update(margin=-3), "$.thermal.margin"),
     (lambda d: d["battery"].update(margin_pct=-5), "$.battery.margin_pct"),
@@ -329,6 +335,11 @@ def test_a_missing_record_or_artefact_is_one_line(tmp_path: Path, bundle: Path) 
         bundle_files(bundle, manifest.artefacts)
     for a in manifest.artefacts:
         (bundle / a.file).write_bytes(b"model")
+    doc = json.loads((bundle / MANIFEST).read_text())
+    for a in doc["artefacts"]:
+        a["sha256"] = sha256_file(bundle / a["file"])
+    (bundle / MANIFEST).write_text(json.dumps(doc))
+    manifest = read_manifest(bundle)
     with pytest.raises(HydraEdgeError, match=r"golden\.npz is missing \(artefact h3_onnx_fp32 golden\.file"):
         bundle_files(bundle, manifest.artefacts)
     assert set(bundle_files(bundle, manifest.artefacts, golden=False)) == {a.file for a in manifest.artefacts}
@@ -438,6 +449,15 @@ def test_schemas_import_without_torch_or_host_modules() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
+def test_the_lookup_table_and_fail_safe_need_only_the_standard_library_and_msgspec() -> None:
+    """What their docstrings promise boards: no numpy, no torch; msgspec comes with the records."""
+    code = ("import sys; before = set(sys.modules); import hydra_edge.runtime.lut, hydra_edge.runtime.failsafe;"
+            "used = {m.split('.')[0] for m in set(sys.modules) - before} - set(sys.stdlib_module_names);"
+            "used.discard('typing_extensions');"  # msgspec imports it where it is installed
+            "assert used == {'hydra_edge', 'msgspec'}, used")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
 # --- the readers that use a record's paths ---------------------------------------------------------------
 
 
@@ -456,6 +476,79 @@ def test_calibrate_never_copies_a_file_outside_the_bundle(tmp_path: Path, bundle
     assert result.exit_code == 1 and "Traceback" not in result.output, result.output
     assert len(error_lines(result.output)) == 1
     assert "$.artefacts[0].file: '/etc/hostname' leaves the bundle" in error_lines(result.output)[0]
+
+
+def test_an_artefact_format_no_runtime_loads_is_one_line_naming_the_field(tmp_path: Path, bundle: Path) -> None:
+    """A manifest saying ``"format": "six"`` once crashed calibrate with a KeyError."""
+    from hydra_edge.calibrate.command import calibrate
+
+    doc = json.loads((bundle / MANIFEST).read_text())
+    doc["artefacts"][0]["format"] = "six"
+    (bundle / MANIFEST).write_text(json.dumps(doc))
+    assert_one_line(lambda: read_manifest(bundle), bundle / MANIFEST, "$.artefacts[0].format")
+    result = CliRunner().invoke(calibrate, ["--bundle", str(bundle), "--local", "--out", str(tmp_path / "cal")])
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert len(error_lines(result.output)) == 1 and "$.artefacts[0].format" in error_lines(result.output)[0]
+
+
+def test_the_records_know_the_formats_the_runtime_loads() -> None:
+    from hydra_edge.records.fields import Format
+    from hydra_edge.runtime.engines import FORMATS
+
+    assert set(typing.get_args(Format)) == set(FORMATS)
+
+
+def bundle_with_files(folder: Path, name: str, sha256: str) -> Path:
+    """A one-artefact bundle whose golden pair exists and whose artefact ``name`` has ``sha256``."""
+    fake_bundle(folder, [3])
+    doc = json.loads((folder / MANIFEST).read_text())
+    (folder / doc["artefacts"][0]["golden"]["file"]).write_bytes(b"golden")
+    doc["artefacts"][0].update(file=name, sha256=sha256)
+    doc["artefacts"][0]["golden"]["sha256"] = sha256_file(folder / doc["artefacts"][0]["golden"]["file"])
+    (folder / MANIFEST).write_text(json.dumps(doc))
+    return folder
+
+
+@pytest.mark.parametrize("link", ["file", "folder"])
+def test_a_bundle_link_leading_outside_is_never_pushed(tmp_path: Path, link: str) -> None:
+    """An artefact that is a link to a file outside the bundle (``-> /etc/hostname``), or lies in a
+    folder link (``sub -> /etc``), is refused by calibrate and deploy even with the right sha256."""
+    from hydra_edge.calibrate.command import calibrate
+
+    outside = tmp_path / "etc"
+    outside.mkdir()
+    (outside / "hostname").write_text("secret-host\n")
+    name = "vit.onnx" if link == "file" else "sub/hostname"
+    bundle = bundle_with_files(tmp_path / "bundle", name, sha256_file(outside / "hostname"))
+    if link == "file":
+        (bundle / name).symlink_to(outside / "hostname")
+    else:
+        (bundle / "sub").symlink_to(outside)
+    record = read_manifest(bundle).artefacts[0]
+    with pytest.raises(HydraEdgeError) as e:
+        bundle_files(bundle, [record], golden=False)
+    assert str(e.value).startswith(f"{bundle / name} is a link to {outside / 'hostname'}, outside the bundle")
+    result = CliRunner().invoke(calibrate, ["--bundle", str(bundle), "--local", "--out", str(tmp_path / "cal")])
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert len(error_lines(result.output)) == 1 and "outside the bundle" in error_lines(result.output)[0]
+
+
+def test_a_bundle_file_is_pushed_only_with_the_manifest_sha256(tmp_path: Path) -> None:
+    """A link inside the bundle is fine; a file changed since convert (its sha256 differs) is refused."""
+    bundle = bundle_with_files(tmp_path / "bundle", "vit.onnx", "0" * 64)
+    (bundle / "real.onnx").write_bytes(b"model")
+    (bundle / "vit.onnx").symlink_to("real.onnx")
+    doc = json.loads((bundle / MANIFEST).read_text())
+    doc["artefacts"][0]["sha256"] = sha256_file(bundle / "real.onnx")
+    (bundle / MANIFEST).write_text(json.dumps(doc))
+    record = read_manifest(bundle).artefacts[0]
+    assert bundle_files(bundle, [record]) == {"vit.onnx": bundle / "vit.onnx",
+                                              record.golden["file"]: bundle / record.golden["file"]}
+    (bundle / "real.onnx").write_bytes(b"tampered")
+    with pytest.raises(HydraEdgeError) as e:
+        bundle_files(bundle, [record])
+    assert str(e.value) == (f"{bundle / 'vit.onnx'} is not the file the manifest names (its sha256 differs; artefact "
+                            f"h3_onnx_fp32 file in {bundle / MANIFEST}); re-run hydra-edge convert to restore the bundle")
 
 
 def test_calibrate_names_a_missing_artefact_in_one_line(tmp_path: Path, bundle: Path) -> None:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Board demo: classify images with the subnetwork the battery and temperature allow, live.
 
-Runs on a Raspberry Pi or Jetson with numpy, Pillow and the bundle's runtime (no torch): the
+Runs on a Raspberry Pi or Jetson with numpy, msgspec, Pillow and the bundle's runtime (no torch): the
 switcher (``hydra_edge.runtime``) reads the board's thermal zones and battery, the bundle's
 lookup table picks the head count, and every switch is shown as it happens with the accuracy
 and latency it bought. Images come from a folder (class per sub-folder gives live accuracy) or

@@ -7,7 +7,9 @@ grow geometrically (O(n) bytes in all) and the record file alone always holds at
 what was measured; closing folds the rest in and empties the journal. After a crash the next
 run replays the journal (a torn last line, cut by the crash, is ignored), so nothing that was
 reported is lost. The journal names the record it belongs to; one left from another device,
-bundle or settings is ignored.
+bundle or settings is ignored. A whole line of this record's journal that its schema refuses was
+not written by this code (only checked results are appended): reading it is one error naming the
+journal and how to go on (delete it, or calibrate again with --force), never a silent loss.
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
+from ..errors import HydraEdgeError
 from ..records import codec
-from ..records.calibration import HINT, Calibration, HeadResult
+from ..records.calibration import Calibration, HeadResult
 
 KIND = "hydra-edge/calibration-journal"
 
@@ -46,11 +49,16 @@ def replay(calibration: Calibration, record: Path) -> Calibration:
             return calibration  # not a journal this hydra-edge wrote: the record alone stands
     if not entries or entries[0] != _identity(calibration):
         return calibration
-    for entry in entries[1:]:
+    journal = journal_path(record)
+    hint = f"delete {journal} to keep only what {record} holds, or calibrate again with --force"
+    for number, entry in enumerate(entries[1:], start=2):
+        where = f"{journal} line {number}"
+        if not isinstance(entry, dict) or not ({"device", "result"} & entry.keys()):
+            raise HydraEdgeError(f"{where}: not a calibration journal entry; {hint}")
         if "device" in entry:
-            calibration.device = entry["device"]
-        elif "result" in entry:
-            calibration.put(codec.convert(entry["result"], HeadResult, f"{journal_path(record)} result", HINT))
+            calibration.device = codec.convert(entry["device"], Dict[str, Any], f"{where} device", hint)
+        else:
+            calibration.put(codec.convert(entry["result"], HeadResult, f"{where} result", hint))
     return calibration
 
 

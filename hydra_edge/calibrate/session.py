@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from ..convert.manifest import MANIFEST, ArtefactRecord, Manifest, bundle_files, read_manifest, sha256_file
 from ..errors import HydraEdgeError
+from ..records.codec import convert
 from ..transport import ConnectionLostError, RemoteCommandError, Transport, TransportError
 from . import native
 from .device import ensure_python, package_files, push_files, runtime_requirements
@@ -27,7 +28,6 @@ from .record import Calibration, HeadResult, read_calibration
 from .soak import derate
 
 RUNNER = Path(__file__).resolve().parents[2] / "calibration" / "runner.py"
-_HEAD_FIELDS = set(HeadResult.__struct_fields__)
 RUNNER_IDLE_S = 1800.0  # the runner prints per artefact and per soak sample; silence this long is a hung runtime
 
 Report = Callable[[str, "int | None"], None]  # (stage, head count or None); called as work happens
@@ -64,6 +64,9 @@ def safe_name(device_id: str) -> str:
 
 def select_artefacts(manifest: Manifest, quant: str | None = None) -> list[ArtefactRecord]:
     """One artefact per head count, ascending; ``quant`` picks when the bundle holds several."""
+    if not manifest.artefacts:
+        raise HydraEdgeError("the bundle has no artefacts; convert some into it with hydra-edge convert "
+                             "(with --optional where the target's artefacts are all optional)")
     chosen = [a for a in manifest.artefacts if quant is None or a.quant == quant]
     quants = sorted({a.quant for a in manifest.artefacts})
     if not chosen:
@@ -227,14 +230,23 @@ class Session:
         if kind == "device":
             self.writer.set_device({**event["device"], "runtimes": event.get("runtimes", {})})
         elif kind == "result":
-            self._put(HeadResult(**{k: v for k, v in event.items() if k in _HEAD_FIELDS}))
-            following = [a.heads for a in todo if a.heads > event["heads"]]
+            result = self._result(event)
+            self._put(result)
+            following = [a.heads for a in todo if a.heads > result.heads]
             self.report("timing" if following else "soaking" if self.soak_pending else "finishing",
                         following[0] if following else None)
         elif kind == "soak":
             samples.append({k: v for k, v in event.items() if k != "event"})
             self.report(f"soaking {event['t_s']:.0f}/{self.opts.soak_s:.0f} s", event.get("heads"))
         return kind == "done"
+
+    def _result(self, event: dict[str, Any]) -> HeadResult:
+        """A runner's result line as a checked record: a malformed one is never saved, so it cannot
+        block later runs or the lookup table; the run stops with what came before it saved."""
+        return convert({k: v for k, v in event.items() if k != "event"}, HeadResult,
+                       f"the runner on {self.t.device_id} sent a malformed result",
+                       f"the results before it are saved in {self.out}; run again, which pushes this "
+                       "hydra-edge's runner afresh")
 
     def _finish_soak(self, samples: list[dict[str, Any]]) -> None:
         self.calibration.soak = derate(self._soak_artefact().heads, float(self.opts.soak_s or 0), samples)

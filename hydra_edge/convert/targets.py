@@ -52,6 +52,9 @@ class Target:
     def variants(self, quant: str | None = None, optional: bool = False) -> tuple[Variant, ...]:
         """The variants to convert: optional ones only if asked; ``quant`` overrides every variant's."""
         chosen = [v for v in self.artefacts if optional or not v.optional]
+        if not chosen:  # else convert would write an empty bundle and say "0 converted"
+            raise HydraEdgeError(f"target {self.name!r}: the profile's artefacts are all optional; pass --optional "
+                                 "to convert them, or mark one optional = false in the profile")
         if quant is None:
             return tuple(chosen)
         out: list[Variant] = []

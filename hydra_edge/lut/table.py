@@ -47,8 +47,13 @@ def _power(state: dict[str, Any] | None) -> float | None:
     return None if state is None else state.get("power_w")
 
 
-def points(manifest: Manifest, calibration: Calibration) -> tuple[list[Point], str]:
-    """Calibrated points and the accuracy basis ("top1" or "heads" for random-input bundles)."""
+def points(manifest: Manifest, calibration: Calibration, where: str = "the calibration",
+           manifest_file: str | Path = "the manifest") -> tuple[list[Point], str]:
+    """Calibrated points and the accuracy basis ("top1" or "heads" for random-input bundles).
+
+    Each result must describe the artefact it names as the manifest does (head count, sha256):
+    a table built from one that does not names a candidate the device refuses.
+    """
     by_id = manifest.by_id()
     measured = calibration.measured()
     if not measured:
@@ -56,6 +61,14 @@ def points(manifest: Manifest, calibration: Calibration) -> tuple[list[Point], s
     missing = [r.artefact for r in measured if r.artefact not in by_id]
     if missing:
         raise HydraEdgeError(f"the calibration measured artefacts this bundle lacks: {missing}")
+    for r in measured:
+        a = by_id[r.artefact]
+        differs = [(f"{r.heads} heads", f"{a.heads} heads")] if r.heads != a.heads else []
+        differs += [(f"sha256 {r.sha256[:12]}", f"sha256 {a.sha256[:12]}")] if r.sha256 != a.sha256 else []
+        if differs:
+            measured_as, recorded = (" and ".join(side) for side in zip(*differs))
+            raise HydraEdgeError(f"{where}: artefact {r.artefact} was measured as {measured_as}, but {manifest_file} "
+                                 f"has it as {recorded}; calibrate this bundle again")
     top1 = {r.heads: by_id[r.artefact].accuracy.get("top1") for r in measured}
     basis = "top1" if all(v is not None for v in top1.values()) else "heads"
     return [Point(r.heads, r.artefact, r.latency_ms, top1[r.heads] if basis == "top1" else float(r.heads),
@@ -142,7 +155,7 @@ def build_table(bundle: Path, manifest: Manifest, calibration: Calibration, cali
         raise HydraEdgeError(f"{calibration_path} was measured on another bundle (manifest sha256 "
                              f"{str(calibration.bundle.get('manifest_sha256'))[:12]}, {bundle} has {manifest_sha[:12]}); "
                              "calibrate this bundle or pass its own calibration")
-    pts, basis = points(manifest, calibration)
+    pts, basis = points(manifest, calibration, str(calibration_path), bundle / MANIFEST)
     front, dominated = pareto(pts)
     thermal = thermal_axis(policy, thermal_source(policy, manifest, calibration.soak), calibration.soak)
     battery = battery_axis(policy)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from pathlib import PurePosixPath
-from typing import Annotated, Any, Tuple
+from typing import Annotated, Any, Literal, Tuple
 
 import msgspec
 from msgspec import Meta
@@ -28,6 +28,9 @@ Percent = Annotated[float, Meta(ge=0.0, le=100.0)]
 Ratio = Annotated[float, Meta(ge=0.0, le=1.0)]
 Sha256 = Annotated[str, Meta(pattern="^[0-9a-f]{64}$")]
 Name = Annotated[str, Meta(min_length=1, max_length=4096)]
+# The artefact formats the device runtime loads: the keys of hydra_edge.runtime.engines.FORMATS, named
+# here because that module needs numpy and boards read these records without it (a test keeps them equal).
+Format = Literal["tflite", "executorch", "onnx"]
 
 
 def relative_path(value: str, field: str) -> None:

@@ -15,7 +15,8 @@ from msgspec import Meta
 
 from ..errors import HydraEdgeError
 from . import codec
-from .fields import Finite, Heads, Name, NonNegative, NonNegFloat, Percent, PosFloat, Sha256, Threads, relative_path
+from .fields import (Finite, Format, Heads, Name, NonNegative, NonNegFloat, Percent, PosFloat, Sha256, Threads,
+                     relative_path)
 from .policy import Policy, Seconds
 
 SCHEMA = "hydra-edge/lut"
@@ -45,7 +46,7 @@ class LutCandidate(msgspec.Struct, forbid_unknown_fields=True):
     artefact: Name
     file: str  # relative to the bundle
     sha256: Sha256
-    format: Name
+    format: Format
     threads: Threads
     latency_ms: NonNegFloat  # calibrated, cool and unthrottled
     accuracy: NonNegFloat  # top-1 %, or the head count (accuracy_basis "heads")

@@ -17,7 +17,8 @@ from ..atomic import sha256_file, write_bytes
 from ..errors import HydraEdgeError
 from . import codec
 from .config import ModelConfig
-from .fields import Heads, Name, NonNegative, NonNegFloat, Percent, Positive, Ratio, Sha256, Threads, check, relative_path
+from .fields import (Format, Heads, Name, NonNegative, NonNegFloat, Percent, Positive, Ratio, Sha256, Threads, check,
+                     relative_path)
 from .target import TargetRecord
 
 SCHEMA = "hydra-edge/bundle"
@@ -65,7 +66,7 @@ class ArtefactRecord(msgspec.Struct, forbid_unknown_fields=True):
 
     id: Name  # "h6_executorch_int8-dynamic"
     heads: Heads
-    format: Name  # a key of hydra_edge.runtime.engines.FORMATS
+    format: Format
     quant: Name
     file: str
     bytes: NonNegative
@@ -149,14 +150,27 @@ def read_manifest(folder_or_file: Union[str, Path]) -> Manifest:
 
 
 def bundle_files(folder: Union[str, Path], records: Iterable[ArtefactRecord], golden: bool = True) -> Dict[str, Path]:
-    """``{name in the bundle: local file}`` of each record's artefact (and golden pair); one line if one is missing."""
+    """``{name in the bundle: local file}`` of each record's artefact (and golden pair), for pushing.
+
+    The manifest's names stay inside the bundle as text; here each file must also be one: a link
+    leading out of the bundle (to ``/etc/hostname``, or a folder link ``sub -> /etc``) is refused,
+    and so is a file whose sha256 is not the manifest's, so only what convert wrote reaches a
+    device. One line for the first file that fails.
+    """
     folder = Path(folder)
+    inside = folder.resolve()
     files: Dict[str, Path] = {}
     for r in records:
-        for name, field in [(r.file, "file"), *([(r.golden["file"], "golden.file")] if golden else [])]:
-            path = folder / name
+        wanted = [(r.file, r.sha256, "file"), *([(r.golden["file"], r.golden["sha256"], "golden.file")] if golden else [])]
+        for name, sha256, field in wanted:
+            path, where = folder / name, f"artefact {r.id} {field} in {folder / MANIFEST}"
             if not path.is_file():
-                raise HydraEdgeError(f"{path} is missing (artefact {r.id} {field} in {folder / MANIFEST}); "
+                raise HydraEdgeError(f"{path} is missing ({where}); re-run hydra-edge convert to restore the bundle")
+            if not path.resolve().is_relative_to(inside):
+                raise HydraEdgeError(f"{path} is a link to {path.resolve()}, outside the bundle ({where}); a bundle "
+                                     "holds its own files: replace the link with the file or re-run hydra-edge convert")
+            if sha256_file(path) != sha256:
+                raise HydraEdgeError(f"{path} is not the file the manifest names (its sha256 differs; {where}); "
                                      "re-run hydra-edge convert to restore the bundle")
             files[name] = path
     return files

@@ -1,1 +1,1 @@
-"""The device side: what runs on a board or phone. Imports numpy and a runtime, never torch."""
+"""The device side: what runs on a board or phone. Imports numpy, msgspec and a runtime, never torch."""

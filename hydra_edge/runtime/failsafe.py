@@ -13,7 +13,8 @@ Three rules (the C and Kotlin tables' comments ask their callers for the same):
   ``raise_after_s``: not once per poll, even while it flaps.
 
 The profile's ``[signals]`` table sets the three numbers (``records.target.Signals`` checks them). Pure logic on the caller's readings and
-clock (tests drive it with a fake one); standard library only, because boards run it.
+clock (tests drive it with a fake one); numpy-free and torch-free (the standard library and, for
+the ``Signals`` record, msgspec), because boards run it.
 """
 
 from __future__ import annotations

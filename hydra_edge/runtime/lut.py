@@ -2,7 +2,8 @@
 
 This is the one Python implementation of the selection logic; ``hydra_edge.lut.emit_c`` and
 ``emit_kotlin`` write the same few lines in C and Kotlin, and a test checks that all three agree.
-Standard library only (Python 3.9+), because boards run it.
+Numpy-free and torch-free: the standard library and msgspec (through ``hydra_edge.records``),
+Python 3.9+, because boards run it.
 
 The decision is a pure function of five numbers, so it is the same in every language:
 
@@ -155,9 +156,15 @@ def read_table(path: Union[str, Path], bundle: Optional[Union[str, Path]] = None
         if actual != table.manifest_sha256:
             raise LutError(f"{path} was built for another bundle (manifest sha256 {table.manifest_sha256[:12]}, "
                            f"{manifest} has {actual and actual[:12]}); re-run hydra-edge lut")
-        artefacts = {(a.id, a.heads, a.file, a.sha256) for a in read_manifest(manifest).artefacts}
+        artefacts = read_manifest(manifest).by_id()
         for i, c in enumerate(table.candidates):
-            if (c.artefact, c.heads, c.file, c.sha256) not in artefacts:
-                raise LutError(f"{path}: $.candidates[{i}].heads: {c.heads} heads ({c.artefact}, {c.file}) is not an "
-                               f"artefact of {manifest}; re-run hydra-edge lut")
+            a = artefacts.get(c.artefact)
+            if a is None:
+                raise LutError(f"{path}: $.candidates[{i}].artefact: {c.artefact!r} is not an artefact of {manifest}; "
+                               "re-run hydra-edge lut")
+            # Every field the switcher acts on, so a candidate cannot claim another file or runtime.
+            for field in ("heads", "file", "sha256", "format", "threads"):
+                if getattr(c, field) != getattr(a, field):
+                    raise LutError(f"{path}: $.candidates[{i}].{field}: {getattr(c, field)!r}, but {manifest} has "
+                                   f"{getattr(a, field)!r} for {c.artefact}; re-run hydra-edge lut")
     return table

@@ -15,7 +15,7 @@ mains; only a profile that names no battery (``battery = "none"``) means a board
 
 A ``lut.json`` that is missing, damaged, of another schema or built for another bundle is
 reported in one line and the switcher runs the bundle's smallest head count instead of crashing.
-No torch: numpy, the artefact's runtime and the standard library.
+No torch: numpy, msgspec (the records), the artefact's runtime and the standard library.
 """
 
 from __future__ import annotations
