@@ -129,3 +129,24 @@ def test_with_exit_with_host_the_runner_stops_when_its_stdin_closes(bundle: Path
         if proc.poll() is None:
             proc.kill()
         proc.stdout.close()
+
+
+def test_runtime_threads_never_exceed_the_device_cores(bundle: Path, pushed: Path) -> None:
+    """Asked for more threads than the board has, the runner gives each runtime one per core: an
+    oversubscribed runtime spins and stalls, and its latency would describe nothing real."""
+    spy = ("import json, os, runpy, sys\n"
+           "sys.path.insert(0, os.getcwd() + '/runner')\n"
+           "import hydra_edge.runtime.engines as engines\n"
+           "real = engines.load\n"
+           "def load(path, threads, format):\n"
+           "    print(json.dumps({'event': 'load', 'threads': threads}), flush=True)\n"
+           "    return real(path, threads, format)\n"
+           "engines.load = load\n"
+           "runner, sys.argv = sys.argv[1], sys.argv[1:]\n"
+           "runpy.run_path(runner, run_name='__main__')\n")
+    done = subprocess.run([sys.executable, "-c", spy, str(pushed / "calibration" / "runner.py"), "--bundle",
+                           str(bundle), "--runs", "2", "--warmup", "0", "--threads", "4096"],
+                          capture_output=True, text=True, timeout=120, cwd=pushed.parent)
+    loads = [json.loads(line)["threads"] for line in done.stdout.splitlines() if line.startswith('{"event": "load"')]
+    assert done.returncode == 0, done.stderr
+    assert loads and set(loads) == {os.cpu_count()}, done.stdout
