@@ -84,3 +84,30 @@ def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: d
                              calibration_images=min(n, len(calibration)), calibrate_method=method,
                              op_types_to_quantize=op_types or "all")
     return notes
+
+
+MIN_TENSOR_BYTES = 64  # smaller initialisers stay in the skeleton: too small to matter, too likely to repeat
+
+
+def tensor_map(data: bytes) -> list[Any]:
+    """Where each initialiser's raw bytes lie in an ``.onnx`` file's bytes (for compaction).
+
+    ONNX keeps an initialiser's values as one contiguous ``raw_data`` field, so its offset is where
+    those bytes occur in the file; one whose bytes occur more than once is left out (ambiguous).
+    """
+    import onnx
+    from onnx.helper import tensor_dtype_to_np_dtype
+
+    from .compact import Tensor
+
+    tensors = []
+    for init in onnx.load_from_string(data).graph.initializer:
+        raw = init.raw_data
+        if len(raw) < MIN_TENSOR_BYTES or init.data_location != onnx.TensorProto.DEFAULT:
+            continue
+        offset = data.find(raw)
+        if offset < 0 or data.find(raw, offset + 1) >= 0:
+            continue
+        dtype = np.dtype(tensor_dtype_to_np_dtype(init.data_type)).newbyteorder("<")
+        tensors.append(Tensor(init.name, offset, tuple(int(d) for d in init.dims), dtype))
+    return tensors
