@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import List, Union
+from typing import TYPE_CHECKING, List, Union
 
 import numpy as np
 
 from ..errors import HydraEdgeError
 from ..records.manifest import ArtefactRecord
 from ..records.recipe import Piece, Range, Recipe, decode_recipe
+
+if TYPE_CHECKING:
+    from .engines import Engine
 
 FIX = "re-push the bundle or re-run hydra-edge convert"
 
@@ -120,3 +123,13 @@ def artefact_bytes(bundle: Union[str, Path], record: ArtefactRecord) -> bytes:
         return rebuild(bundle, record)
     path = Path(bundle) / record.file
     return _checked(_read(path, "artefact"), path, "artefact", record.sha256)
+
+
+def load_record(bundle: Union[str, Path], record: ArtefactRecord, threads: int) -> "Engine":
+    """``record``'s artefact in its runtime: a compact one rebuilt and loaded from memory (every
+    sha256 checked here), a full one loaded from its file (whose sha256 its caller checks once)."""
+    from .engines import load, load_bytes
+
+    if record.compact is not None:
+        return load_bytes(rebuild(bundle, record), record.file, threads, record.format)
+    return load(Path(bundle) / record.file, threads, record.format)
