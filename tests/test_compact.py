@@ -26,6 +26,7 @@ from hydra_edge.runtime.engines import load, load_bytes, load_golden
 from hydra_edge.runtime.rebuild import rebuild
 from hydra_edge.runtime.switcher import Switcher
 from test_lut import calibration
+from test_records import fuzz
 from test_switcher import IMAGE, POLICY, PROFILE, Board
 
 HEADS = "3,6,12"
@@ -198,3 +199,15 @@ def test_switcher_on_a_compact_bundle_predicts_as_on_a_full_one(switch_bundles: 
     assert [o.heads for o in outputs] == [heads, heads]
     assert np.array_equal(outputs[0].logits, outputs[1].logits)
     assert read_manifest(switch_bundles / "host-compact").artefacts[0].compact is not None
+
+
+def test_every_recipe_field_is_checked(root: Path, tmp_path: Path) -> None:
+    a = read_manifest(root / "compact").artefacts[0]
+    doc = json.loads((root / "compact" / a.compact.recipe).read_text())
+    doc["ranges"] = doc["ranges"][:1]
+    path = tmp_path / "r.recipe.json"
+
+    def write(d: object) -> Path:
+        path.write_text(json.dumps(d))
+        return path
+    assert fuzz(doc, (), (r"\$\.(schema|schema_version)",), (), write, lambda: read_recipe(path)) > 20

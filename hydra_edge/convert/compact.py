@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from ..records.recipe import Piece, Range, Recipe
 from ..runtime.rebuild import slice_bytes, splice
-
-TensorMap = Callable[[bytes], "list[Tensor]"]
-
 
 @dataclass(frozen=True)
 class Tensor:
@@ -69,9 +66,20 @@ def _spans(relative: np.ndarray) -> list[tuple[int, int]]:
     return [(int(run[0]), int(run[-1]) + 1) for run in np.split(relative, breaks)]
 
 
+def _layouts(values: np.ndarray, sliced: np.ndarray, positions: list[np.ndarray]) -> Iterator[tuple[bool, tuple]]:
+    """(transposed, positions per axis of ``values``) for each layout in which the cast slice equals ``values``."""
+    for transposed, view, where in ((False, sliced, positions), (True, sliced.T, positions[::-1])):
+        if view.shape == values.shape and np.array_equal(view.astype(values.dtype), values):
+            yield transposed, tuple(where)
+
+
 def identify(tensors: Iterable[Tensor], data: bytes, params: Mapping[str, np.ndarray],
              index: Callable[[str, int], tuple], heads: int) -> list[Source]:
-    """The tensors of the ``heads`` artefact that equal a parameter's slice (cast to their dtype), as sources."""
+    """Every (tensor, parameter, layout) in which a tensor of the ``heads`` artefact equals a parameter's slice.
+
+    Equal values (zero biases, unit norms of an untrained model) give several sources for one tensor;
+    ``plan_ranges`` takes the first whose slice has the destination's bytes.
+    """
     sliced = {}
     for name, p in params.items():
         pos = _positions(index(name, heads), p.shape)
@@ -79,23 +87,17 @@ def identify(tensors: Iterable[Tensor], data: bytes, params: Mapping[str, np.nda
     found = []
     for t in tensors:
         values = t.array(data)
-        for name, (s, pos) in sliced.items():
-            for transposed, view, where in ((False, s, pos), (True, s.T, pos[::-1])):
-                if view.shape == values.shape and np.array_equal(view.astype(t.dtype), values):
-                    found.append(Source(t, name, transposed, tuple(where)))
-                    break
-            else:
-                continue
-            break
+        found += [Source(t, name, transposed, where) for name, (s, pos) in sliced.items()
+                  for transposed, where in _layouts(values, s, pos)]
     return found
 
 
 def _relative(want: Sequence[np.ndarray], have: Sequence[np.ndarray]) -> list[list[tuple[int, int]]] | None:
-    """Per axis, the spans of ``have`` positions that give ``want`` positions; None if one is missing."""
+    """Per axis, the spans of ``have``'s positions that hold ``want``'s (both sorted); None if one is missing."""
     out = []
     for w, h in zip(want, have):
         rel = np.searchsorted(h, w)
-        if (rel >= len(h)).any() or not np.array_equal(h[np.minimum(rel, len(h) - 1)], w) or (np.diff(rel) <= 0).any():
+        if not (rel < len(h)).all() or not np.array_equal(h[rel], w):
             return None
         out.append(_spans(rel))
     return out

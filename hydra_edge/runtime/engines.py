@@ -116,9 +116,7 @@ def format_of(path: str | Path) -> Format:
 def load(path: str | Path, threads: int = 1, format: str | None = None) -> Engine:
     """Load an artefact into its runtime; ``format`` overrides the suffix (for files still being written)."""
     path = Path(path)
-    if format is not None and format not in FORMATS:
-        raise HydraEdgeError(f"unknown format {format!r}; choose one of {sorted(FORMATS)}")
-    fmt = FORMATS[format] if format else format_of(path)
+    fmt = _format(format, path)
     if not path.is_file():
         raise HydraEdgeError(f"artefact {path} does not exist")
     return _engine(path, path, fmt, threads)
@@ -126,9 +124,14 @@ def load(path: str | Path, threads: int = 1, format: str | None = None) -> Engin
 
 def load_bytes(data: bytes, name: str | Path, threads: int = 1, format: str | None = None) -> Engine:
     """Load an artefact's bytes (rebuilt in memory) into its runtime; ``name`` is the file they are."""
-    if format is not None and format not in FORMATS:
-        raise HydraEdgeError(f"unknown format {format!r}; choose one of {sorted(FORMATS)}")
-    return _engine(data, Path(name), FORMATS[format] if format else format_of(name), threads)
+    return _engine(data, Path(name), _format(format, name), threads)
+
+
+def _format(name: str | None, path: str | Path) -> Format:
+    """Format ``name``, or by default the one of ``path``'s suffix."""
+    if name is not None and name not in FORMATS:
+        raise HydraEdgeError(f"unknown format {name!r}; choose one of {sorted(FORMATS)}")
+    return FORMATS[name] if name else format_of(path)
 
 
 def _engine(model: Model, path: Path, fmt: Format, threads: int) -> Engine:
