@@ -27,6 +27,7 @@ from hydra_edge.runtime.rebuild import rebuild
 from hydra_edge.runtime.switcher import Switcher
 from test_lut import calibration
 from test_records import fuzz
+from test_runner import pushed, run_runner  # noqa: F401 - pushed is a fixture
 from test_switcher import IMAGE, POLICY, PROFILE, Board
 
 HEADS = "3,6,12"
@@ -211,3 +212,18 @@ def test_every_recipe_field_is_checked(root: Path, tmp_path: Path) -> None:
         path.write_text(json.dumps(d))
         return path
     assert fuzz(doc, (), (r"\$\.(schema|schema_version)",), (), write, lambda: read_recipe(path)) > 20
+
+
+def test_the_calibration_runner_times_a_compact_bundle_from_the_files_pushed(root: Path, pushed: Path,
+                                                                             tmp_path: Path) -> None:
+    manifest = read_manifest(root / "compact")
+    board = tmp_path / "bundle"  # exactly what calibrate and deploy push: bundle_files and the manifest
+    for name, local in {**bundle_files(root / "compact", manifest.artefacts), "manifest.json": root / "compact" /
+                        "manifest.json"}.items():
+        (board / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(local, board / name)
+    events, modules = run_runner(pushed, "--bundle", board, "--runs", 3, "--warmup", 1)
+    assert modules["code"] in (None, 0) and all(f.startswith(str(pushed)) for f in modules["files"])
+    results = [e for e in events if e["event"] == "result"]
+    assert [(e["heads"], e["status"], e["golden"]["passed"]) for e in results] == \
+        [(3, "ok", True), (6, "ok", True), (12, "ok", True)]
