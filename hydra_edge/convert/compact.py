@@ -66,10 +66,24 @@ def _spans(relative: np.ndarray) -> list[tuple[int, int]]:
     return [(int(run[0]), int(run[-1]) + 1) for run in np.split(relative, breaks)]
 
 
+def _holds(values: np.ndarray, param: np.ndarray) -> bool:
+    """``values`` are ``param`` stored in their dtype: equal up to its rounding.
+
+    Not bitwise: a converter may round its own way (ONNX's fp16 conversion lifts values below fp16's
+    smallest subnormal to it). Only which parameter a tensor holds is decided here; a hole is made
+    only where the artefacts' own bytes agree (``plan_ranges``).
+    """
+    if values.shape != param.shape:
+        return False
+    if not np.issubdtype(values.dtype, np.floating):
+        return np.array_equal(param.astype(values.dtype), values)
+    return np.allclose(values.astype(np.float32), param, rtol=float(np.finfo(values.dtype).eps), atol=1e-6)
+
+
 def _layouts(values: np.ndarray, sliced: np.ndarray, positions: list[np.ndarray]) -> Iterator[tuple[bool, tuple]]:
-    """(transposed, positions per axis of ``values``) for each layout in which the cast slice equals ``values``."""
+    """(transposed, positions per axis of ``values``) for each layout in which ``values`` hold the slice."""
     for transposed, view, where in ((False, sliced, positions), (True, sliced.T, positions[::-1])):
-        if view.shape == values.shape and np.array_equal(view.astype(values.dtype), values):
+        if _holds(values, view):
             yield transposed, tuple(where)
 
 
