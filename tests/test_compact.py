@@ -102,7 +102,9 @@ def test_rerun_skips_a_compact_bundle_and_layout_full_restores_the_files(root: P
     opts = pipeline.ConvertOptions(checkpoint=root / "m.pt", target="jetson", quant="fp16", heads=HEADS, out=out,
                                    eval_limit=16, layout="compact")
     assert pipeline.convert(opts).converted == []
-    pipeline.convert(pipeline.ConvertOptions(**{**opts.__dict__, "layout": "full"}))
+    result = CliRunner().invoke(main, ["convert", "-c", str(root / "m.pt"), "-t", "jetson", "--quant", "fp16",
+                                       "--heads", HEADS, "-o", str(out), "--eval-limit", "16", "--layout", "full"])
+    assert result.exit_code == 0 and "0 converted, 3 unchanged" in result.output, result.output
     manifest = read_manifest(out)
     assert all(a.compact is None and sha256(out / a.file) == a.sha256 for a in manifest.artefacts)
     assert not list(out.glob("*.skeleton")) and not list(out.glob("*.recipe.json"))

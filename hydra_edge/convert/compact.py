@@ -20,6 +20,7 @@ import numpy as np
 from ..records.recipe import Piece, Range, Recipe
 from ..runtime.rebuild import slice_bytes, splice
 
+
 @dataclass(frozen=True)
 class Tensor:
     """A weight tensor's raw bytes in an artefact file: ``data[offset : offset + nbytes]``, C order."""
