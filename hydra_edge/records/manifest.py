@@ -17,8 +17,8 @@ from ..atomic import sha256_file, write_bytes
 from ..errors import HydraEdgeError
 from . import codec
 from .config import ModelConfig
-from .recipe import read_recipe
 from .fields import Heads, Name, NonNegative, NonNegFloat, Percent, Positive, Ratio, Sha256, Threads, check, relative_path
+from .recipe import read_recipe
 from .target import TargetRecord
 
 SCHEMA = "hydra-edge/bundle"
