@@ -76,6 +76,11 @@ def _holds(values: np.ndarray, param: np.ndarray) -> bool:
     """
     if values.shape != param.shape:
         return False
+    corner = tuple(slice(0, 4) for _ in values.shape)  # most candidates differ here: skip the full compare
+    return _equal(values[corner], param[corner]) and _equal(values, param)
+
+
+def _equal(values: np.ndarray, param: np.ndarray) -> bool:
     if not np.issubdtype(values.dtype, np.floating):
         return np.array_equal(param.astype(values.dtype), values)
     return np.allclose(values.astype(np.float32), param, rtol=float(np.finfo(values.dtype).eps), atol=1e-6)
