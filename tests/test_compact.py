@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Callable, List
@@ -237,3 +238,22 @@ def test_the_calibration_runner_times_a_compact_bundle_from_the_files_pushed(roo
     results = [e for e in events if e["event"] == "result"]
     assert [(e["heads"], e["status"], e["golden"]["passed"]) for e in results] == \
         [(3, "ok", True), (6, "ok", True), (12, "ok", True)]
+
+
+def test_a_source_changed_in_place_after_a_rebuild_is_still_refused(root: Path, tmp_path: Path) -> None:
+    """The source's sha256 is checked once per file identity; a change that keeps size and mtime is caught
+    by the rebuilt bytes' sha256."""
+    bundle = tmp_path / "b"
+    shutil.copytree(root / "compact", bundle)
+    manifest, a, recipe = _h3(bundle)
+    assert hashlib.sha256(rebuild(bundle, a)).hexdigest() == a.sha256
+    source = bundle / recipe.source.file
+    stat = source.stat()
+    with open(source, "r+b") as f:
+        f.seek(recipe.ranges[-1].source_offset)
+        byte = f.read(1)
+        f.seek(recipe.ranges[-1].source_offset)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    with pytest.raises(HydraEdgeError, match=f"^{bundle / a.compact.recipe}: artefact {a.file} rebuilt by the recipe"):
+        rebuild(bundle, a)
