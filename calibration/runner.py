@@ -99,13 +99,15 @@ def _threads(args: argparse.Namespace, artefact: ArtefactRecord) -> int:
 
 def measure(bundle: Path, artefact: ArtefactRecord, args: argparse.Namespace, device: Device) -> Dict[str, Any]:
     """One artefact: integrity, golden check, load time, latency statistics, memory, state."""
-    from hydra_edge.runtime.engines import check_golden, load, load_golden
+    from hydra_edge.runtime.engines import check_golden, load_golden
+    from hydra_edge.runtime.rebuild import load_record
     from hydra_edge.runtime.signals import summarize_latencies
 
     result: Dict[str, Any] = {"event": "result", "heads": artefact.heads, "artefact": artefact.id,
                               "sha256": artefact.sha256, "runner": "python", "status": "error"}
     result["state_before"] = device.state().to_dict()
-    for name, want in ((artefact.file, artefact.sha256), (artefact.golden["file"], artefact.golden["sha256"])):
+    stored = [] if artefact.compact else [(artefact.file, artefact.sha256)]  # a compact one: checked by rebuild
+    for name, want in (*stored, (artefact.golden["file"], artefact.golden["sha256"])):
         path = bundle / name
         if not path.is_file() or sha256_file(path) != want:
             result["error"] = f"{name} is missing or its sha256 differs from the manifest; push the bundle again"
@@ -114,7 +116,11 @@ def measure(bundle: Path, artefact: ArtefactRecord, args: argparse.Namespace, de
     reset_peak_rss()
     threads = _threads(args, artefact)
     start = time.perf_counter()
-    engine = load(bundle / artefact.file, threads=threads, format=artefact.format)
+    try:
+        engine = load_record(bundle, artefact, threads)  # a compact artefact's load_s includes its rebuild
+    except HydraEdgeError as e:
+        result["error"] = str(e)
+        return result
     result["load_s"] = time.perf_counter() - start
     golden = load_golden(bundle / artefact.golden["file"])
     check = check_golden(engine, golden, artefact.golden["tolerance"])
@@ -138,9 +144,10 @@ def soak(bundle: Path, artefact: ArtefactRecord, args: argparse.Namespace, devic
     Each sample is the median latency of its window and the device state at its end, so the
     host can relate slowdown to temperature, throttling and thermal status.
     """
-    from hydra_edge.runtime.engines import load, load_golden
+    from hydra_edge.runtime.engines import load_golden
+    from hydra_edge.runtime.rebuild import load_record
 
-    engine = load(bundle / artefact.file, threads=_threads(args, artefact), format=artefact.format)
+    engine = load_record(bundle, artefact, _threads(args, artefact))
     x = load_golden(bundle / artefact.golden["file"])["inputs"][:1].astype("float32")
     start = time.monotonic()
     while time.monotonic() - start < args.soak_seconds:

@@ -11,6 +11,7 @@ from .convert.command import convert
 from .demo import demo
 from .deploy import deploy
 from .command import CONTEXT, Group, Number
+from .expand import expand_command
 from .errors import HydraEdgeError
 from .lut.command import lut
 
@@ -195,7 +196,7 @@ def evaluate(checkpoint: Path, data: str | None, heads: str | None, out: Path | 
     click.echo(f"saved {out / 'eval.json'} and {out / 'eval.png'}")
 
 
-for command in (convert, calibrate, lut, deploy, demo):
+for command in (convert, expand_command, calibrate, lut, deploy, demo):
     main.add_command(command)
 
 

@@ -72,11 +72,13 @@ def _summary(result: ConvertResult) -> None:
               help="Held-out images per artefact check.")
 @click.option("--optional", is_flag=True, help="Also convert the profile's optional artefacts.")
 @click.option("--force", is_flag=True, help="Re-convert artefacts even when nothing changed.")
+@click.option("--layout", type=click.Choice(["full", "compact"]), default="full", show_default=True,
+              help="compact: every head count rebuilt from the largest one's weights (ONNX); full: one file each.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress display.")
 @click.option("--no-wait", is_flag=True, help="If another run is writing --out, stop (naming it) instead of waiting.")
 def convert(checkpoint: Path, target: str, out: Path, heads: str | None, quant: str | None, max_drop: float,
-            jobs: int, data: str | None, eval_limit: int, optional: bool, force: bool, quiet: bool,
-            no_wait: bool) -> None:
+            jobs: int, data: str | None, eval_limit: int, optional: bool, force: bool, layout: str,
+            quiet: bool, no_wait: bool) -> None:
     """Convert each subnetwork to the target's artefacts, verify them, write a manifest.
 
     Re-running is incremental: unchanged artefacts are skipped, an interrupted run resumes.
@@ -85,10 +87,11 @@ def convert(checkpoint: Path, target: str, out: Path, heads: str | None, quant: 
     Example:
       hydra-edge convert -c runs/digits/checkpoint.pt --target rpi --out bundles/rpi
       hydra-edge convert -c model.pt --target jetson --heads 3,6,12 --jobs 2 --out bundles/jetson
+      hydra-edge convert -c model.pt --target jetson --quant fp16 --layout compact --out bundles/jetson
     """
     opts = ConvertOptions(checkpoint=checkpoint, target=target, out=out, heads=heads, quant=quant, max_drop=max_drop,
                           jobs=jobs, data=data, eval_limit=eval_limit, optional=optional, force=force,
-                          wait=not no_wait)
+                          wait=not no_wait, layout=layout)
     progress = None if quiet or not sys.stderr.isatty() else _Progress()
     if progress:
         with progress.progress:

@@ -84,3 +84,67 @@ def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: d
                              calibration_images=min(n, len(calibration)), calibrate_method=method,
                              op_types_to_quantize=op_types or "all")
     return notes
+
+
+MIN_TENSOR_BYTES = 64  # smaller initialisers stay in the skeleton: too small to matter
+# protobuf field numbers (onnx.proto): ModelProto.graph, GraphProto.initializer, TensorProto.raw_data
+_GRAPH, _INITIALIZER, _RAW_DATA = 7, 5, 9
+
+
+def _varint(data: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[i]
+        value |= (byte & 0x7F) << shift
+        i += 1
+        if byte < 0x80:
+            return value, i
+        shift += 7
+
+
+def _fields(data: bytes, start: int, end: int, wanted: int) -> list[tuple[int, int]]:
+    """(start, end) of every length-delimited field ``wanted`` of the protobuf message ``data[start:end]``."""
+    out, i = [], start
+    while i < end:
+        key, i = _varint(data, i)
+        wire = key & 7
+        if wire == 0:
+            _, i = _varint(data, i)
+        elif wire in (1, 5):
+            i += 8 if wire == 1 else 4
+        elif wire == 2:
+            n, i = _varint(data, i)
+            if key >> 3 == wanted:
+                out.append((i, i + n))
+            i += n
+        else:
+            raise ValueError(f"protobuf wire type {wire} at byte {i}")
+    return out
+
+
+def tensor_map(data: bytes) -> list[Any]:
+    """Where each initialiser's raw bytes lie in an ``.onnx`` file's bytes (for compaction).
+
+    ONNX keeps an initialiser's values as one contiguous ``raw_data`` field; its offset is read
+    from the protobuf wire format (graph -> initializer -> raw_data), not searched for.
+    """
+    import onnx
+    from onnx.helper import tensor_dtype_to_np_dtype
+
+    from .compact import Tensor
+
+    (graph,) = _fields(data, 0, len(data), _GRAPH)[-1:]  # protobuf: the last occurrence wins
+    spans = [_fields(data, a, b, _RAW_DATA)[-1:] for a, b in _fields(data, *graph, _INITIALIZER)]
+    initializers = onnx.load_from_string(data).graph.initializer
+    if len(spans) != len(initializers):
+        raise ValueError(f"{len(initializers)} initialisers, {len(spans)} found in the file's bytes")
+    tensors = []
+    for init, span in zip(initializers, spans):
+        if not span or span[0][1] - span[0][0] < MIN_TENSOR_BYTES:
+            continue
+        (start, end), = span
+        if data[start:end] != init.raw_data:
+            raise ValueError(f"initialiser {init.name}: raw bytes not where the wire format puts them")
+        dtype = np.dtype(tensor_dtype_to_np_dtype(init.data_type)).newbyteorder("<")
+        tensors.append(Tensor(init.name, start, tuple(int(d) for d in init.dims), dtype))
+    return tensors

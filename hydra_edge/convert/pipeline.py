@@ -34,6 +34,7 @@ from ..errors import HydraEdgeError
 from ..lock import exclusive
 from ..runtime.engines import FORMATS, load, runtime_version
 from .formats import exporter, tools
+from .layout import LAYOUTS, apply_layout
 from .manifest import MANIFEST, ArtefactRecord, Manifest, intact, read_manifest, sha256_file
 from .targets import Target, Variant, load_target
 from .verify import EvalSet, eager_logits, golden_tolerance, verify, write_golden
@@ -62,6 +63,7 @@ class ConvertOptions:
     optional: bool = False  # also convert the target's optional variants
     force: bool = False  # re-convert even unchanged artefacts
     wait: bool = True  # wait while another run holds the bundle (else stop, naming it)
+    layout: str = "full"  # "compact": one weight set per variant (convert.layout)
 
 
 @dataclass(frozen=True)
@@ -341,6 +343,8 @@ def check_inputs(opts: ConvertOptions) -> Inputs:
 
     if opts.max_drop < 0 or opts.jobs < 1 or opts.eval_limit < 1:
         raise HydraEdgeError("--max-drop must be >= 0, --jobs and --eval-limit >= 1")
+    if opts.layout not in LAYOUTS:
+        raise HydraEdgeError(f"unknown --layout {opts.layout!r}; choose one of {', '.join(LAYOUTS)}")
     target = load_target(opts.target)
     variants = target.variants(opts.quant, opts.optional)
     model, saved = load_checkpoint_file(opts.checkpoint)
@@ -409,7 +413,9 @@ def convert(opts: ConvertOptions, report: Report | None = None) -> ConvertResult
     _prepare_out(opts.out)
     with exclusive(opts.out / LOCK, f"bundle {opts.out}", opts.wait):
         _remove_stale(opts.out)
-        return _convert(opts, plan(opts, inputs), report)
+        result = _convert(opts, plan(opts, inputs), report)
+        apply_layout(opts.out, result.manifest, opts.layout, str(opts.checkpoint), report)
+        return result
 
 
 def _convert(opts: ConvertOptions, todo: Plan, report: Report) -> ConvertResult:

@@ -10,5 +10,6 @@ only, Python 3.9+: boards import this package.
   numbers, paths that stay inside their bundle).
 * one module per record: ``manifest`` (bundle manifest.json), ``config`` (the model config it
   carries), ``target`` (target profile TOML), ``calibration`` (calibration JSON), ``policy``
-  (lookup-table policy TOML), ``lut`` (lut.json).
+  (lookup-table policy TOML), ``lut`` (lut.json), ``recipe`` (how a compact bundle rebuilds an
+  artefact).
 """

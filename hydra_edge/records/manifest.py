@@ -8,7 +8,7 @@ and the board app read it. Nested tables that readers index like dicts (``golden
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Dict, Iterable, List, Optional, Union
+from typing import Annotated, Any, Dict, Iterable, List, Optional, Tuple, Union
 
 import msgspec
 from msgspec import Meta
@@ -19,6 +19,7 @@ from . import codec
 from .config import ModelConfig
 from .fields import (Format, Heads, Name, NonNegative, NonNegFloat, Percent, Positive, Ratio, Sha256, Threads, check,
                      relative_path)
+from .recipe import read_recipe
 from .target import TargetRecord
 
 SCHEMA = "hydra-edge/bundle"
@@ -61,8 +62,22 @@ class Checkpoint(msgspec.Struct, forbid_unknown_fields=True):
     sha256: Sha256
 
 
+class Compact(msgspec.Struct, forbid_unknown_fields=True):
+    """Where a compact bundle keeps an artefact: the recipe that rebuilds it (``records.recipe``)."""
+
+    recipe: str  # relative to the bundle
+    sha256: Sha256
+
+    def __post_init__(self) -> None:
+        relative_path(self.recipe, ".recipe")
+
+
 class ArtefactRecord(msgspec.Struct, forbid_unknown_fields=True):
-    """One converted, verified subnetwork. ``file`` and ``golden['file']`` are relative to the bundle."""
+    """One converted, verified subnetwork. ``file`` and ``golden['file']`` are relative to the bundle.
+
+    ``file``, ``bytes`` and ``sha256`` always describe the full artefact verified at convert time;
+    with ``compact`` the bundle holds no such file but a recipe that rebuilds exactly those bytes.
+    """
 
     id: Name  # "h6_executorch_int8-dynamic"
     heads: Heads
@@ -83,6 +98,7 @@ class ArtefactRecord(msgspec.Struct, forbid_unknown_fields=True):
     fingerprint: Name  # hash of everything that decides the file; equal -> skip on re-run
     device_build: Optional[str] = None  # e.g. the trtexec command that builds the device engine
     notes: Dict[str, Any] = msgspec.field(default_factory=dict)
+    compact: Optional[Compact] = None  # None: ``file`` is in the bundle as it is
 
     def __post_init__(self) -> None:
         relative_path(self.file, ".file")
@@ -149,6 +165,24 @@ def read_manifest(folder_or_file: Union[str, Path]) -> Manifest:
                       (SCHEMA, SCHEMA_VERSION))
 
 
+def stored_files(folder: Union[str, Path], record: ArtefactRecord) -> List[Tuple[str, str, str]]:
+    """``(name in the bundle, sha256, what it is)`` of every file the bundle keeps for ``record``'s artefact.
+
+    A full artefact is its file; a compact one is its recipe, skeleton and the source artefact
+    the recipe names (read from the recipe, which must itself be intact).
+    """
+    if record.compact is None:
+        return [(record.file, record.sha256, "file")]
+    recipe_path = Path(folder) / record.compact.recipe
+    recipe = read_recipe(recipe_path)
+    if sha256_file(recipe_path) != record.compact.sha256:
+        raise HydraEdgeError(f"{recipe_path}: sha256 differs from the manifest's (artefact {record.id}); "
+                             "re-run hydra-edge convert to restore the bundle")
+    return [(record.compact.recipe, record.compact.sha256, "compact.recipe"),
+            (recipe.skeleton.file, recipe.skeleton.sha256, "recipe skeleton"),
+            (recipe.source.file, recipe.source.sha256, "recipe source")]
+
+
 def bundle_files(folder: Union[str, Path], records: Iterable[ArtefactRecord], golden: bool = True) -> Dict[str, Path]:
     """``{name in the bundle: local file}`` of each record's artefact (and golden pair), for pushing.
 
@@ -161,7 +195,11 @@ def bundle_files(folder: Union[str, Path], records: Iterable[ArtefactRecord], go
     inside = folder.resolve()
     files: Dict[str, Path] = {}
     for r in records:
-        wanted = [(r.file, r.sha256, "file"), *([(r.golden["file"], r.golden["sha256"], "golden.file")] if golden else [])]
+        if r.compact is not None and not (folder / r.compact.recipe).is_file():
+            stored = [(r.compact.recipe, r.compact.sha256, "compact.recipe")]  # reported missing below
+        else:
+            stored = stored_files(folder, r)
+        wanted = [*stored, *([(r.golden["file"], r.golden["sha256"], "golden.file")] if golden else [])]
         for name, sha256, field in wanted:
             path, where = folder / name, f"artefact {r.id} {field} in {folder / MANIFEST}"
             if not path.is_file():
@@ -177,7 +215,11 @@ def bundle_files(folder: Union[str, Path], records: Iterable[ArtefactRecord], go
 
 
 def intact(folder: Union[str, Path], record: ArtefactRecord) -> bool:
-    """The artefact and its golden pair exist and still have the recorded sha256."""
+    """Every file the bundle keeps for the artefact, and its golden pair, exist with the recorded sha256."""
     folder = Path(folder)
-    files = [(folder / record.file, record.sha256), (folder / record.golden["file"], record.golden["sha256"])]
-    return all(p.is_file() and sha256_file(p) == sha for p, sha in files)
+    try:
+        stored = [(name, sha) for name, sha, _ in stored_files(folder, record)]
+    except HydraEdgeError:
+        return False
+    files = [*stored, (record.golden["file"], record.golden["sha256"])]
+    return all((folder / name).is_file() and sha256_file(folder / name) == sha for name, sha in files)

@@ -16,13 +16,14 @@ import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence, Union
 
 import numpy as np
 
 from ..errors import HydraEdgeError
 
 Step = Callable[[np.ndarray], np.ndarray]  # one (1, C, H, W) float32 image -> (1, classes) logits
+Model = Union[Path, bytes]  # an artefact file, or its bytes (rebuilt in memory from a compact bundle)
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class Format:
     suffix: str
     runtime: str  # the pip distribution a device installs
     module: str  # what the engine imports
-    loader: Callable[[Path, int], Step]
+    loader: Callable[[Model, int], Step]
     # (import name, why it is not enough): a runtime a device may have instead that cannot run
     # these artefacts, named when a device has it but lacks ``module``
     impostor: tuple[str, str] | None = None
@@ -54,28 +55,30 @@ class Engine:
         return np.concatenate([self.step(x[i : i + 1]) for i in range(len(x))]).astype(np.float32)
 
 
-def _load_tflite(path: Path, threads: int) -> Step:
+def _load_tflite(model: Model, threads: int) -> Step:
     # ai-edge-litert only (see TFLITE_RUNTIME_WHY): tflite-runtime cannot run these artefacts.
     from ai_edge_litert.interpreter import Interpreter
 
-    interpreter = Interpreter(model_path=str(path), num_threads=threads)
+    source = {"model_content": model} if isinstance(model, bytes) else {"model_path": str(model)}
+    interpreter = Interpreter(**source, num_threads=threads)
     runner = interpreter.get_signature_runner()
     (name,) = interpreter.get_signature_list()["serving_default"]["inputs"]
     return lambda x: next(iter(runner(**{name: x}).values()))
 
 
-def _load_onnx(path: Path, threads: int) -> Step:
+def _load_onnx(model: Model, threads: int) -> Step:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(model if isinstance(model, bytes) else str(model), options,
+                                   providers=["CPUExecutionProvider"])
     name = session.get_inputs()[0].name
     return lambda x: session.run(None, {name: x})[0]
 
 
-def _load_pte(path: Path, threads: int) -> Step:
+def _load_pte(model: Model, threads: int) -> Step:
     # executorch's Python bindings take and return torch tensors, so this one engine needs torch
     # (executorch.runtime imports it anyway); the conversion to numpy stays at this boundary.
     import torch
@@ -83,7 +86,7 @@ def _load_pte(path: Path, threads: int) -> Step:
     from executorch.runtime import Runtime
 
     _unsafe_reset_threadpool(threads)
-    method = Runtime.get().load_program(str(path)).load_method("forward")
+    method = Runtime.get().load_program(model if isinstance(model, bytes) else str(model)).load_method("forward")
     return lambda x: method.execute([torch.from_numpy(x)])[0].numpy()
 
 
@@ -113,13 +116,27 @@ def format_of(path: str | Path) -> Format:
 def load(path: str | Path, threads: int = 1, format: str | None = None) -> Engine:
     """Load an artefact into its runtime; ``format`` overrides the suffix (for files still being written)."""
     path = Path(path)
-    if format is not None and format not in FORMATS:
-        raise HydraEdgeError(f"unknown format {format!r}; choose one of {sorted(FORMATS)}")
-    fmt = FORMATS[format] if format else format_of(path)
+    fmt = _format(format, path)
     if not path.is_file():
         raise HydraEdgeError(f"artefact {path} does not exist")
+    return _engine(path, path, fmt, threads)
+
+
+def load_bytes(data: bytes, name: str | Path, threads: int = 1, format: str | None = None) -> Engine:
+    """Load an artefact's bytes (rebuilt in memory) into its runtime; ``name`` is the file they are."""
+    return _engine(data, Path(name), _format(format, name), threads)
+
+
+def _format(name: str | None, path: str | Path) -> Format:
+    """Format ``name``, or by default the one of ``path``'s suffix."""
+    if name is not None and name not in FORMATS:
+        raise HydraEdgeError(f"unknown format {name!r}; choose one of {sorted(FORMATS)}")
+    return FORMATS[name] if name else format_of(path)
+
+
+def _engine(model: Model, path: Path, fmt: Format, threads: int) -> Engine:
     try:
-        step = fmt.loader(path, max(1, int(threads)))
+        step = fmt.loader(model, max(1, int(threads)))
     except ImportError as e:
         raise HydraEdgeError(f"cannot run {path.name}: {e}; install it with `{pip_install([fmt.runtime])}`") from None
     return Engine(path=path, format=fmt, threads=threads, step=step)

@@ -39,6 +39,7 @@ from ..records.manifest import read_manifest
 from .engines import Engine, load
 from ..records.target import signals as checked_signals
 from .failsafe import Hold, RaiseGate
+from .rebuild import load_record
 from .lut import Candidate, LutError, Table, read_table
 from .signals import THERMAL_SIGNALS, DeviceState, Runner, configured, read_state, run_command
 from .signals.android import thermal_status_name
@@ -104,6 +105,7 @@ class Switcher:
         self.cache_size = max(1, cache_size)
         self.threads = threads
         manifest = read_manifest(self.bundle)
+        self._records = manifest.by_id()
         self.signals = dict(signals if signals is not None else manifest.target.get("signals", {}))
         self.settings = checked_signals(self.signals, f"{self.bundle}/manifest.json target signals" if signals is None
                                         else "the switcher's signals")
@@ -210,12 +212,19 @@ class Switcher:
     # -- engines --------------------------------------------------------------------------------
 
     def _load(self, candidate: Candidate, warm: bool = False) -> Engine:
-        """Check the artefact's sha256 and load it; ``warm`` runs it once (a first run allocates)."""
+        """Check the artefact's sha256 and load it; ``warm`` runs it once (a first run allocates).
+
+        In a compact bundle the artefact is rebuilt in memory; ``rebuild`` checks every sha256."""
         path = self.bundle / candidate.file
-        if not path.is_file() or sha256_file(path) != candidate.sha256:
-            raise HydraEdgeError(f"{path} is missing or changed since the table was built (sha256 mismatch)")
         # never more threads than cores: oversubscribed runtimes spin and stall each other
-        engine = load(path, self.threads or min(candidate.threads, os.cpu_count() or 1), candidate.format)
+        threads = self.threads or min(candidate.threads, os.cpu_count() or 1)
+        record = self._records.get(candidate.artefact)
+        if record is not None and record.compact is not None and record.sha256 == candidate.sha256:
+            engine = load_record(self.bundle, record, threads)
+        elif not path.is_file() or sha256_file(path) != candidate.sha256:
+            raise HydraEdgeError(f"{path} is missing or changed since the table was built (sha256 mismatch)")
+        else:
+            engine = load(path, threads, candidate.format)
         if warm and self._input_shape is not None:
             engine.run(np.zeros(self._input_shape, np.float32))
         return engine

@@ -1,0 +1,114 @@
+"""A bundle's layout after conversion: ``full`` (one file per artefact) or ``compact`` (one weight set).
+
+In a compact bundle each variant's largest head count keeps its artefact whole and every other
+head count keeps a skeleton and a recipe (``convert.compact``) that rebuild its verified bytes.
+A format without a tensor map keeps full files, and the manifest's notes say why. Each artefact
+is switched on its own: new files are written, then the manifest, then the old files removed, so
+an interrupted run leaves a bundle that reads (at worst with one file too many).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Dict, List
+
+import msgspec
+import numpy as np
+
+from ..atomic import sha256_file, write_bytes
+from ..errors import HydraEdgeError
+from ..records.manifest import ArtefactRecord, Compact, Manifest
+from ..records.recipe import read_recipe
+from ..runtime.rebuild import rebuild
+from .compact import Tensor, compact
+from .formats import exporter
+
+LAYOUTS = ("full", "compact")
+Report = Callable[[str, str, "int | None"], None]
+
+
+def skeleton_name(file: str) -> str:
+    return f"{Path(file).stem}.skeleton"
+
+
+def recipe_name(file: str) -> str:
+    return f"{Path(file).stem}.recipe.json"
+
+
+def _variant(record: ArtefactRecord) -> str:
+    return record.id.split("_", 1)[1]  # "h6_onnx_fp16" -> "onnx_fp16"
+
+
+def _replace(manifest: Manifest, out: Path, record: ArtefactRecord, layout: str | None, **changes: Any) -> None:
+    notes = {k: v for k, v in record.notes.items() if k != "layout"}
+    manifest.put(msgspec.structs.replace(record, notes={**notes, **({"layout": layout} if layout else {})}, **changes))
+    manifest.write(out)
+
+
+def _expand(out: Path, manifest: Manifest, record: ArtefactRecord) -> None:
+    """A compact artefact back to its full file (verified by ``rebuild``)."""
+    write_bytes(out / record.file, rebuild(out, record))
+    recipe = read_recipe(out / record.compact.recipe)
+    _replace(manifest, out, record, None, compact=None)
+    for name in (recipe.skeleton.file, record.compact.recipe):
+        (out / name).unlink(missing_ok=True)
+
+
+def _compact(out: Path, manifest: Manifest, record: ArtefactRecord, source: ArtefactRecord,
+             tensor_map: Callable[[bytes], List[Tensor]], params: Dict[str, np.ndarray], index: Any) -> None:
+    data = (out / record.file).read_bytes()
+    source_data = (out / source.file).read_bytes()
+    try:
+        done = compact(record.heads, record.file, data, tensor_map(data), source.file, source_data,
+                       tensor_map(source_data), source.heads, params, index, skeleton_name(record.file))
+    except ValueError as e:
+        _replace(manifest, out, record, f"full: {e}")
+        return
+    write_bytes(out / done.recipe.skeleton.file, done.skeleton)
+    recipe = out / recipe_name(record.file)
+    write_bytes(recipe, done.recipe.encode(str(recipe)))
+    stored = len(done.skeleton)
+    _replace(manifest, out, record, f"compact: {stored} of {record.bytes} bytes in {done.recipe.skeleton.file}, "
+                                    f"{len(done.recipe.ranges)} weight ranges from {source.file}",
+             compact=Compact(recipe=recipe.name, sha256=sha256_file(recipe)))
+    (out / record.file).unlink()
+
+
+def _model_params(checkpoint: str) -> tuple[Dict[str, np.ndarray], Any]:
+    from ..checkpoint import load_checkpoint
+    from ..slicing import weight_index
+
+    model = load_checkpoint(checkpoint)
+    params = {name: p.detach().float().numpy() for name, p in model.named_parameters()}
+    return params, lambda name, k: weight_index(name, model.config, k)
+
+
+def apply_layout(out: Path, manifest: Manifest, layout: str, checkpoint: str, report: Report) -> None:
+    """Bring every artefact of ``manifest`` to ``layout``; rewrites the manifest after each change."""
+    if layout not in LAYOUTS:
+        raise HydraEdgeError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
+    groups: Dict[str, List[ArtefactRecord]] = {}
+    for record in manifest.artefacts:
+        groups.setdefault(_variant(record), []).append(record)
+    sources = {variant: max(records, key=lambda r: r.heads) for variant, records in groups.items()}
+    for record in list(manifest.artefacts):  # every expansion first: a recipe may read a file about to go
+        source = sources[_variant(record)]
+        if record.compact is not None and (layout == "full" or record is source
+                                           or read_recipe(out / record.compact.recipe).source.file != source.file):
+            report(record.file, "expand", None)
+            _expand(out, manifest, record)
+    if layout == "full":
+        return
+    model: tuple[Dict[str, np.ndarray], Any] | None = None
+    for record in list(manifest.artefacts):
+        source = manifest.by_id()[sources[_variant(record)].id]
+        if record.compact is not None or record.heads == source.heads:
+            continue
+        tensor_map = getattr(exporter(record.format), "tensor_map", None)
+        if tensor_map is None:
+            _replace(manifest, out, record, f"full: hydra-edge cannot compact {record.format} artefacts yet")
+            continue
+        report(record.file, "compact", None)
+        model = model or _model_params(checkpoint)
+        _compact(out, manifest, record, source, tensor_map, *model)
+        report(record.file, "done", manifest.by_id()[record.id].bytes)

@@ -1,0 +1,259 @@
+"""Compact bundles: one weight set per variant, every head count rebuilt byte for byte, tampering refused."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Callable, List
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from hydra_edge.cli import main
+from hydra_edge.config import preset
+from hydra_edge.convert import pipeline
+from hydra_edge.convert.onnx import tensor_map
+from hydra_edge.errors import HydraEdgeError
+from hydra_edge.lut.command import make_lut
+from hydra_edge.model import HydraViT
+from hydra_edge.records.manifest import Manifest, bundle_files, read_manifest
+from hydra_edge.records.recipe import read_recipe
+from hydra_edge.runtime import engines
+from hydra_edge.runtime.engines import load, load_bytes, load_golden
+from hydra_edge.runtime.rebuild import rebuild
+from hydra_edge.runtime.switcher import Switcher
+from test_lut import calibration
+from test_records import fuzz
+from test_runner import pushed, run_runner  # noqa: F401 - pushed is a fixture
+from test_switcher import IMAGE, POLICY, PROFILE, Board
+
+HEADS = "3,6,12"
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A digits model (depth 2, heads 3/6/12, random weights) converted for jetson fp16, compact and full.
+
+    One weight is below fp16's smallest subnormal, which ONNX's fp16 conversion rounds its own way."""
+    root = tmp_path_factory.mktemp("compact")
+    torch.manual_seed(0)
+    model = HydraViT(preset("digits", depth=2, heads=(3, 6, 12)))
+    with torch.no_grad():
+        model.blocks[0].attn.qkv.weight[0, 0] = 1e-9
+    model.save(root / "m.pt")
+    for layout in ("compact", "full"):
+        pipeline.convert(pipeline.ConvertOptions(checkpoint=root / "m.pt", target="jetson", quant="fp16", heads=HEADS,
+                                                 out=root / layout, eval_limit=16, layout=layout))
+    return root
+
+
+def stored_bytes(bundle: Path) -> int:
+    return sum(f.stat().st_size for f in bundle.iterdir() if f.is_file() and not f.name.startswith("."))
+
+
+def test_compact_bundle_keeps_one_weight_set_and_rebuilds_the_verified_bytes(root: Path) -> None:
+    compact, full = read_manifest(root / "compact"), read_manifest(root / "full")
+    assert [(a.id, a.file, a.sha256, a.bytes) for a in compact.artefacts] == \
+        [(a.id, a.file, a.sha256, a.bytes) for a in full.artefacts]
+    largest = compact.artefacts[-1]
+    assert largest.heads == 12 and largest.compact is None and (root / "compact" / largest.file).is_file()
+    for a in compact.artefacts[:-1]:
+        assert a.compact is not None and not (root / "compact" / a.file).exists()
+        recipe = read_recipe(root / "compact" / a.compact.recipe)
+        assert recipe.source.file == largest.file and recipe.source.sha256 == largest.sha256
+        assert recipe.skeleton.bytes < 0.1 * largest.bytes  # the weights come from the 12-head file
+        assert a.notes["layout"].startswith("compact:")
+        data = rebuild(root / "compact", a)
+        assert hashlib.sha256(data).hexdigest() == a.sha256
+        assert len(recipe.ranges) == len(tensor_map(data))  # every weight tensor of the artefact is a slice
+    assert stored_bytes(root / "compact") < 0.85 * stored_bytes(root / "full")
+    # what deploy and calibrate push: the recipe, the skeleton and the source, never a missing full file
+    pushed = set(bundle_files(root / "compact", compact.artefacts[:1]))
+    h3 = compact.artefacts[0]
+    assert pushed == {h3.compact.recipe, read_recipe(root / "compact" / h3.compact.recipe).skeleton.file,
+                      largest.file, h3.golden["file"]}
+
+
+def test_expand_writes_the_manifests_files_and_runs_like_the_dedicated_artefacts(root: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["expand", "--bundle", str(root / "compact"), "--out", str(tmp_path / "files")])
+    assert result.exit_code == 0, result.output
+    manifest = read_manifest(root / "compact")
+    for a in manifest.artefacts:
+        expanded = tmp_path / "files" / a.file
+        assert sha256(expanded) == a.sha256 == sha256(root / "full" / a.file)
+        data = rebuild(root / "compact", a) if a.compact else (root / "compact" / a.file).read_bytes()
+        assert data == expanded.read_bytes()
+        x = load_golden(root / "compact" / a.golden["file"])["inputs"]
+        assert np.array_equal(load_bytes(data, a.file, format="onnx").run(x), load(root / "full" / a.file).run(x))
+    assert all(a.compact is None for a in read_manifest(tmp_path / "files").artefacts)
+
+
+def test_rerun_skips_a_compact_bundle_and_layout_full_restores_the_files(root: Path, tmp_path: Path) -> None:
+    out = tmp_path / "b"
+    shutil.copytree(root / "compact", out)
+    opts = pipeline.ConvertOptions(checkpoint=root / "m.pt", target="jetson", quant="fp16", heads=HEADS, out=out,
+                                   eval_limit=16, layout="compact")
+    assert pipeline.convert(opts).converted == []
+    result = CliRunner().invoke(main, ["convert", "-c", str(root / "m.pt"), "-t", "jetson", "--quant", "fp16",
+                                       "--heads", HEADS, "-o", str(out), "--eval-limit", "16", "--layout", "full"])
+    assert result.exit_code == 0 and "0 converted, 3 unchanged" in result.output, result.output
+    manifest = read_manifest(out)
+    assert all(a.compact is None and sha256(out / a.file) == a.sha256 for a in manifest.artefacts)
+    assert not list(out.glob("*.skeleton")) and not list(out.glob("*.recipe.json"))
+
+
+def _h3(bundle: Path) -> tuple:
+    manifest = read_manifest(bundle)
+    a = manifest.artefacts[0]
+    return manifest, a, read_recipe(bundle / a.compact.recipe)
+
+
+def _flip_skeleton(bundle: Path) -> str:
+    _, a, recipe = _h3(bundle)
+    path = bundle / recipe.skeleton.file
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    return f"{path}: skeleton sha256"
+
+
+def _truncate_source(bundle: Path) -> str:
+    _, _, recipe = _h3(bundle)
+    path = bundle / recipe.source.file
+    path.write_bytes(path.read_bytes()[:-100])
+    return f"{path}: source artefact is {recipe.source.bytes - 100} bytes, the recipe says {recipe.source.bytes}"
+
+
+def _swap_skeleton(bundle: Path) -> str:
+    manifest, _, recipe = _h3(bundle)
+    other = read_recipe(bundle / manifest.artefacts[1].compact.recipe)
+    shutil.copyfile(bundle / other.skeleton.file, bundle / recipe.skeleton.file)
+    return f"{bundle / recipe.skeleton.file}: skeleton is {other.skeleton.bytes} bytes"
+
+
+def _range_beyond_source(bundle: Path) -> str:
+    """A recipe (re-hashed into the manifest) whose last range reads past its source; pieces removed to show
+    it is refused before any of their bytes is read."""
+    manifest, a, recipe = _h3(bundle)
+    path = bundle / a.compact.recipe
+    doc = json.loads(path.read_text())
+    doc["ranges"][-1]["source_offset"] = recipe.source.bytes
+    path.write_text(json.dumps(doc))
+    doc = manifest.to_dict()
+    doc["artefacts"][0]["compact"]["sha256"] = sha256(path)
+    Manifest.from_dict(doc).write(bundle)
+    (bundle / recipe.skeleton.file).unlink()
+    (bundle / recipe.source.file).unlink()
+    return f"{path}: range {len(recipe.ranges) - 1} reads source bytes [{recipe.source.bytes}, "
+
+
+def _change_manifest_sha(bundle: Path) -> str:
+    manifest, a, _ = _h3(bundle)
+    doc = manifest.to_dict()
+    doc["artefacts"][0]["sha256"] = "0" * 64
+    Manifest.from_dict(doc).write(bundle)
+    return f"{bundle / a.compact.recipe}: artefact {a.file} rebuilt by the recipe sha256"
+
+
+@pytest.mark.parametrize("tamper", [_flip_skeleton, _truncate_source, _swap_skeleton, _range_beyond_source,
+                                    _change_manifest_sha])
+def test_tampering_is_one_line_naming_the_file_and_loads_nothing(root: Path, tmp_path: Path,
+                                                                  tamper: Callable[[Path], str],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    bundle = tmp_path / "b"
+    shutil.copytree(root / "compact", bundle)
+    expected = tamper(bundle)
+    loaded: List[object] = []
+    monkeypatch.setattr(engines, "load_bytes", lambda *a, **k: loaded.append(a))
+    from hydra_edge.runtime.rebuild import load_record
+
+    with pytest.raises(HydraEdgeError) as e:
+        load_record(bundle, read_manifest(bundle).artefacts[0], 1)
+    assert str(e.value).startswith(expected) and "\n" not in str(e.value), str(e.value)
+    assert loaded == []
+    result = CliRunner().invoke(main, ["expand", "--bundle", str(bundle), "--out", str(tmp_path / "files")])
+    assert result.exit_code == 1 and result.output.strip().endswith(str(e.value))
+    assert not (tmp_path / "files" / read_manifest(bundle).artefacts[0].file).exists()
+
+
+@pytest.fixture(scope="module")
+def switch_bundles(root: Path) -> Path:
+    """The switcher test's host profile (fp32 ONNX, sysfs signals), compact and full, each with its lut.json."""
+    (root / "host.toml").write_text(PROFILE)
+    (root / "policy.toml").write_text(POLICY)
+    for layout in ("host-compact", "host-full"):
+        out = root / layout
+        pipeline.convert(pipeline.ConvertOptions(checkpoint=root / "m.pt", target=str(root / "host.toml"),
+                                                 heads=HEADS, out=out, eval_limit=16, layout=layout[5:]))
+        calibration(out, {3: 10, 6: 20, 12: 40}).write(root / f"{layout}.json")
+        make_lut(out, root / f"{layout}.json", out, budget_ms=41, policy=root / "policy.toml")
+    return root
+
+
+@pytest.mark.parametrize("temp_c, heads", [(50, 12), (65, 6), (85, 3)])
+def test_switcher_on_a_compact_bundle_predicts_as_on_a_full_one(switch_bundles: Path, tmp_path: Path,
+                                                                 temp_c: float, heads: int) -> None:
+    outputs = []
+    for layout in ("host-compact", "host-full"):
+        board = Board(tmp_path / layout)
+        board.temp(temp_c)
+        with Switcher(switch_bundles / layout, root=str(board.root), prefetch=False) as sw:
+            outputs.append(sw.predict(IMAGE))
+    assert [o.heads for o in outputs] == [heads, heads]
+    assert np.array_equal(outputs[0].logits, outputs[1].logits)
+    assert read_manifest(switch_bundles / "host-compact").artefacts[0].compact is not None
+
+
+def test_every_recipe_field_is_checked(root: Path, tmp_path: Path) -> None:
+    a = read_manifest(root / "compact").artefacts[0]
+    doc = json.loads((root / "compact" / a.compact.recipe).read_text())
+    doc["ranges"] = doc["ranges"][:1]
+    path = tmp_path / "r.recipe.json"
+
+    def write(d: object) -> Path:
+        path.write_text(json.dumps(d))
+        return path
+    assert fuzz(doc, (), (r"\$\.(schema|schema_version)",), (), write, lambda: read_recipe(path)) > 20
+
+
+def test_the_calibration_runner_times_a_compact_bundle_from_the_files_pushed(root: Path, pushed: Path,
+                                                                             tmp_path: Path) -> None:
+    manifest = read_manifest(root / "compact")
+    board = tmp_path / "bundle"  # exactly what calibrate and deploy push: bundle_files and the manifest
+    for name, local in {**bundle_files(root / "compact", manifest.artefacts), "manifest.json": root / "compact" /
+                        "manifest.json"}.items():
+        (board / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(local, board / name)
+    events, modules = run_runner(pushed, "--bundle", board, "--runs", 3, "--warmup", 1)
+    assert modules["code"] in (None, 0) and all(f.startswith(str(pushed)) for f in modules["files"])
+    results = [e for e in events if e["event"] == "result"]
+    assert [(e["heads"], e["status"], e["golden"]["passed"]) for e in results] == \
+        [(3, "ok", True), (6, "ok", True), (12, "ok", True)]
+
+
+def test_a_source_changed_in_place_after_a_rebuild_is_still_refused(root: Path, tmp_path: Path) -> None:
+    """The source's sha256 is checked once per file identity; a change that keeps size and mtime is caught
+    by the rebuilt bytes' sha256."""
+    bundle = tmp_path / "b"
+    shutil.copytree(root / "compact", bundle)
+    manifest, a, recipe = _h3(bundle)
+    assert hashlib.sha256(rebuild(bundle, a)).hexdigest() == a.sha256
+    source = bundle / recipe.source.file
+    stat = source.stat()
+    with open(source, "r+b") as f:
+        f.seek(recipe.ranges[-1].source_offset)
+        byte = f.read(1)
+        f.seek(recipe.ranges[-1].source_offset)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    with pytest.raises(HydraEdgeError, match=f"^{bundle / a.compact.recipe}: artefact {a.file} rebuilt by the recipe"):
+        rebuild(bundle, a)
