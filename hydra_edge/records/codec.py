@@ -94,7 +94,8 @@ def _non_finite(data: Union[bytes, str]) -> Optional[str]:
     return None
 
 
-def _read_bytes(path: Path, what: str, hint: str, error: Type[HydraEdgeError]) -> bytes:
+def read_bytes(path: Path, what: str, hint: str, error: Type[HydraEdgeError] = HydraEdgeError) -> bytes:
+    """The bytes of ``path``; a missing or unreadable file is one ``error`` line naming ``what``."""
     try:
         return path.read_bytes()
     except FileNotFoundError:
@@ -107,13 +108,13 @@ def read(path: Union[str, Path], type_: Type[T], what: str, hint: str, schema: O
          error: Type[HydraEdgeError] = HydraEdgeError) -> T:
     """Read and check the JSON record at ``path``; a missing, unreadable or invalid file is one line."""
     path = Path(path)
-    return decode(_read_bytes(path, what, hint, error), type_, str(path), what, hint, schema, error)
+    return decode(read_bytes(path, what, hint, error), type_, str(path), what, hint, schema, error)
 
 
 def read_toml(path: Union[str, Path], type_: Type[T], what: str, hint: str) -> T:
     """Read and check the TOML record at ``path`` (target profiles, policies: host files)."""
     path = Path(path)
-    data = _read_bytes(path, what, hint, HydraEdgeError)
+    data = read_bytes(path, what, hint, HydraEdgeError)
     try:
         parsed = tomllib.loads(data.decode())
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Tuple, Union
 import numpy as np
 
 from ..errors import HydraEdgeError
+from ..records.codec import read_bytes
 from ..records.manifest import ArtefactRecord
 from ..records.recipe import Piece, Range, Recipe, decode_recipe
 
@@ -25,15 +26,6 @@ if TYPE_CHECKING:
     from .engines import Engine
 
 FIX = "re-push the bundle or re-run hydra-edge convert"
-
-
-def _read(path: Path, what: str) -> bytes:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise HydraEdgeError(f"{path}: {what} is missing; {FIX}") from None
-    except OSError as e:
-        raise HydraEdgeError(f"{path}: cannot read {what}: {e.strerror}; {FIX}") from None
 
 
 def _checked(data: Any, path: Path, what: str, sha256: str) -> Any:
@@ -47,7 +39,7 @@ def _read_piece(bundle: Path, piece: Piece, what: str) -> bytes:
     """A skeleton: its size is compared before it is read, its sha256 after."""
     path = bundle / piece.file
     _check_size(path, piece, what)
-    return _checked(_read(path, what), path, what, piece.sha256)
+    return _checked(read_bytes(path, what, FIX), path, what, piece.sha256)
 
 
 def _check_size(path: Path, piece: Piece, what: str) -> os.stat_result:
@@ -134,7 +126,7 @@ def recipe_of(bundle: Union[str, Path], record: ArtefactRecord) -> Recipe:
     """The record's recipe, checked against the manifest's sha256, file name and size."""
     assert record.compact is not None
     path = Path(bundle) / record.compact.recipe
-    recipe = decode_recipe(_checked(_read(path, "recipe"), path, "recipe", record.compact.sha256), str(path))
+    recipe = decode_recipe(_checked(read_bytes(path, "recipe", FIX), path, "recipe", record.compact.sha256), str(path))
     if recipe.artefact != record.file or recipe.rebuilt_bytes() != record.bytes:
         raise HydraEdgeError(f"{path}: rebuilds {recipe.artefact} ({recipe.rebuilt_bytes()} bytes), the manifest "
                              f"names {record.file} ({record.bytes} bytes); {FIX}")
@@ -158,7 +150,7 @@ def artefact_bytes(bundle: Union[str, Path], record: ArtefactRecord) -> bytes:
     if record.compact is not None:
         return rebuild(bundle, record)
     path = Path(bundle) / record.file
-    return _checked(_read(path, "artefact"), path, "artefact", record.sha256)
+    return _checked(read_bytes(path, "artefact", FIX), path, "artefact", record.sha256)
 
 
 def load_record(bundle: Union[str, Path], record: ArtefactRecord, threads: int) -> "Engine":
