@@ -286,15 +286,24 @@ def device_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return torch_free_python(tmp_path_factory.mktemp("python"))
 
 
-def test_calibrate_local_on_a_compact_bundle_passes_the_golden_checks(root: Path, device_python: Path,
-                                                                      tmp_path: Path) -> None:
+@pytest.mark.parametrize("layout", ["compact", "full"])
+def test_calibrate_local_passes_the_golden_checks_and_records_rebuild_time(root: Path, device_python: Path,
+                                                                          tmp_path: Path, layout: str) -> None:
+    """A compact artefact's rebuild is timed on its own (part of its load); a full file has none."""
     out = tmp_path / "cal.json"
-    result = calibrate_cli("--bundle", root / "compact", "--local", "--python", device_python, "--out", out,
+    result = calibrate_cli("--bundle", root / layout, "--local", "--python", device_python, "--out", out,
                            "--runs", 3, "--warmup", 1)
     assert result.exit_code == 0, result.output
+    assert "rebuild s" in result.output
     cal = read_calibration(out)
     assert [(r.heads, r.status, r.golden["passed"]) for r in cal.results] == [(3, "ok", True), (6, "ok", True),
                                                                              (12, "ok", True)]
+    compact = {a.heads: a.compact is not None for a in read_manifest(root / layout).artefacts}
+    assert compact == {3: layout == "compact", 6: layout == "compact", 12: False}
+    for r in cal.results:
+        assert isinstance(r.rebuild_s, float) == compact[r.heads]
+        assert not compact[r.heads] or 0 < r.rebuild_s < r.load_s
+    assert ("rebuild_s" in out.read_text()) == (layout == "compact")  # a full bundle's record is as before
 
 
 def test_a_tampered_shared_golden_inputs_file_is_refused_in_one_line(root: Path, device_python: Path, pushed: Path,

@@ -12,8 +12,9 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -164,8 +165,17 @@ def artefact_bytes(bundle: Union[str, Path], record: ArtefactRecord) -> bytes:
 def load_record(bundle: Union[str, Path], record: ArtefactRecord, threads: int) -> "Engine":
     """``record``'s artefact in its runtime: a compact one rebuilt and loaded from memory (every
     sha256 checked here), a full one loaded from its file (whose sha256 its caller checks once)."""
+    return load_timed(bundle, record, threads)[0]
+
+
+def load_timed(bundle: Union[str, Path], record: ArtefactRecord, threads: int) -> Tuple["Engine", Optional[float]]:
+    """``load_record``, and the seconds its rebuild took (None for a full artefact): a switch that
+    misses the cache pays it on top of the load, so calibration records it."""
     from .engines import load, load_bytes
 
-    if record.compact is not None:
-        return load_bytes(rebuild(bundle, record), record.file, threads, record.format)
-    return load(Path(bundle) / record.file, threads, record.format)
+    if record.compact is None:
+        return load(Path(bundle) / record.file, threads, record.format), None
+    start = time.perf_counter()
+    data = rebuild(bundle, record)
+    seconds = time.perf_counter() - start
+    return load_bytes(data, record.file, threads, record.format), seconds
