@@ -29,7 +29,7 @@ from hydra_edge.runtime.engines import load, load_bytes, load_golden, load_golde
 from hydra_edge.runtime.rebuild import rebuild
 from hydra_edge.runtime.switcher import Switcher
 from test_calibrate import invoke as calibrate_cli
-from test_calibrate import one_line_error, torch_free_python
+from test_calibrate import device_python, one_line_error  # noqa: F401 - device_python is a fixture
 from test_lut import calibration
 from test_records import fuzz
 from test_runner import pushed, run_runner  # noqa: F401 - pushed is a fixture
@@ -111,7 +111,10 @@ def test_expand_writes_the_manifests_files_and_runs_like_the_dedicated_artefacts
         assert data == expanded.read_bytes()
         x = load_golden_pair(root / "compact", a.golden)["inputs"]
         assert np.array_equal(load_bytes(data, a.file, format="onnx").run(x), load(root / "full" / a.file).run(x))
-    assert all(a.compact is None for a in read_manifest(tmp_path / "files").artefacts)
+    expanded = read_manifest(tmp_path / "files")
+    assert all(a.compact is None for a in expanded.artefacts)
+    assert set(bundle_files(tmp_path / "files", expanded.artefacts)) == \
+        {name for a in manifest.artefacts for name in (a.file, a.golden["file"], a.golden["inputs_file"])}
 
 
 def test_rerun_skips_a_compact_bundle_and_layout_full_restores_the_files(root: Path, tmp_path: Path) -> None:
@@ -279,11 +282,6 @@ def test_a_source_changed_in_place_after_a_rebuild_is_still_refused(root: Path, 
     os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     with pytest.raises(HydraEdgeError, match=f"^{bundle / a.compact.recipe}: artefact {a.file} rebuilt by the recipe"):
         rebuild(bundle, a)
-
-
-@pytest.fixture(scope="module")
-def device_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return torch_free_python(tmp_path_factory.mktemp("python"))
 
 
 @pytest.mark.parametrize("layout", ["compact", "full"])
