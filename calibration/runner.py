@@ -98,16 +98,17 @@ def _threads(args: argparse.Namespace, artefact: ArtefactRecord) -> int:
 
 
 def measure(bundle: Path, artefact: ArtefactRecord, args: argparse.Namespace, device: Device) -> Dict[str, Any]:
-    """One artefact: integrity, golden check, load time, latency statistics, memory, state."""
-    from hydra_edge.runtime.engines import check_golden, load_golden
-    from hydra_edge.runtime.rebuild import load_record
+    """One artefact: integrity, golden check, load (and rebuild) time, latency statistics, memory, state."""
+    from hydra_edge.records.manifest import golden_files
+    from hydra_edge.runtime.engines import check_golden, load_golden_pair
+    from hydra_edge.runtime.rebuild import load_timed
     from hydra_edge.runtime.signals import summarize_latencies
 
     result: Dict[str, Any] = {"event": "result", "heads": artefact.heads, "artefact": artefact.id,
                               "sha256": artefact.sha256, "runner": "python", "status": "error"}
     result["state_before"] = device.state().to_dict()
     stored = [] if artefact.compact else [(artefact.file, artefact.sha256)]  # a compact one: checked by rebuild
-    for name, want in (*stored, (artefact.golden["file"], artefact.golden["sha256"])):
+    for name, want in (*stored, *((name, sha) for name, sha, _ in golden_files(artefact.golden))):
         path = bundle / name
         if not path.is_file() or sha256_file(path) != want:
             result["error"] = f"{name} is missing or its sha256 differs from the manifest; push the bundle again"
@@ -117,12 +118,14 @@ def measure(bundle: Path, artefact: ArtefactRecord, args: argparse.Namespace, de
     threads = _threads(args, artefact)
     start = time.perf_counter()
     try:
-        engine = load_record(bundle, artefact, threads)  # a compact artefact's load_s includes its rebuild
+        engine, rebuild_s = load_timed(bundle, artefact, threads)
     except HydraEdgeError as e:
         result["error"] = str(e)
         return result
-    result["load_s"] = time.perf_counter() - start
-    golden = load_golden(bundle / artefact.golden["file"])
+    result["load_s"] = time.perf_counter() - start  # the rebuild included
+    if rebuild_s is not None:
+        result["rebuild_s"] = rebuild_s
+    golden = load_golden_pair(bundle, artefact.golden)
     check = check_golden(engine, golden, artefact.golden["tolerance"])
     result["golden"] = {"checked": True, "passed": check.ok, "max_abs_diff": check.max_abs_diff,
                         "top1_agreement": check.top1_agreement, "tolerance": check.tolerance}
@@ -144,11 +147,11 @@ def soak(bundle: Path, artefact: ArtefactRecord, args: argparse.Namespace, devic
     Each sample is the median latency of its window and the device state at its end, so the
     host can relate slowdown to temperature, throttling and thermal status.
     """
-    from hydra_edge.runtime.engines import load_golden
+    from hydra_edge.runtime.engines import load_golden_pair
     from hydra_edge.runtime.rebuild import load_record
 
     engine = load_record(bundle, artefact, _threads(args, artefact))
-    x = load_golden(bundle / artefact.golden["file"])["inputs"][:1].astype("float32")
+    x = load_golden_pair(bundle, artefact.golden)["inputs"][:1].astype("float32")
     start = time.monotonic()
     while time.monotonic() - start < args.soak_seconds:
         window_end = time.monotonic() + args.soak_interval

@@ -15,7 +15,7 @@ import msgspec
 from .atomic import write_bytes
 from .command import command
 from .errors import HydraEdgeError
-from .records.manifest import read_manifest
+from .records.manifest import golden_files, read_manifest
 from .runtime.rebuild import artefact_bytes
 
 
@@ -28,9 +28,9 @@ def expand(bundle: Path, out: Path) -> list[Path]:
     for record in manifest.artefacts:
         write_bytes(out / record.file, artefact_bytes(bundle, record))  # checked before it is written
         written.append(out / record.file)
-        golden = out / record.golden["file"]
-        if not golden.exists():
-            write_bytes(golden, (bundle / record.golden["file"]).read_bytes())
+        for name, _, _ in golden_files(record.golden):
+            if not (out / name).exists():
+                write_bytes(out / name, (bundle / name).read_bytes())
     manifest.artefacts = [msgspec.structs.replace(r, compact=None, notes={k: v for k, v in r.notes.items() if k != "layout"})
                           for r in manifest.artefacts]
     manifest.write(out)

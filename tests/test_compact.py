@@ -21,12 +21,15 @@ from hydra_edge.convert.onnx import tensor_map
 from hydra_edge.errors import HydraEdgeError
 from hydra_edge.lut.command import make_lut
 from hydra_edge.model import HydraViT
+from hydra_edge.records.calibration import read_calibration
 from hydra_edge.records.manifest import Manifest, bundle_files, read_manifest
 from hydra_edge.records.recipe import read_recipe
 from hydra_edge.runtime import engines
-from hydra_edge.runtime.engines import load, load_bytes, load_golden
+from hydra_edge.runtime.engines import load, load_bytes, load_golden, load_golden_pair
 from hydra_edge.runtime.rebuild import rebuild
 from hydra_edge.runtime.switcher import Switcher
+from test_calibrate import invoke as calibrate_cli
+from test_calibrate import device_python, one_line_error  # noqa: F401 - device_python is a fixture
 from test_lut import calibration
 from test_records import fuzz
 from test_runner import pushed, run_runner  # noqa: F401 - pushed is a fixture
@@ -80,7 +83,21 @@ def test_compact_bundle_keeps_one_weight_set_and_rebuilds_the_verified_bytes(roo
     pushed = set(bundle_files(root / "compact", compact.artefacts[:1]))
     h3 = compact.artefacts[0]
     assert pushed == {h3.compact.recipe, read_recipe(root / "compact" / h3.compact.recipe).skeleton.file,
-                      largest.file, h3.golden["file"]}
+                      largest.file, h3.golden["file"], h3.golden["inputs_file"]}
+
+
+def test_a_compact_bundle_stores_the_golden_inputs_once(root: Path) -> None:
+    compact, full = read_manifest(root / "compact"), read_manifest(root / "full")
+    (shared,) = list((root / "compact").glob("golden-inputs.*.npz"))
+    assert {(a.golden["inputs_file"], a.golden["inputs_sha256"]) for a in compact.artefacts} == {(shared.name,
+                                                                                                  sha256(shared))}
+    assert not list((root / "compact").glob("*.golden.npz"))
+    for a, f in zip(compact.artefacts, full.artefacts):
+        assert f.golden.get("inputs_file") is None
+        outputs, pair = load_golden(root / "compact" / a.golden["file"]), load_golden(root / "full" / f.golden["file"])
+        assert set(outputs) == {"reference", "outputs"}  # no copy of the inputs per head count
+        assert all(np.array_equal(v, pair[k]) for k, v in load_golden_pair(root / "compact", a.golden).items())
+        assert a.golden["tolerance"] == f.golden["tolerance"] and a.golden["inputs"] == f.golden["inputs"]
 
 
 def test_expand_writes_the_manifests_files_and_runs_like_the_dedicated_artefacts(root: Path, tmp_path: Path) -> None:
@@ -92,9 +109,12 @@ def test_expand_writes_the_manifests_files_and_runs_like_the_dedicated_artefacts
         assert sha256(expanded) == a.sha256 == sha256(root / "full" / a.file)
         data = rebuild(root / "compact", a) if a.compact else (root / "compact" / a.file).read_bytes()
         assert data == expanded.read_bytes()
-        x = load_golden(root / "compact" / a.golden["file"])["inputs"]
+        x = load_golden_pair(root / "compact", a.golden)["inputs"]
         assert np.array_equal(load_bytes(data, a.file, format="onnx").run(x), load(root / "full" / a.file).run(x))
-    assert all(a.compact is None for a in read_manifest(tmp_path / "files").artefacts)
+    expanded = read_manifest(tmp_path / "files")
+    assert all(a.compact is None for a in expanded.artefacts)
+    assert set(bundle_files(tmp_path / "files", expanded.artefacts)) == \
+        {name for a in manifest.artefacts for name in (a.file, a.golden["file"], a.golden["inputs_file"])}
 
 
 def test_rerun_skips_a_compact_bundle_and_layout_full_restores_the_files(root: Path, tmp_path: Path) -> None:
@@ -109,6 +129,11 @@ def test_rerun_skips_a_compact_bundle_and_layout_full_restores_the_files(root: P
     manifest = read_manifest(out)
     assert all(a.compact is None and sha256(out / a.file) == a.sha256 for a in manifest.artefacts)
     assert not list(out.glob("*.skeleton")) and not list(out.glob("*.recipe.json"))
+    # the golden pairs are self-contained again, as a full convert writes them
+    assert not list(out.glob("golden-inputs.*")) and not list(out.glob("*.golden-outputs.npz"))
+    for a in manifest.artefacts:
+        assert a.golden.get("inputs_file") is None and sha256(out / a.golden["file"]) == a.golden["sha256"]
+        assert set(load_golden(out / a.golden["file"])) == {"inputs", "reference", "outputs"}
 
 
 def _h3(bundle: Path) -> tuple:
@@ -257,3 +282,54 @@ def test_a_source_changed_in_place_after_a_rebuild_is_still_refused(root: Path, 
     os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     with pytest.raises(HydraEdgeError, match=f"^{bundle / a.compact.recipe}: artefact {a.file} rebuilt by the recipe"):
         rebuild(bundle, a)
+
+
+@pytest.mark.parametrize("layout", ["compact", "full"])
+def test_calibrate_local_passes_the_golden_checks_and_records_rebuild_time(root: Path, device_python: Path,
+                                                                          tmp_path: Path, layout: str) -> None:
+    """A compact artefact's rebuild is timed on its own (part of its load); a full file has none."""
+    out = tmp_path / "cal.json"
+    result = calibrate_cli("--bundle", root / layout, "--local", "--python", device_python, "--out", out,
+                           "--runs", 3, "--warmup", 1)
+    assert result.exit_code == 0, result.output
+    assert "rebuild s" in result.output
+    cal = read_calibration(out)
+    assert [(r.heads, r.status, r.golden["passed"]) for r in cal.results] == [(3, "ok", True), (6, "ok", True),
+                                                                             (12, "ok", True)]
+    compact = {a.heads: a.compact is not None for a in read_manifest(root / layout).artefacts}
+    assert compact == {3: layout == "compact", 6: layout == "compact", 12: False}
+    for r in cal.results:
+        assert isinstance(r.rebuild_s, float) == compact[r.heads]
+        assert not compact[r.heads] or 0 < r.rebuild_s < r.load_s
+    assert ("rebuild_s" in out.read_text()) == (layout == "compact")  # a full bundle's record is as before
+
+
+def test_a_tampered_shared_golden_inputs_file_is_refused_in_one_line(root: Path, device_python: Path, pushed: Path,
+                                                                     tmp_path: Path) -> None:
+    bundle = tmp_path / "b"
+    shutil.copytree(root / "compact", bundle)
+    (shared,) = list(bundle.glob("golden-inputs.*.npz"))
+    inputs = load_golden(shared)["inputs"]
+    np.savez(shared, inputs=inputs + 1)  # a valid file with other inputs: only its sha256 tells
+    line = one_line_error(calibrate_cli("--bundle", bundle, "--local", "--python", device_python,
+                                        "--out", tmp_path / "cal.json"))
+    assert f"{shared} is not the file the manifest names (its sha256 differs; artefact h3_onnx_fp16 " \
+           "golden.inputs_file" in line
+    # on the device (a bundle pushed by hand), the runner refuses it too, before loading anything
+    events, _ = run_runner(pushed, "--bundle", bundle, "--runs", 1, "--warmup", 0)
+    results = [e for e in events if e["event"] == "result"]
+    assert [(e["status"], e["error"]) for e in results] == \
+        [("error", f"{shared.name} is missing or its sha256 differs from the manifest; push the bundle again")] * 3
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda g: g.pop("inputs_sha256"), "golden.inputs_sha256: missing, and `.inputs_file` needs it"),
+    (lambda g: g.pop("inputs_file"), "golden.inputs_file: missing, and `.inputs_sha256` needs it"),
+    (lambda g: g.update(inputs_file="../inputs.npz"), "golden.inputs_file: '../inputs.npz' leaves the bundle"),
+])
+def test_a_golden_record_names_its_shared_inputs_with_their_sha256(root: Path, change: Callable[[dict], object],
+                                                                   message: str) -> None:
+    doc = read_manifest(root / "compact").to_dict()
+    change(doc["artefacts"][0]["golden"])
+    with pytest.raises(HydraEdgeError, match=r"^manifest\.json: \$\.artefacts\[0\]\." + message.replace(".", r"\.")):
+        Manifest.from_dict(doc)

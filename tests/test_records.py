@@ -190,8 +190,8 @@ def test_every_calibration_field_is_checked(cal_file: Path) -> None:
     doc["results"] = doc["results"][:1]
     free = (r"\$\.device.*", r"\$\.settings.*", r"\$\.results\[0\]\.(golden|state_before|state_after)\..*",
             r"\$\.soak\.samples.*", r"\$\.bundle\.(path|target)", r"\$\.results\[0\]\.error")
-    optional = (r"\$\.(results|soak|schema|schema_version)", r"\$\.results\[0\]\.(golden|load_s|latency|peak_rss_mb|"
-                r"state_before|state_after|error)", r"\$\.results\[0\]\.latency\.(?!mean_ms).*",
+    optional = (r"\$\.(results|soak|schema|schema_version)", r"\$\.results\[0\]\.(golden|load_s|rebuild_s|latency|"
+                r"peak_rss_mb|state_before|state_after|error)", r"\$\.results\[0\]\.latency\.(?!mean_ms).*",
                 r"\$\.soak\.(by_thermal_status|by_throttled|bin_c)", r"\$\.bundle\.(target|path)",
                 r"\$\.soak\.by_(thermal_status|throttled)\..*")
     negative = (r"\$\.soak\.by_temperature\[\d\]\[0\]",)

@@ -96,12 +96,13 @@ def _summary(console: Any, calibration: Calibration, path: Path, png: Path) -> N
     from rich.table import Table
 
     table = Table(title=f"{calibration.device_id}: {calibration.device.get('model') or calibration.device.get('cpu_model') or ''}")
-    for column in ("heads", "status", "p50 ms", "p90 ms", "load s", "peak RSS MiB"):
+    for column in ("heads", "status", "p50 ms", "p90 ms", "load s", "rebuild s", "peak RSS MiB"):
         table.add_column(column, justify="right")
     for r in calibration.results:
         lat = r.latency or {}
         table.add_row(str(r.heads), r.status, *(f"{v:.3f}" if isinstance(v, float) else "-" for v in
-                      (lat.get("p50_ms") or lat.get("mean_ms"), lat.get("p90_ms"), r.load_s, r.peak_rss_mb)))
+                      (lat.get("p50_ms") or lat.get("mean_ms"), lat.get("p90_ms"), r.load_s, r.rebuild_s,
+                       r.peak_rss_mb)))
     console.print(table)
     for r in calibration.results:
         if r.error:

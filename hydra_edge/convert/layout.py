@@ -4,7 +4,8 @@ In a compact bundle each variant's largest head count keeps its artefact whole a
 head count keeps a skeleton and a recipe (``convert.compact``) that rebuild its verified bytes.
 A format without a tensor map keeps full files, and the manifest's notes say why. Each artefact
 is switched on its own: new files are written, then the manifest, then the old files removed, so
-an interrupted run leaves a bundle that reads (at worst with one file too many).
+an interrupted run leaves a bundle that reads (at worst with one file too many). A compact bundle
+also stores the golden inputs once (``convert.golden``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from ..records.recipe import read_recipe
 from ..runtime.rebuild import rebuild
 from .compact import Tensor, compact
 from .formats import exporter
+from .golden import share_inputs, unshare_inputs
 
 LAYOUTS = ("full", "compact")
 Report = Callable[[str, str, "int | None"], None]
@@ -98,6 +100,7 @@ def apply_layout(out: Path, manifest: Manifest, layout: str, checkpoint: str, re
             report(record.file, "expand", None)
             _expand(out, manifest, record)
     if layout == "full":
+        unshare_inputs(out, manifest)
         return
     model: tuple[Dict[str, np.ndarray], Any] | None = None
     for record in list(manifest.artefacts):
@@ -112,3 +115,4 @@ def apply_layout(out: Path, manifest: Manifest, layout: str, checkpoint: str, re
         model = model or _model_params(checkpoint)
         _compact(out, manifest, record, source, tensor_map, *model)
         report(record.file, "done", manifest.by_id()[record.id].bytes)
+    share_inputs(out, manifest)

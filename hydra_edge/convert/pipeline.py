@@ -34,6 +34,7 @@ from ..errors import HydraEdgeError
 from ..lock import exclusive
 from ..runtime.engines import FORMATS, load, runtime_version
 from .formats import exporter, tools
+from .golden import golden_name
 from .layout import LAYOUTS, apply_layout
 from .manifest import MANIFEST, ArtefactRecord, Manifest, intact, read_manifest, sha256_file
 from .targets import Target, Variant, load_target
@@ -97,10 +98,6 @@ class ConvertResult:
 def artefact_name(k: int, variant: Variant) -> str:
     """``vit_h6_executorch_int8-dynamic.pte``: the name says what it is."""
     return f"vit_h{k}_{variant.format}_{variant.quant}{FORMATS[variant.format].suffix}"
-
-
-def golden_name(file: str) -> str:
-    return f"{Path(file).stem}.golden.npz"
 
 
 def tool_versions(names: tuple[str, ...] = TOOLS) -> dict[str, str | None]:

@@ -8,7 +8,6 @@ broken one (garbage or mis-dequantised outputs) fails.
 
 from __future__ import annotations
 
-import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ import torch
 from ..atomic import write_bytes
 from ..errors import HydraEdgeError
 from ..runtime.engines import Engine, compare
+from .golden import npz_bytes
 
 
 @dataclass(frozen=True)
@@ -83,9 +83,7 @@ def golden_tolerance(outputs: np.ndarray, reference: np.ndarray) -> dict[str, fl
 
 def write_golden(path: Path, images: np.ndarray, reference: np.ndarray, outputs: np.ndarray) -> None:
     """``<artefact>.golden.npz``: inputs, fp32 reference logits and this host's artefact logits."""
-    buf = io.BytesIO()
-    np.savez(buf, inputs=images, reference=reference, outputs=outputs)
-    write_bytes(path, buf.getvalue())
+    write_bytes(path, npz_bytes(inputs=images, reference=reference, outputs=outputs))
 
 
 def verify(engine: Engine, reference: np.ndarray, evalset: EvalSet, max_drop: float, name: str) -> tuple[dict[str, Any], np.ndarray]:

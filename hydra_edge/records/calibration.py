@@ -51,7 +51,10 @@ class HeadResult(msgspec.Struct, forbid_unknown_fields=True):
     status: Status  # golden_failed: output outside tolerance, not timed; crashed: killed the runner
     runner: Name  # "python" (calibration/runner.py) | "benchmark_model" | "executor_runner"
     golden: Dict[str, Any] = msgspec.field(default_factory=dict)  # max_abs_diff, top1_agreement, passed
-    load_s: Optional[NonNegFloat] = None
+    load_s: Optional[NonNegFloat] = None  # from the bundle's files to a ready engine, a rebuild included
+    # The part of load_s a compact artefact's rebuild took; unset (not written) for a full file, so
+    # results of full bundles keep their bytes.
+    rebuild_s: Union[NonNegFloat, None, msgspec.UnsetType] = msgspec.UNSET
     latency: Optional[Dict[str, Any]] = None  # Latency
     peak_rss_mb: Optional[NonNegFloat] = None
     state_before: Optional[Dict[str, Any]] = None  # signals.state.DeviceState.to_dict()

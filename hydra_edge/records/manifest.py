@@ -38,11 +38,24 @@ class Tolerance(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class Golden(msgspec.Struct, forbid_unknown_fields=True):
+    """The golden pair: ``file`` holds the reference and host outputs, and the inputs unless ``inputs_file``
+    names a file the bundle shares between head counts (their inputs are the same; b16: 4.6 MiB each)."""
+
     file: str  # relative to the bundle
     sha256: Sha256
     inputs: Positive
     reference: str
     tolerance: Tolerance
+    inputs_file: Optional[str] = None  # relative to the bundle; None: the inputs are in ``file``
+    inputs_sha256: Optional[Sha256] = None
+
+    def __post_init__(self) -> None:
+        if (self.inputs_file is None) != (self.inputs_sha256 is None):
+            pair = ("inputs_file", "inputs_sha256")
+            given, missing = pair if self.inputs_sha256 is None else pair[::-1]
+            raise ValueError(f"`.{missing}`: missing, and `.{given}` needs it")
+        if self.inputs_file is not None:
+            relative_path(self.inputs_file, ".inputs_file")
 
 
 class Accuracy(msgspec.Struct, forbid_unknown_fields=True):
@@ -73,7 +86,7 @@ class Compact(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class ArtefactRecord(msgspec.Struct, forbid_unknown_fields=True):
-    """One converted, verified subnetwork. ``file`` and ``golden['file']`` are relative to the bundle.
+    """One converted, verified subnetwork. ``file`` and the golden pair's files are relative to the bundle.
 
     ``file``, ``bytes`` and ``sha256`` always describe the full artefact verified at convert time;
     with ``compact`` the bundle holds no such file but a recipe that rebuilds exactly those bytes.
@@ -165,6 +178,14 @@ def read_manifest(folder_or_file: Union[str, Path]) -> Manifest:
                       (SCHEMA, SCHEMA_VERSION))
 
 
+def golden_files(golden: Dict[str, Any]) -> List[Tuple[str, str, str]]:
+    """``(name in the bundle, sha256, what it is)`` of the files of a record's golden pair."""
+    files = [(golden["file"], golden["sha256"], "golden.file")]
+    if golden.get("inputs_file") is not None:
+        files.append((golden["inputs_file"], golden["inputs_sha256"], "golden.inputs_file"))
+    return files
+
+
 def stored_files(folder: Union[str, Path], record: ArtefactRecord) -> List[Tuple[str, str, str]]:
     """``(name in the bundle, sha256, what it is)`` of every file the bundle keeps for ``record``'s artefact.
 
@@ -199,7 +220,7 @@ def bundle_files(folder: Union[str, Path], records: Iterable[ArtefactRecord], go
             stored = [(r.compact.recipe, r.compact.sha256, "compact.recipe")]  # reported missing below
         else:
             stored = stored_files(folder, r)
-        wanted = [*stored, *([(r.golden["file"], r.golden["sha256"], "golden.file")] if golden else [])]
+        wanted = [*stored, *(golden_files(r.golden) if golden else [])]
         for name, sha256, field in wanted:
             path, where = folder / name, f"artefact {r.id} {field} in {folder / MANIFEST}"
             if not path.is_file():
@@ -221,5 +242,5 @@ def intact(folder: Union[str, Path], record: ArtefactRecord) -> bool:
         stored = [(name, sha) for name, sha, _ in stored_files(folder, record)]
     except HydraEdgeError:
         return False
-    files = [*stored, (record.golden["file"], record.golden["sha256"])]
+    files = [*stored, *((name, sha) for name, sha, _ in golden_files(record.golden))]
     return all((folder / name).is_file() and sha256_file(folder / name) == sha for name, sha in files)

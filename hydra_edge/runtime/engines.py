@@ -225,6 +225,15 @@ def load_golden(path: str | Path) -> dict[str, Any]:
         raise HydraEdgeError(f"cannot read golden pair {path}: {e}; re-run hydra-edge convert") from None
 
 
+def load_golden_pair(bundle: str | Path, golden: dict[str, Any]) -> dict[str, Any]:
+    """A manifest record's golden pair (its ``golden`` table): its file, with the inputs taken from the
+    shared file it names when the bundle stores them once. The caller checks both files' sha256."""
+    pair = load_golden(Path(bundle) / golden["file"])
+    if golden.get("inputs_file") is not None:
+        pair["inputs"] = load_golden(Path(bundle) / golden["inputs_file"])["inputs"]
+    return pair
+
+
 def check_golden(engine: Engine, golden: dict[str, Any], tolerance: dict[str, float]) -> GoldenCheck:
     """Run the golden inputs and compare with the fp32 reference under the manifest's tolerance."""
     diff, agree = compare(engine.run(golden["inputs"]), golden["reference"])

@@ -12,8 +12,9 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -96,28 +97,44 @@ def _check_ranges(recipe: Recipe, where: Path) -> None:
         end = r.offset + r.hole_bytes()
 
 
+def _source_tensor(source: Union[bytes, mmap.mmap], r: Range) -> np.ndarray:
+    return np.frombuffer(source, dtype=np.dtype(r.dtype), count=r.source_bytes() // r.itemsize(),
+                         offset=r.source_offset).reshape(r.shape)
+
+
+def _fill(hole: np.ndarray, tensor: np.ndarray, index: List[List[Tuple[int, int]]], axis: int = 0) -> None:
+    """Copy the spans of ``tensor`` (axes from ``axis`` on) into ``hole``, one block per span: no temporaries."""
+    if axis == len(index):
+        hole[...] = tensor
+        return
+    at = 0
+    for start, stop in index[axis]:
+        pick = (slice(None),) * axis
+        _fill(hole[pick + (slice(at, at + stop - start),)], tensor[pick + (slice(start, stop),)], index, axis + 1)
+        at += stop - start
+
+
 def slice_bytes(source: Union[bytes, mmap.mmap], r: Range) -> bytes:
     """The range's spans of its source tensor, as C-order bytes."""
-    tensor = np.frombuffer(source, dtype=np.dtype(r.dtype), count=r.source_bytes() // r.itemsize(),
-                           offset=r.source_offset).reshape(r.shape)
-    for axis, spans in enumerate(r.index):
-        if spans != [(0, r.shape[axis])]:
-            parts = [tensor[(slice(None),) * axis + (slice(start, stop),)] for start, stop in spans]
-            tensor = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=axis)
-    return np.ascontiguousarray(tensor).tobytes()
+    hole = np.empty([sum(stop - start for start, stop in spans) for spans in r.index], np.dtype(r.dtype))
+    _fill(hole, _source_tensor(source, r), r.index)
+    return hole.tobytes()
 
 
 def splice(skeleton: bytes, source: Union[bytes, mmap.mmap], ranges: List[Range], total: int) -> bytes:
+    """The rebuilt file: skeleton bytes in order, each range's slice written straight into its hole."""
     out = bytearray(total)
+    view = np.frombuffer(out, np.uint8)
     read = 0  # next skeleton byte
     written = 0  # next output byte
     for r in ranges:
         gap = r.offset - written
         out[written:r.offset] = skeleton[read:read + gap]
         read += gap
-        hole = slice_bytes(source, r)
-        out[r.offset:r.offset + len(hole)] = hole
-        written = r.offset + len(hole)
+        shape = [sum(stop - start for start, stop in spans) for spans in r.index]
+        hole = view[r.offset:r.offset + r.hole_bytes()].view(np.dtype(r.dtype)).reshape(shape)
+        _fill(hole, _source_tensor(source, r), r.index)
+        written = r.offset + r.hole_bytes()
     out[written:] = skeleton[read:]
     return bytes(out)
 
@@ -156,8 +173,17 @@ def artefact_bytes(bundle: Union[str, Path], record: ArtefactRecord) -> bytes:
 def load_record(bundle: Union[str, Path], record: ArtefactRecord, threads: int) -> "Engine":
     """``record``'s artefact in its runtime: a compact one rebuilt and loaded from memory (every
     sha256 checked here), a full one loaded from its file (whose sha256 its caller checks once)."""
+    return load_timed(bundle, record, threads)[0]
+
+
+def load_timed(bundle: Union[str, Path], record: ArtefactRecord, threads: int) -> Tuple["Engine", Optional[float]]:
+    """``load_record``, and the seconds its rebuild took (None for a full artefact): a switch that
+    misses the cache pays it on top of the load, so calibration records it."""
     from .engines import load, load_bytes
 
-    if record.compact is not None:
-        return load_bytes(rebuild(bundle, record), record.file, threads, record.format)
-    return load(Path(bundle) / record.file, threads, record.format)
+    if record.compact is None:
+        return load(Path(bundle) / record.file, threads, record.format), None
+    start = time.perf_counter()
+    data = rebuild(bundle, record)
+    seconds = time.perf_counter() - start
+    return load_bytes(data, record.file, threads, record.format), seconds
