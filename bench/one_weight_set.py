@@ -13,7 +13,7 @@ kept whole, the others as skeleton + recipe, the golden inputs stored once) and 
 - inference latency of the rebuilt artefact against the dedicated file (the same bytes), runs
   interleaved in one loop (median of ``--runs`` single-image inferences).
 
-Engines and torch run with ``--threads`` threads. Writes one_weight_set.{json,md} under ``--out``.
+Engines and torch run with ``--threads`` threads. Writes one_weight_set.{json,md,png} under ``--out``.
 
     .venv/bin/python bench/one_weight_set.py --preset b16 --heads 3-12
     .venv/bin/python bench/one_weight_set.py --preset digits --heads 3,6,12 --out /tmp/ows
@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.convert import host_cpu, paired_ms  # noqa: E402
-from hydra_edge.atomic import write_json, write_text  # noqa: E402
+from hydra_edge.atomic import atomic_path, write_json, write_text  # noqa: E402
 from hydra_edge.config import parse_heads, preset  # noqa: E402
 from hydra_edge.convert.pipeline import ConvertOptions, convert, tool_versions  # noqa: E402
 from hydra_edge.model import HydraViT  # noqa: E402
@@ -198,6 +198,35 @@ def markdown(report: dict[str, Any]) -> str:
             f"{rows}\n## Goals\n\n{notes}\n")
 
 
+def plot(report: dict[str, Any], path: Path) -> None:
+    """Bytes each head count costs on the device, and what a rebuild adds to a load, against heads."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = report["rows"]
+    heads = [r["heads"] for r in rows]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    left.bar([k - 0.2 for k in heads], [r["artefact_bytes"] / 2**20 for r in rows], 0.4, label="--layout full")
+    left.bar([k + 0.2 for k in heads], [r["stored_bytes"] / 2**20 for r in rows], 0.4, label="--layout compact")
+    left.set(title="stored per head count", xlabel="heads", ylabel="MiB", xticks=heads)
+    left.legend(fontsize=8)
+    for key, label in (("dedicated_load", "load the dedicated file"), ("rebuilt_load", "rebuild + load from memory"),
+                       ("rebuild", "rebuild alone")):
+        pts = [(r["heads"], r[key]["p50_ms"]) for r in rows if r.get(key)]
+        if pts:
+            right.plot(*zip(*pts), "-o", label=label)
+    right.set(title="p50 ms", xlabel="heads", ylabel="ms", xticks=heads)
+    right.legend(fontsize=8)
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"one weight set: {report['model']}, {report['format']} {report['quant']}; {report['host']}", fontsize=9)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--preset", default="b16", help="b16 (the paper's model) or digits (seconds)")
@@ -209,7 +238,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--eval-images", type=int, default=8, help="random inputs each artefact is verified on")
     p.add_argument("--work", default=str(ROOT / "runs" / "bench-one-weight-set"), help="checkpoint and bundles")
-    p.add_argument("--out", default=str(ROOT / "bench" / "results"), help="folder for one_weight_set.{json,md}")
+    p.add_argument("--out", default=str(ROOT / "bench" / "results"), help="folder for one_weight_set.{json,md,png}")
     args = p.parse_args(argv)
     if args.repeats < 1 or args.runs < 1 or args.threads < 1:
         p.error("--repeats, --runs and --threads must be >= 1")
@@ -218,6 +247,7 @@ def main(argv: list[str] | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "one_weight_set.json", report)
     write_text(out / "one_weight_set.md", markdown(report))
+    plot(report, out / "one_weight_set.png")
     print(markdown(report))
 
 

@@ -37,3 +37,4 @@ def test_the_bench_writes_bytes_rebuild_load_and_inference_per_head_count(tmp_pa
         assert r["inference"]["rebuilt_ms"] > 0 and r["inference"]["dedicated_ms"] > 0
     table = (out / "one_weight_set.md").read_text()
     assert report["host"] in table and "| 3 |" in table and "## Goals" in table
+    assert (out / "one_weight_set.png").read_bytes().startswith(b"\x89PNG")
