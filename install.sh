@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install hydra-edge into ./.venv on a fresh machine (Python 3.11, pip, gcc). Safe to re-run: it
 # skips what is already done. torch 2.13.0 (CPU) goes in FIRST: executorch and litert-torch would
-# otherwise resolve a multi-GB CUDA build of a newer torch (see ../shared/DEPENDENCIES.md).
+# otherwise resolve a multi-GB CUDA build of a newer torch (see docs/dependencies.md).
 set -euo pipefail
 cd "$(dirname "$0")"
 

@@ -1,7 +1,7 @@
 """Where a head count is sliced: the one definition of which weights subnetwork k uses.
 
 For every parameter of the full model, ``weight_index`` gives the index of the part that
-subnetwork k keeps (HYDRAVIT.md, "sliced, not masked"). Reading through it materialises or runs a
+subnetwork k keeps (docs/hydravit.md, "sliced, not masked"). Reading through it materialises or runs a
 subnetwork; writing through it initialises the first heads from a narrower DeiT checkpoint.
 """
 

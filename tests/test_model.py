@@ -1,4 +1,4 @@
-"""The sliced forward pass and materialised subnetworks are the same network, sliced as HYDRAVIT.md says."""
+"""The sliced forward pass and materialised subnetworks are the same network, sliced as docs/hydravit.md says."""
 
 from __future__ import annotations
 

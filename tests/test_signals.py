@@ -25,7 +25,7 @@ SIGNALS_DIR = Path(__file__).resolve().parents[1] / "hydra_edge" / "runtime" / "
 
 # --- real-format samples ----------------------------------------------------------------------
 
-# Orin Nano, as in shared/DEVICES.md with the elided fields filled in.
+# Orin Nano, the tegrastats line of docs/devices.md with the fields it elides filled in.
 TEGRA_ORIN_NANO = (
     "RAM 2272/7620MB (lfb 4x4MB) SWAP 0/3810MB (cached 0MB) CPU [2%@729,1%@729,0%@729,0%@729,"
     "off,off] EMC_FREQ 0%@2133 GR3D_FREQ 0%@[305] cpu@54.9C soc2@55.6C gpu@55.5C tj@56.7C "

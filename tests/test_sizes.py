@@ -10,7 +10,7 @@ from hydra_edge.cli import main
 from hydra_edge.config import preset
 from hydra_edge.sizes import subnet_size
 
-# HYDRAVIT.md: heads -> (params M, GMACs, fp32 MiB, int8 MiB)
+# docs/hydravit.md: heads -> (params M, GMACs, fp32 MiB, int8 MiB)
 PAPER = {
     3: (5.72, 1.254, 21.8, 5.5), 4: (9.98, 2.136, 38.1, 9.5), 5: (15.43, 3.251, 58.8, 14.7),
     6: (22.05, 4.599, 84.1, 21.0), 7: (29.85, 6.179, 113.9, 28.5), 8: (38.84, 7.991, 148.2, 37.0),
