@@ -171,22 +171,27 @@ def _run_all(targets: list[Target], options: dict[str, Any], opts: CalibrateOpti
     """Calibrate every device, concurrently for a fleet; each failure is one line, the rest go on."""
     several = len(targets) > 1
     progress, transports = _Progress(console), []
+    # not a with-block: on Ctrl-C the transports must close (ending the workers' device commands)
+    # before the pool joins its workers, or every device would run to its end first
+    pool = ThreadPoolExecutor(max_workers=len(targets)) if several else None
     with progress.bar:
         try:
-            if not several:
+            if pool is None:
                 done = [_calibrate_one(targets[0], options, opts, out, several, progress, transports, wait)]
                 failures: list[str] = []
             else:
-                with ThreadPoolExecutor(max_workers=len(targets)) as pool:
-                    futures = [pool.submit(_calibrate_one, t, options, opts, out, several, progress, transports,
-                                           wait) for t in targets]
-                    outcomes = [_outcome(f) for f in futures]
+                futures = [pool.submit(_calibrate_one, t, options, opts, out, several, progress, transports, wait)
+                           for t in targets]
+                outcomes = [_outcome(f) for f in futures]
                 done = [o for o in outcomes if not isinstance(o, str)]
                 failures = [f"{t.name}: {o}" for t, o in zip(targets, outcomes) if isinstance(o, str)]
         except KeyboardInterrupt:  # wherever it lands: in a device stream, a save or the progress bar
             for transport in list(transports):  # stops every device's command and drops ssh masters
                 transport.close()
             raise HydraEdgeError("interrupted; measured head counts are saved, run the same command again") from None
+        finally:
+            if pool is not None:
+                pool.shutdown()
     for calibration, path, png in done:
         _summary(console, calibration, path, png)
     for line in failures:
