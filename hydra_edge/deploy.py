@@ -26,8 +26,10 @@ APP = Path(__file__).resolve().parents[1] / "apps" / "board-demo" / "app.py"
 APP_DIR = "app"  # under the device's hydra-edge dir
 
 
-def payload(bundle: Path, lut: Path, images: Path | None) -> dict[str, str | Path]:
-    """``{path under the device's hydra-edge dir: local file}`` for the app and what it runs."""
+def payload(bundle: Path, lut: Path, images: Path | None,
+            digests: dict[str, str] | None = None) -> dict[str, str | Path]:
+    """``{path under the device's hydra-edge dir: local file}`` for the app and what it runs;
+    ``digests`` receives the sha256 of the bundle files, checked against the manifest here."""
     if not APP.is_file():
         raise HydraEdgeError(f"the board app {APP} is missing from this installation; reinstall from the source tree")
     read_table(lut, bundle)  # a table for another bundle is refused here, not on the board
@@ -35,8 +37,11 @@ def payload(bundle: Path, lut: Path, images: Path | None) -> dict[str, str | Pat
     files: dict[str, Path] = {f"{APP_DIR}/app.py": APP, **package_files(APP_DIR)}
     files[f"{APP_DIR}/bundle/{MANIFEST}"] = bundle / MANIFEST
     files[f"{APP_DIR}/bundle/lut.json"] = lut
-    files.update({f"{APP_DIR}/bundle/{name}": path
-                  for name, path in bundle_files(bundle, manifest.artefacts, golden=False).items()})
+    checked: dict[str, str] = {}
+    files.update({f"{APP_DIR}/bundle/{name}": path for name, path in
+                  bundle_files(bundle, manifest.artefacts, golden=False, digests=checked).items()})
+    if digests is not None:
+        digests.update({f"{APP_DIR}/bundle/{name}": sha for name, sha in checked.items()})
     if images is not None:
         found = [f for f in sorted(images.rglob("*")) if f.suffix.lower() in IMAGE_SUFFIXES]
         if not found:
@@ -48,8 +53,9 @@ def payload(bundle: Path, lut: Path, images: Path | None) -> dict[str, str | Pat
 def deploy_to(transport: Transport, bundle: Path, lut: Path, images: Path | None, camera: int | None,
               python: str, setup: bool, pip_args: tuple[str, ...], app_args: list[str], detach: bool) -> int:
     """Push, prepare the device's Python, start the app; returns its exit code (0 when detached)."""
-    files = payload(bundle, lut, images)
-    sent = push_files(transport, files)
+    digests: dict[str, str] = {}
+    files = payload(bundle, lut, images, digests)
+    sent = push_files(transport, files, digests)
     click.echo(f"{transport.device_id}: {sent} of {len(files)} files sent (the rest were already there)", err=True)
     requirements = {**runtime_requirements(read_manifest(bundle).artefacts), "PIL": "pillow"}
     python = ensure_python(transport, python, requirements, setup, pip_args)

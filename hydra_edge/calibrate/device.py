@@ -59,16 +59,17 @@ class RuntimeMissingError(HydraEdgeError):
     """The device's Python lacks numpy or the bundle's runtime."""
 
 
-def push_files(transport: Transport, files: Mapping[str, Path]) -> int:
+def push_files(transport: Transport, files: Mapping[str, Path], digests: Mapping[str, str] = {}) -> int:
     """Copy ``{path under the device's base dir: local file}`` there, skipping files already intact.
 
     One ``sha256sum`` over every target decides what to skip, so a resumed run re-sends
     nothing. What is missing travels as one tar archive (one verified push instead of several
     round trips per file), is unpacked into a folder unique to this run and then renamed into
     place file by file, so two runs pushing to one board (two names for it in a fleet) never
-    see each other's half-written files. Returns how many files were sent.
+    see each other's half-written files. ``digests`` holds sha256s already computed (and checked
+    against the manifest) for some of ``files``; the rest are hashed here. Returns how many files were sent.
     """
-    want = {rel: sha256_file(local) for rel, local in files.items()}
+    want = {rel: digests.get(rel) or sha256_file(local) for rel, local in files.items()}
     have = remote_hashes(transport, [transport.remote_path(rel) for rel in files])
     missing = [rel for rel in files if have.get(transport.remote_path(rel)) != want[rel]]
     if not missing:

@@ -172,10 +172,12 @@ class Session:
         needed = todo + ([self._soak_artefact()] if self.soak_pending else [])
         bundle = self.opts.bundle
         files = {f"{self.bundle_rel}/{MANIFEST}": bundle / MANIFEST}
-        files.update({f"{self.bundle_rel}/{name}": path for name, path in bundle_files(bundle, needed).items()})
+        digests: dict[str, str] = {}
+        files.update({f"{self.bundle_rel}/{name}": path for name, path in bundle_files(bundle, needed,
+                                                                                        digests=digests).items()})
         if not self.opts.runner:
             files.update(runner_files("runner"))
-        push_files(self.t, files)
+        push_files(self.t, files, {f"{self.bundle_rel}/{name}": sha for name, sha in digests.items()})
 
     def _run_python(self, todo: list[ArtefactRecord]) -> None:
         self.report("checking python", None)

@@ -204,17 +204,21 @@ def stored_files(folder: Union[str, Path], record: ArtefactRecord) -> List[Tuple
             (recipe.source.file, recipe.source.sha256, "recipe source")]
 
 
-def bundle_files(folder: Union[str, Path], records: Iterable[ArtefactRecord], golden: bool = True) -> Dict[str, Path]:
+def bundle_files(folder: Union[str, Path], records: Iterable[ArtefactRecord], golden: bool = True,
+                 digests: Optional[Dict[str, str]] = None) -> Dict[str, Path]:
     """``{name in the bundle: local file}`` of each record's artefact (and golden pair), for pushing.
 
     The manifest's names stay inside the bundle as text; here each file must also be one: a link
     leading out of the bundle (to ``/etc/hostname``, or a folder link ``sub -> /etc``) is refused,
     and so is a file whose sha256 is not the manifest's, so only what convert wrote reaches a
-    device. One line for the first file that fails.
+    device. One line for the first file that fails. Each file is hashed once, however many records
+    share it (a compact bundle's source and golden inputs); ``digests`` receives every sha256, so the
+    push need not hash the files again.
     """
     folder = Path(folder)
     inside = folder.resolve()
     files: Dict[str, Path] = {}
+    checked: Dict[str, str] = {} if digests is None else digests
     for r in records:
         if r.compact is not None and not (folder / r.compact.recipe).is_file():
             stored = [(r.compact.recipe, r.compact.sha256, "compact.recipe")]  # reported missing below
@@ -222,6 +226,8 @@ def bundle_files(folder: Union[str, Path], records: Iterable[ArtefactRecord], go
             stored = stored_files(folder, r)
         wanted = [*stored, *(golden_files(r.golden) if golden else [])]
         for name, sha256, field in wanted:
+            if checked.get(name) == sha256:
+                continue
             path, where = folder / name, f"artefact {r.id} {field} in {folder / MANIFEST}"
             if not path.is_file():
                 raise HydraEdgeError(f"{path} is missing ({where}); re-run hydra-edge convert to restore the bundle")
@@ -231,7 +237,7 @@ def bundle_files(folder: Union[str, Path], records: Iterable[ArtefactRecord], go
             if sha256_file(path) != sha256:
                 raise HydraEdgeError(f"{path} is not the file the manifest names (its sha256 differs; {where}); "
                                      "re-run hydra-edge convert to restore the bundle")
-            files[name] = path
+            files[name], checked[name] = path, sha256
     return files
 
 
