@@ -107,8 +107,7 @@ def measure(bundle: Path, artefact: ArtefactRecord, args: argparse.Namespace, de
     result: Dict[str, Any] = {"event": "result", "heads": artefact.heads, "artefact": artefact.id,
                               "sha256": artefact.sha256, "runner": "python", "status": "error"}
     result["state_before"] = device.state().to_dict()
-    stored = [] if artefact.compact else [(artefact.file, artefact.sha256)]  # a compact one: checked by rebuild
-    for name, want in (*stored, *((name, sha) for name, sha, _ in golden_files(artefact.golden))):
+    for name, want, _ in golden_files(artefact.golden):  # the artefact itself: checked by load_timed
         path = bundle / name
         if not path.is_file() or sha256_file(path) != want:
             result["error"] = f"{name} is missing or its sha256 differs from the manifest; push the bundle again"

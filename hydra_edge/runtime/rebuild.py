@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
+from ..atomic import sha256_file
 from ..errors import HydraEdgeError
 from ..records.codec import read_bytes
 from ..records.manifest import ArtefactRecord
@@ -171,8 +172,8 @@ def artefact_bytes(bundle: Union[str, Path], record: ArtefactRecord) -> bytes:
 
 
 def load_record(bundle: Union[str, Path], record: ArtefactRecord, threads: int) -> "Engine":
-    """``record``'s artefact in its runtime: a compact one rebuilt and loaded from memory (every
-    sha256 checked here), a full one loaded from its file (whose sha256 its caller checks once)."""
+    """``record``'s artefact in its runtime: a compact one rebuilt and loaded from memory, a full one
+    loaded from its file; either way nothing is loaded whose sha256 differs from the manifest's."""
     return load_timed(bundle, record, threads)[0]
 
 
@@ -182,7 +183,14 @@ def load_timed(bundle: Union[str, Path], record: ArtefactRecord, threads: int) -
     from .engines import load, load_bytes
 
     if record.compact is None:
-        return load(Path(bundle) / record.file, threads, record.format), None
+        path = Path(bundle) / record.file
+        try:
+            intact = sha256_file(path) == record.sha256
+        except OSError:
+            intact = False
+        if not intact:
+            raise HydraEdgeError(f"{path} is missing or its sha256 differs from the manifest; {FIX}")
+        return load(path, threads, record.format), None
     start = time.perf_counter()
     data = rebuild(bundle, record)
     seconds = time.perf_counter() - start

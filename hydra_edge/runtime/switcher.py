@@ -33,10 +33,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple, Uni
 
 import numpy as np
 
-from ..atomic import sha256_file
-from ..errors import HydraEdgeError
 from ..records.manifest import read_manifest
-from .engines import Engine, load
+from .engines import Engine
 from ..records.target import signals as checked_signals
 from .failsafe import Hold, RaiseGate
 from .rebuild import load_record
@@ -212,19 +210,12 @@ class Switcher:
     # -- engines --------------------------------------------------------------------------------
 
     def _load(self, candidate: Candidate, warm: bool = False) -> Engine:
-        """Check the artefact's sha256 and load it; ``warm`` runs it once (a first run allocates).
-
-        In a compact bundle the artefact is rebuilt in memory; ``rebuild`` checks every sha256."""
-        path = self.bundle / candidate.file
+        """Load the artefact (``load_record`` checks its sha256, and rebuilds a compact one in memory);
+        ``warm`` runs it once (a first run allocates). The table's candidates are the manifest's
+        artefacts (``read_table`` checks it), so each has its record."""
         # never more threads than cores: oversubscribed runtimes spin and stall each other
         threads = self.threads or min(candidate.threads, os.cpu_count() or 1)
-        record = self._records.get(candidate.artefact)
-        if record is not None and record.compact is not None and record.sha256 == candidate.sha256:
-            engine = load_record(self.bundle, record, threads)
-        elif not path.is_file() or sha256_file(path) != candidate.sha256:
-            raise HydraEdgeError(f"{path} is missing or changed since the table was built (sha256 mismatch)")
-        else:
-            engine = load(path, threads, candidate.format)
+        engine = load_record(self.bundle, self._records[candidate.artefact], threads)
         if warm and self._input_shape is not None:
             engine.run(np.zeros(self._input_shape, np.float32))
         return engine
