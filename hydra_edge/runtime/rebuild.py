@@ -84,18 +84,18 @@ def _map_source(bundle: Path, piece: Piece) -> Union[bytes, mmap.mmap]:
 
 
 def _check_ranges(recipe: Recipe, where: Path) -> None:
-    """Every range inside its source tensor's file and inside the rebuilt file, fed by skeleton bytes in order."""
-    total, holes, end = recipe.rebuilt_bytes(), 0, 0
+    """Every range inside its source tensor's file and inside the rebuilt file, fed by skeleton bytes in
+    order (ranges in order and apart: the recipe's schema checks that when it is read)."""
+    total, holes = recipe.rebuilt_bytes(), 0
     for i, r in enumerate(recipe.ranges):
         if r.source_offset + r.source_bytes() > recipe.source.bytes:
             raise HydraEdgeError(f"{where}: range {i} reads source bytes [{r.source_offset}, "
                                  f"{r.source_offset + r.source_bytes()}) beyond {recipe.source.file} "
                                  f"({recipe.source.bytes} bytes); {FIX}")
-        if r.offset - holes > recipe.skeleton.bytes or r.offset + r.hole_bytes() > total or r.offset < end:
+        if r.offset - holes > recipe.skeleton.bytes or r.offset + r.hole_bytes() > total:
             raise HydraEdgeError(f"{where}: range {i} writes bytes [{r.offset}, {r.offset + r.hole_bytes()}) "
                                  f"outside the {total}-byte artefact its skeleton and holes make; {FIX}")
         holes += r.hole_bytes()
-        end = r.offset + r.hole_bytes()
 
 
 def _source_tensor(source: Union[bytes, mmap.mmap], r: Range) -> np.ndarray:
