@@ -90,7 +90,7 @@ class RecordWriter:
         self.calibration.put(result)
         self._append({"result": result.to_dict()})
         self._pending += 1
-        if self._pending >= max(1, len(self.calibration.results) - self._pending):
+        if 2 * self._pending >= len(self.calibration.results):  # the journal holds as many as the record
             self.fold()
 
     def set_device(self, device: dict[str, Any]) -> None:
@@ -101,8 +101,7 @@ class RecordWriter:
         """Fold everything into the record and remove the journal."""
         if self._journal is None:
             return
-        self.fold()
-        assert self._journal is not None
+        self.calibration.write(self.record)  # atomic: the record holds everything before the journal goes
         self._journal.close()
         self._journal = None
         journal_path(self.record).unlink(missing_ok=True)
