@@ -32,7 +32,7 @@ def test_remote_command_rejects_bad_env_names() -> None:
     ("adb: error: failed to stat remote object 'x': No such file or directory", RemoteFileNotFoundError),
 ])
 def test_transfer_errors_are_recognised(text: str, kind: type) -> None:
-    error = match_error(TRANSFER_RULES, text, {"device": "dev", "path": "/p"})
+    error = match_error(TRANSFER_RULES, text, lambda: {"device": "dev", "path": "/p"})
     assert isinstance(error, kind) and "\n" not in str(error)
 
 

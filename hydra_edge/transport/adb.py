@@ -74,7 +74,7 @@ class AdbTransport(Transport):
     def _client_error(self, returncode: int, stderr: str) -> TransportError | None:
         if returncode == 0:
             return None
-        return match_error(ADB_RULES, _client_lines(stderr), self._error_fields())
+        return match_error(ADB_RULES, _client_lines(stderr), self._error_fields)
 
     def _only_device(self) -> str:
         """With no serial given, the one attached device; several or none is an error."""

@@ -19,7 +19,7 @@ import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Iterator, Mapping, NamedTuple, Sequence
+from typing import IO, Callable, Iterator, Mapping, NamedTuple, Sequence
 
 from ..atomic import atomic_path, sha256_file
 from .errors import (
@@ -72,12 +72,14 @@ class ErrorRule:
     message: str
 
 
-def match_error(rules: Sequence[ErrorRule], text: str, fields: Mapping[str, object]) -> TransportError | None:
-    """The error for the first rule whose pattern occurs in ``text``, else None."""
+def match_error(rules: Sequence[ErrorRule], text: str,
+                fields: Callable[[], Mapping[str, object]]) -> TransportError | None:
+    """The error for the first rule whose pattern occurs in ``text``, else None. ``fields`` is asked
+    for only when a rule matches: for ssh it runs ``ssh -G``, which no unmatched exit should pay."""
     for rule in rules:
         found = re.search(rule.pattern, text, re.IGNORECASE | re.MULTILINE)
         if found:
-            return rule.error(rule.message.format(**{**fields, **found.groupdict()}))
+            return rule.error(rule.message.format(**{**fields(), **found.groupdict()}))
     return None
 
 
@@ -337,7 +339,7 @@ class Transport(ABC):
                                   f"{self.device_id}{detail}", result)
 
     def _transfer_error(self, stderr: str, path: str, doing: str) -> TransportError:
-        found = match_error(TRANSFER_RULES, stderr, {**self._error_fields(), "path": path})
+        found = match_error(TRANSFER_RULES, stderr, lambda: {**self._error_fields(), "path": path})
         if found is not None:
             return found
         lines = stderr.strip().splitlines()

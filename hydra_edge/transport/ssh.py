@@ -167,7 +167,7 @@ class SshTransport(Transport):
     def _client_error(self, returncode: int, stderr: str) -> TransportError | None:
         if returncode != SSH_EXIT_ERROR:
             return None
-        found = match_error(SSH_RULES, stderr, self._error_fields())
+        found = match_error(SSH_RULES, stderr, self._error_fields)
         if found is None and not stderr.strip():
             # a shared (mux) connection whose master died leaves its client exiting 255 without a word
             return ConnectionLostError(f"the ssh connection to {self.device_id} dropped")
