@@ -45,17 +45,8 @@ from ..records.lut import LutError
 from ..records.manifest import MANIFEST, read_manifest
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """A Pareto-optimal subnetwork of this device, as the switcher loads it."""
-
-    heads: int
-    artefact: str
-    file: str  # relative to the bundle
-    sha256: str
-    format: str
-    threads: int
-    latency_ms: float  # calibrated, cool and unthrottled
+# A Pareto-optimal subnetwork of this device, as lut.json records it and the switcher loads it.
+Candidate = record.LutCandidate
 
 
 @dataclass(frozen=True)
@@ -125,9 +116,8 @@ class Table:
 
 def _table(doc: record.LutDocument) -> Table:
     """The selection's view of a checked ``lut.json`` (``hydra_edge.records.lut`` checked every field)."""
-    fields = Candidate.__dataclass_fields__
     return Table(
-        candidates=tuple(Candidate(**{k: getattr(c, k) for k in fields}) for c in doc.candidates),
+        candidates=tuple(doc.candidates),
         cells=tuple(tuple(row) for row in doc.selection.cells),
         thermal_source=doc.thermal.source,
         thermal_edges=tuple(doc.thermal.edges),

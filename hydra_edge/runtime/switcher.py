@@ -77,7 +77,7 @@ def fallback_table(bundle: Path) -> Table:
     """A one-cell table that always picks the bundle's smallest head count."""
     smallest = min(read_manifest(bundle).artefacts, key=lambda a: a.heads)
     only = Candidate(heads=smallest.heads, artefact=smallest.id, file=smallest.file, sha256=smallest.sha256,
-                     format=smallest.format, threads=smallest.threads, latency_ms=math.nan)
+                     format=smallest.format, threads=smallest.threads, latency_ms=math.nan, accuracy=math.nan)
     return Table(candidates=(only,), cells=((0,),), thermal_source="temperature", thermal_edges=(),
                  thermal_margin=0.0, throttled_c=None, battery_min_pct=(), battery_margin_pct=0.0,
                  min_dwell_s=0.0, manifest_sha256="")
