@@ -192,6 +192,16 @@ def plot(report: dict[str, Any], path: Path) -> None:
         fig.savefig(tmp, dpi=120, format="png")
 
 
+def save_report(out: Path, name: str, report: dict[str, Any], markdown: Callable[[dict[str, Any]], str],
+                plot: Callable[[dict[str, Any], Path], None]) -> None:
+    """``name``.json, .md and .png under ``out``, and the table on the terminal: every bench's ending."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / f"{name}.json", report)
+    write_text(out / f"{name}.md", markdown(report))
+    plot(report, out / f"{name}.png")
+    print(markdown(report))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--heads", default="3,12")
@@ -200,12 +210,7 @@ def main() -> None:
     p.add_argument("--eval-images", type=int, default=8, help="random inputs each artefact is verified on")
     p.add_argument("--work", default=str(ROOT / "runs" / "bench-convert"), help="checkpoint and bundles (reused)")
     args = p.parse_args()
-    report = bench(args)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    write_json(RESULTS / "convert.json", report)
-    write_text(RESULTS / "convert.md", markdown(report))
-    plot(report, RESULTS / "convert.png")
-    print(markdown(report))
+    save_report(RESULTS, "convert", bench(args), markdown, plot)
 
 
 if __name__ == "__main__":

@@ -35,10 +35,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.convert import host_cpu, paired_ms  # noqa: E402
-from hydra_edge.atomic import atomic_path, write_json, write_text  # noqa: E402
+from bench.convert import host_cpu, paired_ms, save_report  # noqa: E402
+from hydra_edge.atomic import atomic_path  # noqa: E402
 from hydra_edge.config import parse_heads, preset  # noqa: E402
-from hydra_edge.convert.pipeline import ConvertOptions, convert, tool_versions  # noqa: E402
+from hydra_edge.convert.pipeline import LOCK, ConvertOptions, convert, tool_versions  # noqa: E402
 from hydra_edge.model import HydraViT  # noqa: E402
 from hydra_edge.records.manifest import ArtefactRecord, read_manifest, stored_files  # noqa: E402
 from hydra_edge.runtime.engines import load, load_bytes  # noqa: E402
@@ -74,7 +74,7 @@ def bundles(args: argparse.Namespace, heads: tuple[int, ...]) -> tuple[Path, Pat
 
 def bundle_bytes(folder: Path) -> int:
     """Every file a device would hold (the lock file aside)."""
-    return sum(f.stat().st_size for f in folder.iterdir() if f.is_file() and f.name != ".lock")
+    return sum(f.stat().st_size for f in folder.iterdir() if f.is_file() and f.name != LOCK)
 
 
 def stats_ms(seconds: list[float]) -> dict[str, float]:
@@ -242,13 +242,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     if args.repeats < 1 or args.runs < 1 or args.threads < 1:
         p.error("--repeats, --runs and --threads must be >= 1")
-    report = bench(args)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "one_weight_set.json", report)
-    write_text(out / "one_weight_set.md", markdown(report))
-    plot(report, out / "one_weight_set.png")
-    print(markdown(report))
+    save_report(Path(args.out), "one_weight_set", bench(args), markdown, plot)
 
 
 if __name__ == "__main__":
