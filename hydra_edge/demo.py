@@ -66,7 +66,8 @@ def demo_budget(bundle: Path, calibration: Path) -> float:
     """
     from .calibrate.record import read_calibration
     from .convert.manifest import read_manifest
-    from .lut.table import pareto, points
+    from .lut.table import points
+    from .pareto import pareto
 
     front, _ = pareto(points(read_manifest(bundle), read_calibration(calibration))[0])
     return round(front[-1].latency_ms * 1.1, 4)

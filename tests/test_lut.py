@@ -23,7 +23,8 @@ from hydra_edge.errors import HydraEdgeError
 from hydra_edge.lut import policy as policy_module
 from hydra_edge.lut.command import OUTPUTS, lut
 from hydra_edge.lut.policy import Policy, load_policy, policy_from_dict
-from hydra_edge.lut.table import Point, build_table, pareto
+from hydra_edge.lut.table import build_table
+from hydra_edge.pareto import Point, pareto
 from hydra_edge.runtime.lut import read_table
 
 PI_SIGNALS = {"files": {"temperature_mC": "/sys/class/thermal/thermal_zone0/temp"},

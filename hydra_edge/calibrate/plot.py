@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..atomic import atomic_path
 from ..convert.manifest import Manifest
+from ..pareto import Point, pareto
 from .record import Calibration
 
 
@@ -18,16 +19,6 @@ def accuracy_by_heads(manifest: Manifest) -> tuple[dict[int, float], str]:
         return {k: float(v) for k, v in top1.items()}, "top-1 (%)"
     agreement = {a.heads: a.accuracy.get("agreement") for a in manifest.artefacts}
     return {k: float(v) for k, v in agreement.items() if v is not None}, "agreement with fp32 (%)"
-
-
-def pareto_front(points: dict[int, tuple[float, float]]) -> list[int]:
-    """Head counts not beaten by another on both latency (lower) and accuracy (higher), fastest first."""
-    front, best = [], float("-inf")
-    for heads, (latency, accuracy) in sorted(points.items(), key=lambda kv: (kv[1][0], -kv[1][1])):
-        if accuracy > best:
-            front.append(heads)
-            best = accuracy
-    return front
 
 
 def plot_calibration(calibration: Calibration, manifest: Manifest, path: str | Path) -> Path:
@@ -53,12 +44,12 @@ def plot_calibration(calibration: Calibration, manifest: Manifest, path: str | P
     left.legend(loc="upper left", fontsize=8)
     twin.legend(loc="lower right", fontsize=8)
 
-    points = {r.heads: (r.latency_ms, accuracy[r.heads]) for r in measured if r.heads in accuracy}
-    front = pareto_front(points)
-    for k, (x, y) in points.items():
-        right.scatter([x], [y], color="tab:red" if k in front else "tab:gray", zorder=3)
-        right.annotate(f"h{k}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
-    right.step([points[k][0] for k in front], [points[k][1] for k in front], where="post", color="tab:red",
+    points = [Point(r.heads, r.artefact, r.latency_ms, accuracy[r.heads], None) for r in measured if r.heads in accuracy]
+    front, _ = pareto(points)
+    for p in points:
+        right.scatter([p.latency_ms], [p.accuracy], color="tab:red" if p in front else "tab:gray", zorder=3)
+        right.annotate(f"h{p.heads}", (p.latency_ms, p.accuracy), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    right.step([p.latency_ms for p in front], [p.accuracy for p in front], where="post", color="tab:red",
                label="Pareto front")
     right.set(xlabel="latency p50 (ms)", ylabel=acc_label, title="accuracy / latency on this device")
     right.legend(loc="lower right", fontsize=8)

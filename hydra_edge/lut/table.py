@@ -10,7 +10,6 @@ cap, where power was measured); when none does, the fastest candidate. The resul
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,29 +17,10 @@ from .. import __version__
 from ..calibrate.record import Calibration, Derating
 from ..convert.manifest import MANIFEST, Manifest, sha256_file
 from ..errors import HydraEdgeError
+from ..pareto import Point, pareto
 from ..records.lut import SCHEMA, SCHEMA_VERSION
 from ..runtime.signals import signals_from_profile
 from .policy import ANDROID_STATUSES, Policy
-
-
-@dataclass(frozen=True)
-class Point:
-    """One calibrated head count: what the Pareto front and the cells are chosen from."""
-
-    heads: int
-    artefact: str
-    latency_ms: float
-    accuracy: float  # top-1 %, or the head count where the bundle has no labelled accuracy
-    power_w: float | None  # measured draw while it ran, where the device reports it
-
-
-def pareto(points: list[Point]) -> tuple[list[Point], list[Point]]:
-    """(front fastest first, dominated): a point stays if it is more accurate than every faster one."""
-    front: list[Point] = []
-    for p in sorted(points, key=lambda p: (p.latency_ms, -p.accuracy)):
-        if not front or p.accuracy > front[-1].accuracy:
-            front.append(p)
-    return front, [p for p in points if p not in front]
 
 
 def _power(state: dict[str, Any] | None) -> float | None:
