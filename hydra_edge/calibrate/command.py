@@ -19,10 +19,10 @@ from .session import CalibrateOptions, Session, safe_name
 from .soak import parse_duration
 
 
-
 @dataclass(frozen=True)
-class Target:
-    """One device named on the command line, as ``open_transport`` keywords."""
+class DeviceArg:
+    """One device named on the command line (``--host``, ``--serial`` or ``--local``), as ``open_transport``
+    keywords; not a target profile (``convert.targets.Target``), which says what a kind of device runs."""
 
     kind: str  # "host" | "serial" | "local"
     name: str | None
@@ -35,15 +35,15 @@ class Target:
         return open_transport(**{self.kind: self.name}, **{k: v for k, v in options.items() if k in keys})
 
 
-def _targets(hosts: tuple[str, ...], serial: str | None, local: bool) -> list[Target]:
+def _devices(hosts: tuple[str, ...], serial: str | None, local: bool) -> list[DeviceArg]:
     named = [kind for kind, given in (("--host", hosts), ("--serial", serial), ("--local", local)) if given]
     if len(named) > 1:
         raise HydraEdgeError(f"name devices of one kind, not {' and '.join(named)}")
     if hosts:
-        return [Target("host", h) for h in dict.fromkeys(hosts)]
+        return [DeviceArg("host", h) for h in dict.fromkeys(hosts)]
     if local:
-        return [Target("local", None)]
-    return [Target("serial", serial)]  # None: ANDROID_SERIAL, or the one attached phone
+        return [DeviceArg("local", None)]
+    return [DeviceArg("serial", serial)]  # None: ANDROID_SERIAL, or the one attached phone
 
 
 def _out_path(out: Path, device_id: str, several: bool) -> Path:
@@ -73,12 +73,12 @@ class _Progress:
         return report
 
 
-def _calibrate_one(target: Target, options: dict[str, Any], opts: CalibrateOptions, out: Path, several: bool,
+def _calibrate_one(device: DeviceArg, options: dict[str, Any], opts: CalibrateOptions, out: Path, several: bool,
                    progress: _Progress, transports: list[Transport], wait: bool) -> tuple[Calibration, Path, Path]:
     from ..convert.manifest import read_manifest
     from .plot import plot_calibration
 
-    with target.open(options) as transport:
+    with device.open(options) as transport:
         transports.append(transport)
         path = _out_path(out, transport.device_id, several)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -160,31 +160,31 @@ def calibrate(bundle: Path, hosts: tuple[str, ...], serial: str | None, local: b
                             python=python or (sys.executable if local else "python3"), setup=setup, pip_args=pip_args, runner=runner,
                             soak_s=parse_duration(soak) if soak else None, soak_interval_s=soak_interval,
                             sysfs_root=sysfs_root, force=force)
-    targets = _targets(hosts, serial, local)
+    devices = _devices(hosts, serial, local)
     options = {k: v for k, v in {"remote_dir": remote_dir, "identity_file": identity_file, "known_hosts": known_hosts,
                                  "ssh_config": ssh_config, "adb_port": adb_port}.items() if v is not None}
-    _run_all(targets, options, opts, out, Console(), wait=not no_wait)
+    _run_all(devices, options, opts, out, Console(), wait=not no_wait)
 
 
-def _run_all(targets: list[Target], options: dict[str, Any], opts: CalibrateOptions, out: Path, console: Any,
+def _run_all(devices: list[DeviceArg], options: dict[str, Any], opts: CalibrateOptions, out: Path, console: Any,
              wait: bool = True) -> None:
     """Calibrate every device, concurrently for a fleet; each failure is one line, the rest go on."""
-    several = len(targets) > 1
+    several = len(devices) > 1
     progress, transports = _Progress(console), []
     # not a with-block: on Ctrl-C the transports must close (ending the workers' device commands)
     # before the pool joins its workers, or every device would run to its end first
-    pool = ThreadPoolExecutor(max_workers=len(targets)) if several else None
+    pool = ThreadPoolExecutor(max_workers=len(devices)) if several else None
     with progress.bar:
         try:
             if pool is None:
-                done = [_calibrate_one(targets[0], options, opts, out, several, progress, transports, wait)]
+                done = [_calibrate_one(devices[0], options, opts, out, several, progress, transports, wait)]
                 failures: list[str] = []
             else:
                 futures = [pool.submit(_calibrate_one, t, options, opts, out, several, progress, transports, wait)
-                           for t in targets]
+                           for t in devices]
                 outcomes = [_outcome(f) for f in futures]
                 done = [o for o in outcomes if not isinstance(o, str)]
-                failures = [f"{t.name}: {o}" for t, o in zip(targets, outcomes) if isinstance(o, str)]
+                failures = [f"{t.name}: {o}" for t, o in zip(devices, outcomes) if isinstance(o, str)]
         except KeyboardInterrupt:  # wherever it lands: in a device stream, a save or the progress bar
             for transport in list(transports):  # stops every device's command and drops ssh masters
                 transport.close()
@@ -197,7 +197,7 @@ def _run_all(targets: list[Target], options: dict[str, Any], opts: CalibrateOpti
     for line in failures:
         console.print(line, soft_wrap=True)
     if failures:
-        raise HydraEdgeError(f"{len(failures)} of {len(targets)} devices failed (see above); "
+        raise HydraEdgeError(f"{len(failures)} of {len(devices)} devices failed (see above); "
                              "run the same command again to finish them")
     failed = [line for calibration, _, _ in done for line in _failed_heads(calibration)]
     if failed:
