@@ -21,10 +21,11 @@ import msgspec
 from ..errors import HydraEdgeError
 from ..records.target import Variant, read_profile
 from ..runtime.engines import FORMATS
+from ..shipped import shipped
 from .formats import quants
 
 TARGETS_ENV = "HYDRA_EDGE_TARGETS"  # a folder of extra profiles, searched before the shipped ones
-SHIPPED = Path(__file__).resolve().parents[2] / "targets"
+SHIPPED = shipped("targets")
 
 
 @dataclass(frozen=True)
