@@ -2,8 +2,8 @@
 
 The wheel is built from the project's files (what a fresh clone holds), installed without
 dependencies into a new venv that borrows this venv's site-packages (nothing is downloaded), and
-its console script then converts, calibrates on this machine, builds the table and deploys to the
-sshd stand-in. Every data file the commands need (target profiles, the device runner, the board
+its console script then lists the targets, converts, calibrates on this machine, builds the table,
+deploys to the sshd stand-in, and runs the demo. Every data file the commands need (target profiles, the device runner, the board
 app) must come from the wheel: the checkout is not on the path and the working folder is empty.
 """
 
@@ -95,6 +95,9 @@ def test_the_installed_package_converts_calibrates_and_deploys_from_an_empty_fol
     _, script = installed
     work = tmp_path / "empty"
     work.mkdir()
+    listed = hydra_edge(script, work, "targets")
+    shipped = Path(script).parents[1] / "lib"  # the venv's own site-packages, not the checkout
+    assert all("shipped  " in line and str(shipped) in line for line in listed.splitlines()[1:4]), listed
     torch.manual_seed(0)
     HydraViT(preset("digits", depth=2, heads=(3, 6, 12))).save(tmp_path / "tiny.pt")
 
@@ -122,3 +125,13 @@ def test_the_installed_package_converts_calibrates_and_deploys_from_an_empty_fol
     assert "2 images" in out, out
     assert (remote / "app" / "app.py").read_bytes() == (ROOT / "apps" / "board-demo" / "app.py").read_bytes()
     assert sorted(p.name for p in work.iterdir()) == ["bundle", "calibration", "images", "lut"]
+
+
+def test_the_installed_demo_runs_from_an_empty_folder(installed: tuple[Path, Path], tmp_path: Path) -> None:
+    _, script = installed
+    out = hydra_edge(script, tmp_path, "demo", "--epochs", 1, "--heads", "3,12", "--runs", 3, "--images", 2,
+                     "--jobs", 1)
+    assert "Where everything is:" in out
+    assert [p.name for p in tmp_path.iterdir()] == ["hydra-edge-demo"]
+    events = json.loads((tmp_path / "hydra-edge-demo" / "app" / "events.json").read_text())["events"]
+    assert events[0]["reason"] == "start"
