@@ -648,7 +648,7 @@ def test_the_temperature_file_the_profile_names_is_the_one_read(board: Path, ope
     rpi = (ROOT / "targets" / "rpi.toml").read_text()
     state = read_state(profile_signals(rpi), root=str(board), run=fake_runner({}))
     assert state.thermal_zones == {"cpu-thermal": pytest.approx(48.312)}  # thermal_zone0, not every zone
-    assert {p.name for p in opened if p.name == "temp"} == {"temp"}
+    assert [p for p in opened if p.name == "temp"] == [board / TZ / "thermal_zone0/temp"]
     assert not any("thermal_zone1" in str(p) or "thermal_zone10" in str(p) for p in opened)
 
     gpu = rpi.replace("thermal_zone0/temp", "thermal_zone1/temp")
@@ -658,7 +658,7 @@ def test_the_temperature_file_the_profile_names_is_the_one_read(board: Path, ope
     hat = rpi.replace('temperature_mC = "/sys/class/thermal/thermal_zone0/temp"',
                       'board_mC = "/opt/fan-hat/board_temp"')
     state = read_state(profile_signals(hat), root=str(board), run=fake_runner({}))
-    assert state.thermal_zones == {"board_mC": 61.5} and state.errors == {}
+    assert state.thermal_zones == {"board": 61.5} and state.errors == {}
     (board / "opt/fan-hat/board_temp").unlink()
     gone = read_state({**profile_signals(hat), "vcgencmd": False}, root=str(board))
     assert gone.thermal_zones == {} and "FileNotFoundError" in gone.errors["thermal"]

@@ -69,9 +69,10 @@ def read_temperature_files(files: Mapping[str, str], root: str = "/") -> List[Th
     """The temperature files a profile names (``{key: path}``, m°C), each read as one sensor.
 
     A file that is a thermal zone's ``temp`` is named by the zone's type, with its trip points;
-    any other file (a hwmon ``temp1_input``, a file a vendor tool keeps up to date) by its key.
+    any other file (a hwmon ``temp1_input``, a file a vendor tool keeps up to date) by its key
+    without the unit (``board_mC``: ``board``).
     """
-    return [_read_zone(under(root, path), key) for key, path in files.items()]
+    return [_read_zone(under(root, path), key[:-3] if key.endswith("_mC") else key) for key, path in files.items()]
 
 
 def _zone_name(path: Path, fallback: Optional[str] = None) -> str:

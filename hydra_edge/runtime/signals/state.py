@@ -27,8 +27,8 @@ unreadable".
 import shlex
 import subprocess
 import time
-from pathlib import PurePosixPath
 from dataclasses import asdict, dataclass, field, fields
+from pathlib import PurePosixPath
 from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
 from ...errors import HydraEdgeError
@@ -155,8 +155,6 @@ def _zone_errors(zones: Iterable[ThermalZone]) -> Dict[str, str]:
     return {zone.name: f"{zone.zone}: {zone.error}" for zone in zones if zone.error is not None}
 
 
-# One function per (signal, value) of the [signals] table. Each returns DeviceState fields, plus
-# "error" (why the signal gave nothing usable) and "zone_errors" ({sensor: why it did not read}).
 _THERMAL_DIRS = ("/sys/class/thermal/", "/sys/devices/virtual/thermal/")
 _POWER_SUPPLY_DIR = "/sys/class/power_supply/"
 
@@ -173,6 +171,8 @@ def battery_folder(table: Mapping[str, Any]) -> Optional[str]:
     return next((str(PurePosixPath(path).parent) for path in named), None)
 
 
+# One function per (signal, value) of the [signals] table. Each returns DeviceState fields, plus
+# "error" (why the signal gave nothing usable) and "zone_errors" ({sensor: why it did not read}).
 def _sysfs_thermal(root: str, run: Runner, table: Mapping[str, Any]) -> Dict[str, Any]:
     files = temperature_files(table)
     zones = read_temperature_files(files, root) if files else read_thermal_zones(root, table.get("thermal_zones"))
