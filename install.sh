@@ -26,7 +26,8 @@ command -v "$PY" >/dev/null 2>&1 || PY=python3
 stamp=.venv/.hydra-edge-installed
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  .venv/bin/python -m pip install -q --upgrade pip
+  # setuptools as pyproject's [build-system] asks: tests build the wheel offline with it (tests/test_package.py).
+  .venv/bin/python -m pip install -q --upgrade pip "setuptools>=77"
   .venv/bin/python -m pip install -q "torch==2.13.0" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
   .venv/bin/python -m pip install -q -e ".[test]"
   echo "$want" > "$stamp"

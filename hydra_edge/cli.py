@@ -8,6 +8,7 @@ import click
 
 from .calibrate.command import calibrate
 from .convert.command import convert
+from .convert.targets_command import targets
 from .demo import demo
 from .deploy import deploy
 from .command import CONTEXT, Group, Number
@@ -198,6 +199,7 @@ def evaluate(checkpoint: Path, data: str | None, heads: str | None, out: Path | 
 
 for command in (convert, expand_command, calibrate, lut, deploy, demo):
     main.add_command(command)
+main.add_command(targets)
 
 
 if __name__ == "__main__":  # torchrun --nproc_per_node N -m hydra_edge.cli train ...

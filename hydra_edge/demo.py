@@ -18,6 +18,7 @@ import click
 from .atomic import write_json, write_text
 from .command import command
 from .deploy import APP
+from .shipped import package_path
 
 
 # A day on a battery-powered board: plugged in, unplugged, working hard and heating up, cooling
@@ -148,5 +149,5 @@ def _env() -> dict[str, str]:
     """The app imports hydra_edge.runtime from this checkout, as a board would from the pushed copy."""
     import os
 
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(package_path("hydra_edge").parent)
     return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}

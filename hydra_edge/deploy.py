@@ -20,9 +20,10 @@ from .command import command
 from .errors import HydraEdgeError
 from .runtime.lut import read_table
 from .runtime.preprocess import IMAGE_SUFFIXES
+from .shipped import shipped
 from .transport import Transport
 
-APP = Path(__file__).resolve().parents[1] / "apps" / "board-demo" / "app.py"
+APP = shipped("board-demo", "app.py")
 APP_DIR = "app"  # under the device's hydra-edge dir
 
 

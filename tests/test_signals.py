@@ -21,7 +21,8 @@ from hydra_edge.runtime.signals import (
     read_thermal_zones, run_command, signals_from_profile, summarize_latencies,
     thermal_status_name)
 
-SIGNALS_DIR = Path(__file__).resolve().parents[1] / "hydra_edge" / "runtime" / "signals"
+ROOT = Path(__file__).resolve().parents[1]
+SIGNALS_DIR = ROOT / "hydra_edge" / "runtime" / "signals"
 
 # --- real-format samples ----------------------------------------------------------------------
 
@@ -570,7 +571,7 @@ def test_vcgencmd_that_fails_leaves_a_pi_without_a_temperature_only_if_sysfs_fai
 
 
 def test_a_reader_that_raises_is_an_error_not_an_exception(board: Path, monkeypatch: pytest.MonkeyPatch):
-    def broken(root):
+    def broken(*args):
         raise RuntimeError("driver gone")
 
     monkeypatch.setattr(state_module, "read_thermal_zones", broken)
@@ -617,10 +618,93 @@ def test_shipped_profiles_name_a_battery_only_where_the_device_has_one(name: str
 def test_read_state_takes_a_profile_table_as_written(board: Path):
     run = fake_runner({tuple(COMMANDS["get_throttled"]): "throttled=0x8"})
     state = read_state(PROFILE_TABLES["rpi"], root=str(board), run=run)
-    assert state.throttling.soft_temp_limit and state.max_temp_c == 53.5
+    assert state.throttling.soft_temp_limit and state.thermal_zones == {"cpu-thermal": pytest.approx(48.312)}
     flat_wins = read_state({**PROFILE_TABLES["rpi"], "vcgencmd": False}, root=str(board),
                            run=fake_runner({}))
-    assert flat_wins.throttling is None and flat_wins.max_temp_c == 53.5
+    assert flat_wins.throttling is None and flat_wins.max_temp_c == pytest.approx(48.312)
+
+
+# --- the profile is what is read -------------------------------------------------------------
+
+@pytest.fixture
+def opened(monkeypatch: pytest.MonkeyPatch) -> list:
+    """Every device file read, in order, at the one function that opens them."""
+    paths: list = []
+    read_file = _text.read_file
+
+    def record(path):
+        paths.append(Path(path))
+        return read_file(path)
+
+    monkeypatch.setattr(_text, "read_file", record)
+    return paths
+
+
+def profile_signals(text: str) -> dict:
+    return tomllib.loads(text)["signals"]
+
+
+def test_the_temperature_file_the_profile_names_is_the_one_read(board: Path, opened: list):
+    rpi = (ROOT / "targets" / "rpi.toml").read_text()
+    state = read_state(profile_signals(rpi), root=str(board), run=fake_runner({}))
+    assert state.thermal_zones == {"cpu-thermal": pytest.approx(48.312)}  # thermal_zone0, not every zone
+    assert [p for p in opened if p.name == "temp"] == [board / TZ / "thermal_zone0/temp"]
+    assert not any("thermal_zone1" in str(p) or "thermal_zone10" in str(p) for p in opened)
+
+    gpu = rpi.replace("thermal_zone0/temp", "thermal_zone1/temp")
+    assert read_state(profile_signals(gpu), root=str(board), run=fake_runner({})).thermal_zones == {"gpu-thermal": 51.0}
+
+    write_tree(board, {"opt/fan-hat/board_temp": "61500\n"})  # any file, named by a key ending in _mC
+    hat = rpi.replace('temperature_mC = "/sys/class/thermal/thermal_zone0/temp"',
+                      'board_mC = "/opt/fan-hat/board_temp"')
+    state = read_state(profile_signals(hat), root=str(board), run=fake_runner({}))
+    assert state.thermal_zones == {"board": 61.5} and state.errors == {}
+    (board / "opt/fan-hat/board_temp").unlink()
+    gone = read_state({**profile_signals(hat), "vcgencmd": False}, root=str(board))
+    assert gone.thermal_zones == {} and "FileNotFoundError" in gone.errors["thermal"]
+
+
+def test_named_thermal_zones_are_the_only_ones_opened(board: Path, opened: list):
+    state = read_state({"thermal": "sysfs", "thermal_zones": ["gpu-thermal"]}, root=str(board))
+    assert state.thermal_zones == {"gpu-thermal": 51.0}
+    temps = [p for p in opened if p.name == "temp" or p.name.startswith("trip_point")]
+    assert temps == [board / TZ / "thermal_zone1/temp"]
+
+
+def test_the_battery_the_profile_names_is_the_one_read(board: Path):
+    write_tree(board, {PS + "ups/type": "Battery\n", PS + "ups/capacity": "33\n", PS + "ups/status": "Charging\n"})
+    signals = {"files": {"battery_capacity": "/sys/class/power_supply/BAT0/capacity"}}
+    assert read_state(signals, root=str(board)).battery_capacity == 76
+    signals["files"]["battery_capacity"] = "/sys/class/power_supply/ups/capacity"
+    ups = read_state(signals, root=str(board))
+    assert (ups.battery_capacity, ups.charging) == (33, True)
+    signals["files"]["battery_capacity"] = "/sys/class/power_supply/none/capacity"
+    missing = read_state(signals, root=str(board))
+    assert missing.battery_capacity is None
+    assert missing.errors["battery"] == f"no battery at {board}/sys/class/power_supply/none"
+
+
+def test_the_tegrastats_interval_of_the_profile_is_passed_on(tmp_path: Path):
+    jetson = (ROOT / "targets" / "jetson.toml").read_text()
+    assert 'tegrastats = "tegrastats --interval 500"' in jetson
+    for interval in ("500", "2000"):
+        run = fake_runner({("sh", "-c", f"tegrastats --interval {interval} | head -n 1"): TEGRA_ORIN_NANO})
+        text = jetson.replace("--interval 500", f"--interval {interval}")
+        state = read_state(profile_signals(text), root=str(tmp_path), run=run)
+        assert state.tegrastats.temps_c["tj"] == 56.7 and "tegrastats" not in state.errors
+        assert ("sh", "-c", f"tegrastats --interval {interval} | head -n 1") in run.calls
+
+
+def test_command_lines_of_the_profile_are_run_as_written():
+    rpi = (ROOT / "targets" / "rpi.toml").read_text()
+    moved = rpi.replace('"vcgencmd measure_temp"', '"/opt/vc/bin/vcgencmd measure_temp"')
+    run = fake_runner({("/opt/vc/bin/vcgencmd", "measure_temp"): "temp=49.1'C\n",
+                       ("vcgencmd", "get_throttled"): "throttled=0x0\n"})
+    state = read_state({**profile_signals(moved), "thermal": False}, run=run)
+    assert state.thermal_zones == {"vcgencmd": 49.1} and state.throttling.raw == 0
+    android = {"commands": {"thermal": "dumpsys thermalservice --hal", "battery": "dumpsys battery"}}
+    run = fake_runner({("dumpsys", "thermalservice", "--hal"): "Thermal Status: 2\n"})
+    assert read_state(android, run=run).android_thermal_status == 2
 
 
 def test_run_command_returns_stdout_or_none():

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
-from hydra_edge.convert.targets import available, load_target
+from hydra_edge.cli import main
+from hydra_edge.convert.targets import SHIPPED, available, load_target
 from hydra_edge.errors import HydraEdgeError
 from hydra_edge.runtime.engines import FORMATS
 
@@ -93,3 +96,65 @@ def test_profiles_and_manifests_are_read_without_torch() -> None:
             "[load_target(t) for t in ('rpi', 'android', 'jetson')];"
             "assert 'torch' not in sys.modules, 'torch was imported'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[1])
+
+
+PI_UPS = '[[artefacts]]\nformat = "onnx"\nquant = "fp32"\n' + RUNTIME
+
+
+@pytest.fixture
+def user_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A user folder of profiles as ``$HYDRA_EDGE_TARGETS`` names it: one new board, one that replaces rpi."""
+    folder = tmp_path / "my-targets"
+    folder.mkdir()
+    (folder / "pi-ups.toml").write_text(PI_UPS)
+    (folder / "rpi.toml").write_text(PI_UPS.replace("fp32", "int8-dynamic"))
+    monkeypatch.setenv("HYDRA_EDGE_TARGETS", str(folder))
+    return folder
+
+
+def listed(output: str) -> dict[str, list[str]]:
+    """``hydra-edge targets`` rows by target name: [from, artefacts, file]."""
+    rows = [re.split(r"\s{2,}", line) for line in output.splitlines()[1:] if not line.startswith(("user folder:", "Error:"))]
+    return {name: rest for name, *rest in rows}
+
+
+def test_targets_lists_shipped_and_user_profiles_and_where_each_comes_from(user_folder: Path) -> None:
+    result = CliRunner().invoke(main, ["targets"])
+    assert result.exit_code == 0, result.output
+    rows = listed(result.output)
+    assert rows["android"][0] == "shipped" and rows["android"][2] == str(SHIPPED / "android.toml")
+    assert rows["pi-ups"] == ["user folder", "onnx_fp32", str(user_folder / "pi-ups.toml")]
+    assert rows["rpi"] == ["user folder", "onnx_int8-dynamic", str(user_folder / "rpi.toml")]  # hides the shipped rpi
+    assert f"user folder: {user_folder}" in result.output
+    assert load_target("pi-ups").source == str(user_folder / "pi-ups.toml")
+    assert load_target("rpi").artefacts[0].quant == "int8-dynamic"
+
+
+def test_targets_shows_a_profile_given_by_path(tmp_path: Path) -> None:
+    board = tmp_path / "boards" / "board.toml"
+    board.parent.mkdir()
+    board.write_text(PI_UPS)
+    result = CliRunner().invoke(main, ["targets", str(board), "jetson"])
+    assert result.exit_code == 0, result.output
+    assert listed(result.output) == {"board": ["path", "onnx_fp32", str(board)],
+                                     "jetson": ["shipped", "onnx_fp16, onnx_int8-qdq", str(SHIPPED / "jetson.toml")]}
+
+
+def test_the_user_folder_defaults_to_the_xdg_config_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HYDRA_EDGE_TARGETS", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    folder = tmp_path / "hydra-edge" / "targets"
+    folder.mkdir(parents=True)
+    (folder / "pi-ups.toml").write_text(PI_UPS)
+    assert load_target("pi-ups").source == str(folder / "pi-ups.toml")
+    with pytest.raises(HydraEdgeError, match=f"add nope.toml to {folder}"):
+        load_target("nope")
+
+
+def test_a_bad_user_profile_is_listed_and_named_in_one_line(user_folder: Path) -> None:
+    (user_folder / "broken.toml").write_text(PI_UPS.replace('quant = "fp32"', "quant = 3"))
+    result = CliRunner().invoke(main, ["targets"])
+    assert result.exit_code == 1
+    assert listed(result.output)["broken"][0] == "user folder" and "pi-ups" in listed(result.output)
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith(f"Error: {user_folder / 'broken.toml'}") and "$.artefacts[0].quant" in last

@@ -20,6 +20,7 @@ from ..runtime.engines import FORMATS, impostors, lacks, pip_install
 from ..transport import IntegrityError, RemoteCommandError, Transport
 from ..transport.base import parse_sha256sum
 from ..atomic import sha256_file
+from ..shipped import package_path
 
 MIN_PYTHON = (3, 9)
 PIP_TIMEOUT_S = 1800  # a board compiling a wheel from source is slow, but not this slow
@@ -32,7 +33,7 @@ _PROBE = ("import importlib.util, json, sys; "
           "'missing': [m for m in sys.argv[1:] if importlib.util.find_spec(m) is None]}))")
 
 
-PACKAGE = Path(__file__).resolve().parents[1]
+PACKAGE = package_path("hydra_edge")
 # The torch-free part of hydra_edge a device runs (the runner, the switcher, the board app),
 # pushed as a package so that device code imports it exactly as the host does.
 DEVICE_MODULES = ("__init__.py", "errors.py", "atomic.py", "runtime/*.py", "runtime/signals/*.py", "records/*.py")

@@ -19,6 +19,7 @@ from typing import Any, Callable
 from ..convert.manifest import MANIFEST, ArtefactRecord, Manifest, bundle_files, read_manifest, sha256_file
 from ..errors import HydraEdgeError
 from ..records.codec import convert
+from ..shipped import shipped
 from ..transport import ConnectionLostError, RemoteCommandError, Transport, TransportError
 from . import native
 from .device import ensure_python, package_files, push_files, runtime_requirements
@@ -27,7 +28,7 @@ from .journal import RecordWriter
 from .record import Calibration, HeadResult, read_calibration
 from .soak import derate
 
-RUNNER = Path(__file__).resolve().parents[2] / "calibration" / "runner.py"
+RUNNER = shipped("calibration", "runner.py")
 RUNNER_IDLE_S = 1800.0  # the runner prints per artefact and per soak sample; silence this long is a hung runtime
 
 Report = Callable[[str, "int | None"], None]  # (stage, head count or None); called as work happens

@@ -1,10 +1,12 @@
-"""Target profiles: one TOML file per device family in ``targets/``, read into frozen dataclasses.
+"""Target profiles: one TOML file per device family, read into frozen dataclasses.
 
 The converter, the calibrator and the switcher all read the same profile, so a user adds a device
-by adding a file. ``--target rpi`` finds ``targets/rpi.toml``; ``--target path/to/x.toml`` reads
-that file. The schema (every key's type and range) is ``hydra_edge.records.target``; this module
-finds profiles and checks what needs the converter's registries (formats, quantisations).
-Imports no torch: the device side reads profiles too.
+by adding a file. ``--target path/to/x.toml`` reads that file; ``--target NAME`` finds ``NAME.toml``
+in the user folder (``$HYDRA_EDGE_TARGETS``, else ``$XDG_CONFIG_HOME/hydra-edge/targets``, by
+default ``~/.config/hydra-edge/targets``), then among the profiles shipped with hydra-edge
+(``targets/`` of the source tree). The schema (every key's type and range) is
+``hydra_edge.records.target``; this module finds profiles and checks what needs the converter's
+registries (formats, quantisations). Imports no torch: the device side reads profiles too.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ import msgspec
 from ..errors import HydraEdgeError
 from ..records.target import Variant, read_profile
 from ..runtime.engines import FORMATS
+from ..shipped import shipped
 from .formats import quants
 
-TARGETS_ENV = "HYDRA_EDGE_TARGETS"  # a folder of extra profiles, searched before the shipped ones
-SHIPPED = Path(__file__).resolve().parents[2] / "targets"
+TARGETS_ENV = "HYDRA_EDGE_TARGETS"  # the user folder of profiles, searched before the shipped ones
+SHIPPED = shipped("targets")
+SHIPPED_ORIGIN, USER_ORIGIN, PATH_ORIGIN = "shipped", "user folder", "path"
 
 
 @dataclass(frozen=True)
@@ -72,30 +76,54 @@ def check_quant(fmt: str, quant: str, where: str) -> None:
         raise HydraEdgeError(f"{where}: format {fmt!r} has no quantisation {quant!r}; choose one of {list(quants(fmt))}")
 
 
+def user_folder() -> Path:
+    """Where a user keeps profiles: ``$HYDRA_EDGE_TARGETS``, else the XDG config folder's ``hydra-edge/targets``."""
+    if os.environ.get(TARGETS_ENV):
+        return Path(os.environ[TARGETS_ENV]).expanduser()
+    config = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
+    return Path(config) / "hydra-edge" / "targets"
+
+
+@dataclass(frozen=True)
+class Found:
+    """A profile file ``--target`` can name, and where it comes from (shipped, user folder, path)."""
+
+    name: str
+    path: Path
+    origin: str
+
+
+def found() -> list[Found]:
+    """Every profile ``--target NAME`` can find, by name; a user's profile hides a shipped one of its name."""
+    seen: dict[str, Found] = {}
+    for origin, folder in ((USER_ORIGIN, user_folder()), (SHIPPED_ORIGIN, SHIPPED)):
+        for path in sorted(folder.glob("*.toml")) if folder.is_dir() else ():
+            seen.setdefault(path.stem, Found(path.stem, path, origin))
+    return sorted(seen.values(), key=lambda f: f.name)
+
+
 def available() -> list[str]:
     """Names of the profiles ``--target NAME`` can find."""
-    names = {p.stem for d in _search_dirs() for p in d.glob("*.toml")}
-    return sorted(names)
+    return [f.name for f in found()]
 
 
-def _search_dirs() -> list[Path]:
-    dirs = [Path(os.environ[TARGETS_ENV])] if os.environ.get(TARGETS_ENV) else []
-    return [d for d in (*dirs, SHIPPED) if d.is_dir()]
+def locate(target: str) -> Found:
+    """A profile name or a path to a ``.toml`` file -> the file, and where it comes from."""
+    path = Path(target).expanduser()
+    if target.endswith(".toml") or path.is_file():
+        if not path.is_file():
+            raise HydraEdgeError(f"target file {path} does not exist")
+        return Found(path.stem, path, PATH_ORIGIN)
+    match = next((f for f in found() if f.name == target), None)
+    if match is None:
+        raise HydraEdgeError(f"unknown target {target!r}; choose one of {available()}, add {target}.toml to "
+                             f"{user_folder()} or pass a path to a .toml profile")
+    return match
 
 
 def resolve(target: str) -> Path:
     """A profile name or a path to a ``.toml`` file -> the file."""
-    path = Path(target)
-    if target.endswith(".toml") or path.is_file():
-        if not path.is_file():
-            raise HydraEdgeError(f"target file {path} does not exist")
-        return path
-    for d in _search_dirs():
-        if (d / f"{target}.toml").is_file():
-            return d / f"{target}.toml"
-    raise HydraEdgeError(
-        f"unknown target {target!r}; choose one of {available()} or pass a path to a .toml profile"
-    )
+    return locate(target).path
 
 
 def _check_variant(v: Variant, where: str) -> None:

@@ -24,8 +24,11 @@ Source = Optional[Union[Literal["sysfs", "dumpsys", "none"], bool]]
 class Signals(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """A profile's ``[signals]`` table: where the device's state is read and how long a reading counts."""
 
-    files: Dict[str, str] = msgspec.field(default_factory=dict)  # name -> sysfs path
-    commands: Dict[str, str] = msgspec.field(default_factory=dict)  # name -> command line
+    # name -> device file; what is read (hydra_edge.runtime.signals.state): a key ending in _mC is a
+    # temperature in m°C, a file under /sys/class/power_supply/ names the battery; others are notes
+    files: Dict[str, str] = msgspec.field(default_factory=dict)
+    # name -> command line, run as written when it starts vcgencmd, tegrastats or dumpsys
+    commands: Dict[str, str] = msgspec.field(default_factory=dict)
     thermal: Source = None
     battery: Source = None
     vcgencmd: bool = False

@@ -10,7 +10,7 @@ tenths of °C), power in µW, current in µA, voltage in µV.
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 from ._text import EQUALS_TOKENS, NUMBER, integer, number, pairs, read_number, read_text
 
@@ -47,23 +47,50 @@ class ThermalZone:
     error: Optional[str] = None
 
 
-def read_thermal_zones(root: str = "/") -> List[ThermalZone]:
-    """Every thermal zone under ``root`` in index order; an empty list where there are none."""
-    base = Path(root, "sys/class/thermal")
-    return [_read_zone(path) for path in sorted(base.glob("thermal_zone*"), key=_index)]
+def under(root: str, path: str) -> Path:
+    """A device path (``/sys/...``) as seen under ``root``."""
+    return Path(root, path.lstrip("/"))
 
 
-def _read_zone(path: Path) -> ThermalZone:
+def read_thermal_zones(root: str = "/", names: Optional[Iterable[str]] = None) -> List[ThermalZone]:
+    """The thermal zones under ``root`` in index order; an empty list where there are none.
+
+    ``names`` keeps only the zones of those types, and only those are read: a sensor the profile
+    leaves out may be one whose driver stalls or fails on read.
+    """
+    paths = sorted(under(root, "sys/class/thermal").glob("thermal_zone*"), key=_index)
+    if names is not None:
+        keep = set(names)
+        paths = [path for path in paths if _zone_name(path) in keep]
+    return [_read_zone(path / "temp") for path in paths]
+
+
+def read_temperature_files(files: Mapping[str, str], root: str = "/") -> List[ThermalZone]:
+    """The temperature files a profile names (``{key: path}``, m°C), each read as one sensor.
+
+    A file that is a thermal zone's ``temp`` is named by the zone's type, with its trip points;
+    any other file (a hwmon ``temp1_input``, a file a vendor tool keeps up to date) by its key
+    without the unit (``board_mC``: ``board``).
+    """
+    return [_read_zone(under(root, path), key[:-3] if key.endswith("_mC") else key) for key, path in files.items()]
+
+
+def _zone_name(path: Path, fallback: Optional[str] = None) -> str:
+    return read_text(path / "type") or fallback or path.name
+
+
+def _read_zone(temp_file: Path, key: Optional[str] = None) -> ThermalZone:
+    path = temp_file.parent
     trips = []
-    for temp_file in sorted(path.glob("trip_point_*_temp"), key=_index):
-        temp_c = number(read_text(temp_file), MILLI)
+    for trip_file in sorted(path.glob("trip_point_*_temp"), key=_index):
+        temp_c = number(read_text(trip_file), MILLI)
         if temp_c is not None:
-            trip_type = read_text(temp_file.with_name(temp_file.name.replace("_temp", "_type")))
+            trip_type = read_text(trip_file.with_name(trip_file.name.replace("_temp", "_type")))
             trips.append(TripPoint(temp_c, trip_type))
-    temp_c, error = read_number(path / "temp", MILLI, TEMPERATURE_RANGE_C, "°C")
+    temp_c, error = read_number(temp_file, MILLI, TEMPERATURE_RANGE_C, "°C")
     return ThermalZone(
-        zone=path.name,
-        name=read_text(path / "type") or path.name,
+        zone=path.name if key is None or path.name.startswith("thermal_zone") else key,
+        name=_zone_name(path, key),
         temp_c=temp_c,
         trip_points=tuple(trips),
         error=error,
@@ -93,11 +120,11 @@ class PowerSupply:
 
 def read_power_supplies(root: str = "/") -> List[PowerSupply]:
     """Every power supply under ``root``, sorted by name; an empty list where there are none."""
-    base = Path(root, "sys/class/power_supply")
-    return [_read_supply(path) for path in sorted(base.glob("*"))]
+    return [read_power_supply(path) for path in sorted(under(root, "sys/class/power_supply").glob("*"))]
 
 
-def _read_supply(path: Path) -> PowerSupply:
+def read_power_supply(path: Path) -> PowerSupply:
+    """One power supply folder (``/sys/class/power_supply/<name>``, or one a profile names)."""
     online = integer(read_text(path / "online"))
     capacity, capacity_error = read_number(path / "capacity", 1.0, CAPACITY_RANGE_PCT, "%")
     return PowerSupply(

@@ -10,7 +10,12 @@
     thermal_zones = ["cpu-thermal", "gpu-thermal"]   # optional: keep only these sensors
 
 or as targets/*.toml write it, ``[signals.files]`` and ``[signals.commands]``, from which
-``signals_from_profile`` derives the flat keys (a flat key given beside them wins).
+``signals_from_profile`` derives the flat keys (a flat key given beside them wins). What those
+tables name is what is read: a file key ending in ``_mC`` (or a thermal zone's ``temp``) is
+the temperature file read, instead of every zone; a file under ``/sys/class/power_supply/``
+names the battery's folder; a command line that starts one of the tools in ``TOOLS`` is run as
+written (``tegrastats --interval 500`` samples every 500 ms), instead of its default in
+``COMMANDS``.
 
 Commands go through an injectable runner, so a host can run ``dumpsys`` over adb and hand the
 text to the same parsers. A missing file or command gives None fields, never an exception; a
@@ -19,9 +24,11 @@ gets a line in ``DeviceState.errors``, so the switcher can tell "no battery" fro
 unreadable".
 """
 
+import shlex
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field, fields
+from pathlib import PurePosixPath
 from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
 from ...errors import HydraEdgeError
@@ -29,20 +36,48 @@ from ._text import range_error
 from .android import parse_battery, parse_thermalservice, thermal_status_name
 from .linux import (CAPACITY_RANGE_PCT, TEMPERATURE_RANGE_C, TegraStats, ThermalZone, Throttling,
                     parse_get_throttled, parse_measure_temp, parse_tegrastats, read_power_supplies,
-                    read_thermal_zones)
+                    read_power_supply, read_temperature_files, read_thermal_zones, under)
 
 # Takes argv, returns stdout, or None when the command is missing, fails or times out.
 Runner = Callable[[Sequence[str]], Optional[str]]
 
-# What each command-based signal runs on the device. tegrastats never exits on its own, so
-# ``head`` takes one sample and the pipe closes it.
-COMMANDS: Dict[str, Sequence[str]] = {
-    "measure_temp": ("vcgencmd", "measure_temp"),
-    "get_throttled": ("vcgencmd", "get_throttled"),
-    "tegrastats": ("sh", "-c", "tegrastats --interval 100 | head -n 1"),
-    "thermalservice": ("dumpsys", "thermalservice"),
-    "battery": ("dumpsys", "battery"),
+# The tools command-based signals run, known by program and subcommand, and the signal each serves.
+TOOLS: Dict[str, Tuple[Tuple[str, ...], Tuple[str, Any]]] = {
+    "measure_temp": (("vcgencmd", "measure_temp"), ("vcgencmd", True)),
+    "get_throttled": (("vcgencmd", "get_throttled"), ("vcgencmd", True)),
+    "tegrastats": (("tegrastats",), ("tegrastats", True)),
+    "thermalservice": (("dumpsys", "thermalservice"), ("thermal", "dumpsys")),
+    "battery": (("dumpsys", "battery"), ("battery", "dumpsys")),
 }
+# What each tool runs where the profile's [signals.commands] has no line for it.
+DEFAULT_LINES = {"tegrastats": "tegrastats --interval 100"}
+
+
+def _argv(tool: str, line: str) -> Tuple[str, ...]:
+    """The argv that runs a command line; tegrastats never exits, so ``head`` takes one sample."""
+    return ("sh", "-c", f"{line} | head -n 1") if tool == "tegrastats" else tuple(shlex.split(line))
+
+
+COMMANDS: Dict[str, Sequence[str]] = {  # each tool's argv when the profile does not name it
+    tool: _argv(tool, DEFAULT_LINES.get(tool, " ".join(words))) for tool, (words, _) in TOOLS.items()}
+
+
+def tool_of(line: str) -> Optional[str]:
+    """Which of ``TOOLS`` a command line starts (``/opt/vc/bin/vcgencmd measure_temp``: measure_temp)."""
+    try:
+        words = shlex.split(line)
+    except ValueError:
+        return None
+    if not words:
+        return None
+    words[0] = PurePosixPath(words[0]).name
+    return next((tool for tool, (known, _) in TOOLS.items() if tuple(words[:len(known)]) == known), None)
+
+
+def command(table: Mapping[str, Any], tool: str) -> Sequence[str]:
+    """The argv for ``tool``: the profile's own line for it where ``[signals.commands]`` has one."""
+    line = next((line for line in table.get("commands", {}).values() if tool_of(line) == tool), None)
+    return COMMANDS[tool] if line is None else _argv(tool, line)
 
 
 def run_command(argv: Sequence[str], timeout_s: float = 10.0) -> Optional[str]:
@@ -120,23 +155,47 @@ def _zone_errors(zones: Iterable[ThermalZone]) -> Dict[str, str]:
     return {zone.name: f"{zone.zone}: {zone.error}" for zone in zones if zone.error is not None}
 
 
+_THERMAL_DIRS = ("/sys/class/thermal/", "/sys/devices/virtual/thermal/")
+_POWER_SUPPLY_DIR = "/sys/class/power_supply/"
+
+
+def temperature_files(table: Mapping[str, Any]) -> Dict[str, str]:
+    """The ``[signals.files]`` that hold a temperature in m°C: keys ending in ``_mC``, zones' ``temp``."""
+    return {key: path for key, path in table.get("files", {}).items()
+            if key.endswith("_mC") or (path.startswith(_THERMAL_DIRS) and path.endswith("/temp"))}
+
+
+def battery_folder(table: Mapping[str, Any]) -> Optional[str]:
+    """The power supply folder ``[signals.files]`` names (a file in it, e.g. its ``capacity``)."""
+    named = (path for path in table.get("files", {}).values() if path.startswith(_POWER_SUPPLY_DIR))
+    return next((str(PurePosixPath(path).parent) for path in named), None)
+
+
 # One function per (signal, value) of the [signals] table. Each returns DeviceState fields, plus
 # "error" (why the signal gave nothing usable) and "zone_errors" ({sensor: why it did not read}).
-def _sysfs_thermal(root: str, run: Runner) -> Dict[str, Any]:
-    zones = read_thermal_zones(root)
+def _sysfs_thermal(root: str, run: Runner, table: Mapping[str, Any]) -> Dict[str, Any]:
+    files = temperature_files(table)
+    zones = read_temperature_files(files, root) if files else read_thermal_zones(root, table.get("thermal_zones"))
     if not zones:
         return {"error": f"no thermal zone under {root.rstrip('/')}/sys/class/thermal"}
     return {"thermal_zones": zone_temperatures(zones), "zone_errors": _zone_errors(zones)}
 
 
-def _sysfs_battery(root: str, run: Runner) -> Dict[str, Any]:
-    # Batteries first: their draw is the board's; a Mains/USB supply that measures is the fallback.
-    supplies = sorted(read_power_supplies(root), key=lambda supply: supply.type != "Battery")
-    battery = next((s for s in supplies if s.type == "Battery"), None)
+def _sysfs_battery(root: str, run: Runner, table: Mapping[str, Any]) -> Dict[str, Any]:
+    folder = battery_folder(table)
+    if folder is None:
+        # Batteries first: their draw is the board's; a Mains/USB supply that measures is the fallback.
+        supplies = sorted(read_power_supplies(root), key=lambda supply: supply.type != "Battery")
+        battery = next((s for s in supplies if s.type == "Battery"), None)
+        where = f"under {root.rstrip('/')}/sys/class/power_supply"
+    else:
+        supplies = [read_power_supply(under(root, folder))] if under(root, folder).is_dir() else []
+        battery = supplies[0] if supplies else None
+        where = f"at {under(root, folder)}"
     measured = [supply.power_w for supply in supplies if supply.power_w is not None]
     found: Dict[str, Any] = {"power_w": measured[0] if measured else None}
     if battery is None:
-        found["error"] = f"no battery under {root.rstrip('/')}/sys/class/power_supply"
+        found["error"] = f"no battery {where}"
     else:
         found.update(battery_capacity=battery.capacity, battery_status=battery.status,
                      charging=battery.charging, battery_temp_c=battery.temp_c,
@@ -148,46 +207,50 @@ def _no_output(argv: Sequence[str]) -> str:
     return f"`{' '.join(argv)}` failed or printed nothing"
 
 
-def _dumpsys_thermal(root: str, run: Runner) -> Dict[str, Any]:
-    text = run(COMMANDS["thermalservice"])
+def _dumpsys_thermal(root: str, run: Runner, table: Mapping[str, Any]) -> Dict[str, Any]:
+    argv = command(table, "thermalservice")
+    text = run(argv)
     thermal = parse_thermalservice(text)
     if thermal is None:
-        return {"error": _no_output(COMMANDS["thermalservice"]) if not text else
+        return {"error": _no_output(argv) if not text else
                 "dumpsys thermalservice has neither a status nor a temperature"}
     return {"thermal_zones": thermal.temperatures_c, "android_thermal_status": thermal.status,
             "error": None if thermal.status is not None else "dumpsys thermalservice has no Thermal Status"}
 
 
-def _dumpsys_battery(root: str, run: Runner) -> Dict[str, Any]:
-    text = run(COMMANDS["battery"])
+def _dumpsys_battery(root: str, run: Runner, table: Mapping[str, Any]) -> Dict[str, Any]:
+    argv = command(table, "battery")
+    text = run(argv)
     battery = parse_battery(text)
     if battery is None:
-        return {"error": _no_output(COMMANDS["battery"]) if not text else "dumpsys battery has no level"}
+        return {"error": _no_output(argv) if not text else "dumpsys battery has no level"}
     error = range_error(battery.level, CAPACITY_RANGE_PCT, "%") if battery.level is not None else None
     return {"battery_capacity": None if error else battery.level, "battery_status": battery.status,
             "charging": battery.charging, "battery_temp_c": battery.temperature_c,
             "error": error and f"dumpsys battery level: {error}"}
 
 
-def _vcgencmd(root: str, run: Runner) -> Dict[str, Any]:
-    text = run(COMMANDS["measure_temp"])
+def _vcgencmd(root: str, run: Runner, table: Mapping[str, Any]) -> Dict[str, Any]:
+    argv = command(table, "measure_temp")
+    text = run(argv)
     temp = parse_measure_temp(text)
-    error = _no_output(COMMANDS["measure_temp"]) if not text else \
+    error = _no_output(argv) if not text else \
         f"vcgencmd measure_temp printed {text.strip()[:40]!r}" if temp is None else \
         range_error(temp, TEMPERATURE_RANGE_C, "°C")
     return {"thermal_zones": {} if error else {"vcgencmd": temp},
             "zone_errors": {"vcgencmd": error} if error else {},
-            "throttling": parse_get_throttled(run(COMMANDS["get_throttled"]))}
+            "throttling": parse_get_throttled(run(command(table, "get_throttled")))}
 
 
-def _tegrastats(root: str, run: Runner) -> Dict[str, Any]:
-    stats = parse_tegrastats(run(COMMANDS["tegrastats"]))
+def _tegrastats(root: str, run: Runner, table: Mapping[str, Any]) -> Dict[str, Any]:
+    argv = command(table, "tegrastats")
+    stats = parse_tegrastats(run(argv))
     if stats is None:
-        return {"error": _no_output(COMMANDS["tegrastats"])}
+        return {"error": _no_output(argv)}
     return {"tegrastats": stats, "power_w": stats.input_power_w()}
 
 
-_SOURCES: Dict[Tuple[str, Any], Callable[[str, Runner], Dict[str, Any]]] = {
+_SOURCES: Dict[Tuple[str, Any], Callable[[str, Runner, Mapping[str, Any]], Dict[str, Any]]] = {
     ("thermal", "sysfs"): _sysfs_thermal,
     ("thermal", "dumpsys"): _dumpsys_thermal,
     ("battery", "sysfs"): _sysfs_battery,
@@ -201,29 +264,19 @@ _OFF = (False, None, "none")
 THERMAL_SIGNALS = ("thermal", "vcgencmd")
 
 
-# How targets/*.toml's [signals.commands] and [signals.files] map onto the flat keys: a command
-# is known by the tool it starts, a file by the sysfs class it lies in.
-_PROFILE_COMMANDS = (("vcgencmd", ("vcgencmd", True)), ("tegrastats", ("tegrastats", True)),
-                     ("dumpsys thermalservice", ("thermal", "dumpsys")),
-                     ("dumpsys battery", ("battery", "dumpsys")))
-_PROFILE_FILES = (("/sys/class/thermal/", ("thermal", "sysfs")),
-                  ("/sys/devices/virtual/thermal/", ("thermal", "sysfs")),
-                  ("/sys/class/power_supply/", ("battery", "sysfs")))
-
-
 def signals_from_profile(table: Mapping[str, Any]) -> Dict[str, Any]:
     """The flat ``read_state`` keys implied by a ``{"files": .., "commands": ..}`` signals table.
 
-    A command outranks a file for the same signal: on a phone the host reaches the sysfs path
-    only through adb, while dumpsys is what the framework itself acts on.
+    A command is known by the tool it starts, a file by what it holds (``temperature_files``,
+    ``battery_folder``). A command outranks a file for the same signal: on a phone the host
+    reaches the sysfs path only through adb, while dumpsys is what the framework itself acts on.
     """
-    flat: Dict[str, Any] = {}
-    for command in table.get("commands", {}).values():
-        flat.update(found for prefix, found in _PROFILE_COMMANDS if command.startswith(prefix))
-    for path in table.get("files", {}).values():
-        for prefix, (signal, value) in _PROFILE_FILES:
-            if path.startswith(prefix):
-                flat.setdefault(signal, value)
+    tools = (tool_of(line) for line in table.get("commands", {}).values())
+    flat: Dict[str, Any] = dict(TOOLS[tool][1] for tool in tools if tool is not None)
+    if temperature_files(table):
+        flat.setdefault("thermal", "sysfs")
+    if battery_folder(table) is not None:
+        flat.setdefault("battery", "sysfs")
     return flat
 
 
@@ -237,7 +290,7 @@ def configured(profile_signals: Mapping[str, Any]) -> Dict[str, Any]:
     return {signal: value for signal, value in flat.items() if signal in SIGNALS and value not in _OFF}
 
 
-def _source(signal: str, value: Any) -> Callable[[str, Runner], Dict[str, Any]]:
+def _source(signal: str, value: Any) -> Callable[[str, Runner, Mapping[str, Any]], Dict[str, Any]]:
     source = _SOURCES.get((signal, value)) if isinstance(value, (str, bool)) else None
     if source is None:
         choices = ", ".join(repr(v) for s, v in _SOURCES if s == signal)
@@ -263,7 +316,7 @@ def read_state(profile_signals: Mapping[str, Any], root: str = "/",
     for signal, value in configured(profile_signals).items():
         source = _source(signal, value)
         try:
-            readings = source(root, run)
+            readings = source(root, run, profile_signals)
         except Exception as e:  # noqa: BLE001 - a reader must never stop the switcher
             readings = {"error": f"{type(e).__name__}: {e}"}
         zones.update(readings.pop("thermal_zones", {}))
