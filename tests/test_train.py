@@ -53,7 +53,7 @@ def test_weighted_sampling_draws_only_weighted_head_counts(tmp_path):
 
 def test_head_sampler_is_deterministic_per_epoch_and_checks_weights():
     sampler = HeadSampler((3, 6, 12), None, seed=5)
-    draws = lambda e: [sampler.draw(rng) for rng in [sampler.for_epoch(e)] for _ in range(20)]
+    draws = lambda e: [sampler.draw(rng) for rng in [sampler.for_epoch(e, 20)] for _ in range(20)]
     assert draws(2) == draws(2) and draws(2) != draws(3)
     with pytest.raises(HydraEdgeError, match="--weights needs 3"):
         HeadSampler((3, 6, 12), (50, 50), seed=0)
