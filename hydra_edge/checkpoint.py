@@ -7,42 +7,23 @@ leaves a half-loaded model behind.
 
 from __future__ import annotations
 
-import argparse
 import logging
 from pathlib import Path
 from typing import Any, Mapping
 
 import torch
 
-from .atomic import atomic_path
+from .checkpoint_file import FORMAT_KEY, read_file
 from .config import HydraConfig
 from .errors import CheckpointError
 from .model import HydraViT
 from .slicing import subnetwork_name, weight_index
 
-FORMAT_KEY, FORMAT_VERSION = "hydra_edge", 1
 EMA_ENTRIES = ("state_dict_ema", "model_ema")  # timm / official HydraViT release; DeiT
 PLAIN_ENTRIES = ("state_dict", "model", "module")
 TOP_LEVEL = "top level"  # a file that is itself a state dict
 _PREFIXES = ("module.", "_orig_mod.")  # DDP and torch.compile wrappers
 _log = logging.getLogger(__name__)  # the note goes to stderr even when nothing configured logging
-
-
-def read_file(path: str | Path) -> dict[str, Any]:
-    """Read a checkpoint file without executing code (weights_only), or fail with one line."""
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint {path} does not exist")
-    try:
-        # timm training checkpoints carry their argparse namespace under 'args'.
-        with torch.serialization.safe_globals([argparse.Namespace]):
-            obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # torch raises many types for a non-checkpoint; all mean the same here
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(f"{path} is not a PyTorch checkpoint ({reason[:120]})") from None
-    if not isinstance(obj, dict):
-        raise CheckpointError(f"{path} holds a {type(obj).__name__}, not a checkpoint dictionary")
-    return obj
 
 
 def weights_entry(obj: Mapping[str, Any], ema: bool = True) -> str:
@@ -181,10 +162,3 @@ def init_heads_from(model: HydraViT, path: str | Path, ema: bool = True) -> int:
         for sub, (param, idx) in targets.items():
             param[idx] = state[sub].to(param.dtype)
     return k
-
-
-def save_checkpoint(model: HydraViT, path: str | Path, **extra: Any) -> None:
-    """Write a checkpoint with the config inside; ``extra`` (optimizer, history, data) rides along."""
-    obj = {FORMAT_KEY: FORMAT_VERSION, "config": model.config.to_dict(), "state_dict": model.state_dict(), **extra}
-    with atomic_path(path) as tmp:
-        torch.save(obj, tmp)

@@ -65,6 +65,6 @@ class HydraViT(VisionTransformer):
 
     def save(self, path: str | Path, **extra: Any) -> None:
         """Save a self-describing checkpoint (config inside), atomically."""
-        from .checkpoint import save_checkpoint
+        from .checkpoint_file import save_checkpoint
 
         save_checkpoint(self, path, **extra)

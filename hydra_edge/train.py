@@ -20,7 +20,7 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 
 from .atomic import write_json
-from .checkpoint import read_file, save_checkpoint
+from .checkpoint_file import read_file, save_checkpoint
 from .data import DataSplits
 from .errors import HydraEdgeError
 from .evaluate import accuracy_per_heads, accuracy_rows
