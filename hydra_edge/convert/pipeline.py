@@ -113,7 +113,7 @@ def tool_versions(names: tuple[str, ...] = TOOLS) -> dict[str, str | None]:
 
 
 def fingerprint(ckpt_sha: str, k: int, variant: Variant, data: dict[str, Any] | None,
-                eval_limit: int, golden_inputs: int, weights: str = "state_dict") -> str:
+                eval_limit: int, golden_inputs: int, weights: str) -> str:
     """Hash of everything that decides an artefact's bytes and its verification record."""
     inputs = {
         "checkpoint": ckpt_sha, "weights": weights, "heads": k, "variant": variant.conversion_dict(), "data": data,
@@ -367,7 +367,8 @@ def plan(opts: ConvertOptions, inputs: Inputs) -> Plan:
     target, cfg, data = inputs.target, inputs.config, inputs.data
     ckpt_sha = sha256_file(opts.checkpoint)
     old = read_manifest(opts.out) if (opts.out / MANIFEST).is_file() else None
-    keep = old is not None and old.checkpoint["sha256"] == ckpt_sha and old.target.get("name") == target.name
+    keep = (old is not None and old.checkpoint["sha256"] == ckpt_sha and old.target.get("name") == target.name
+            and old.checkpoint.get("weights", "state_dict") == inputs.weights)
     manifest = Manifest(
         checkpoint={"path": str(opts.checkpoint), "sha256": ckpt_sha, "weights": inputs.weights}, model=cfg.to_dict(), data=data,
         classes=inputs.classes, target={**target.to_dict(), "sha256": target.sha256}, tools=tool_versions(),
