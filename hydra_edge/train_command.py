@@ -64,7 +64,8 @@ def train(data: str, out: Path, preset_name: str | None, heads: str | None, weig
     previous = out / CHECKPOINT
     shaping = [flag for flag, given in (("--preset", preset_name), ("--heads", heads), ("--init", init_from),
                                         ("--separate-heads", separate_heads),
-                                        ("--init-scheme", _typed({"init_scheme": ""}))) if given]
+                                        ("--init-scheme", "init_scheme" in _typed({"init_scheme": "--init-scheme"})))
+               if given]
     if previous.is_file() and not resume:
         raise HydraEdgeError(f"{out} already holds a training run; pass --resume to continue it "
                              "or choose another --out")
