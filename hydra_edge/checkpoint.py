@@ -7,48 +7,50 @@ leaves a half-loaded model behind.
 
 from __future__ import annotations
 
-import argparse
+import logging
 from pathlib import Path
 from typing import Any, Mapping
 
 import torch
 
-from .atomic import atomic_path
+from .checkpoint_file import FORMAT_KEY, read_file
 from .config import HydraConfig
 from .errors import CheckpointError
 from .model import HydraViT
 from .slicing import subnetwork_name, weight_index
 
-FORMAT_VERSION = 1
+EMA_ENTRIES = ("state_dict_ema", "model_ema")  # timm / official HydraViT release; DeiT
+PLAIN_ENTRIES = ("state_dict", "model", "module")
+TOP_LEVEL = "top level"  # a file that is itself a state dict
 _PREFIXES = ("module.", "_orig_mod.")  # DDP and torch.compile wrappers
+_log = logging.getLogger(__name__)  # the note goes to stderr even when nothing configured logging
 
 
-def read_file(path: str | Path) -> dict[str, Any]:
-    """Read a checkpoint file without executing code (weights_only), or fail with one line."""
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint {path} does not exist")
-    try:
-        # timm training checkpoints carry their argparse namespace under 'args'.
-        with torch.serialization.safe_globals([argparse.Namespace]):
-            obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # torch raises many types for a non-checkpoint; all mean the same here
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(f"{path} is not a PyTorch checkpoint ({reason[:120]})") from None
-    if not isinstance(obj, dict):
-        raise CheckpointError(f"{path} holds a {type(obj).__name__}, not a checkpoint dictionary")
-    return obj
+def weights_entry(obj: Mapping[str, Any], ema: bool = True) -> str:
+    """Which entry of a checkpoint file holds the weights to load; ``TOP_LEVEL`` for a bare state dict.
+
+    With ``ema``, the first EMA entry the file has (timm's and the official release's
+    ``state_dict_ema``, DeiT's ``model_ema``): those are the weights the paper evaluates.
+    Otherwise, or when the file has none, the first of ``state_dict`` / ``model`` / ``module``.
+    """
+    keys = (EMA_ENTRIES if ema else ()) + PLAIN_ENTRIES
+    return next((key for key in keys if key in obj), TOP_LEVEL)
 
 
-def state_dict_of(obj: Mapping[str, Any], path: str | Path, ema: bool = False) -> dict[str, torch.Tensor]:
-    """Unwrap ``state_dict_ema`` / ``state_dict`` / ``model`` / ``module`` and strip wrapper prefixes."""
-    order = ("state_dict_ema", "state_dict", "model", "module") if ema else ("state_dict", "model", "module")
-    for key in order:
-        if isinstance(obj.get(key), Mapping):
-            obj = obj[key]
-            break
+def state_dict_of(obj: Mapping[str, Any], path: str | Path, ema: bool = True) -> dict[str, torch.Tensor]:
+    """The weights ``weights_entry`` picks, unwrapped, with DDP / torch.compile prefixes stripped.
+
+    A file asked for EMA weights that has none falls back to its plain weights with a note (hydra-edge's
+    own files never have any, so they pass quietly); an EMA entry that is not a state dict fails.
+    """
+    key = weights_entry(obj, ema)
+    entry = obj if key == TOP_LEVEL else obj[key]
+    if key != TOP_LEVEL and not (isinstance(entry, Mapping)
+                                 and any(isinstance(v, torch.Tensor) for v in entry.values())):
+        hint = "; pass --no-ema to load its plain weights" if key in EMA_ENTRIES else ""
+        raise CheckpointError(f"{path}: '{key}' holds a {type(entry).__name__} without tensors, not a state dict{hint}")
     state = {}
-    for name, value in obj.items():
+    for name, value in entry.items():
         if not isinstance(value, torch.Tensor):
             continue
         for prefix in _PREFIXES:
@@ -60,6 +62,9 @@ def state_dict_of(obj: Mapping[str, Any], path: str | Path, ema: bool = False) -
             f"{path} is not a ViT checkpoint: no 'patch_embed.proj.weight' in it "
             "(expected a hydra-edge, official HydraViT or timm/DeiT file)"
         )
+    if ema and key not in EMA_ENTRIES and FORMAT_KEY not in obj:
+        _log.warning("note: %s has no EMA weights (%s); loading its %s", path, " or ".join(EMA_ENTRIES),
+                     "top-level weights" if key == TOP_LEVEL else f"'{key}' weights")
     return state
 
 
@@ -109,16 +114,17 @@ def load_state(model: HydraViT, state: Mapping[str, torch.Tensor], path: str | P
             param.copy_(state[name])
 
 
-def load_checkpoint(path: str | Path, ema: bool = False, head_dim: int = 64) -> HydraViT:
+def load_checkpoint(path: str | Path, ema: bool = True, head_dim: int = 64) -> HydraViT:
     """Load any supported checkpoint into a new ``HydraViT``.
 
     Our own files carry their config; foreign ones (official release, timm, DeiT) are read by
-    shape with ``head_dim`` per head (64 for the ViT-B family). ``ema`` prefers ``state_dict_ema``.
+    shape with ``head_dim`` per head (64 for the ViT-B family). ``ema``: the EMA weights when the
+    file has them (``weights_entry``), as the release is evaluated.
     """
     return load_checkpoint_file(path, ema, head_dim)[0]
 
 
-def load_checkpoint_file(path: str | Path, ema: bool = False,
+def load_checkpoint_file(path: str | Path, ema: bool = True,
                          head_dim: int = 64) -> tuple[HydraViT, dict[str, Any]]:
     """``load_checkpoint`` plus the whole file (data spec, training state), read once: a b16 file is 330 MB."""
     obj = read_file(path)
@@ -128,11 +134,11 @@ def load_checkpoint_file(path: str | Path, ema: bool = False,
     else:
         cfg = infer_config(state, path, head_dim)
     model = HydraViT(cfg)
-    load_state(model, state, path)
+    load_state(model, state, f"{path} ['{weights_entry(obj, ema)}']")
     return model, obj
 
 
-def init_heads_from(model: HydraViT, path: str | Path, ema: bool = False) -> int:
+def init_heads_from(model: HydraViT, path: str | Path, ema: bool = True) -> int:
     """Initialise the first heads of ``model`` from a narrower ViT (DeiT-tiny fills heads 1-3).
 
     Every parameter's slice for k heads (``slicing.weight_index``) is overwritten by the narrow
@@ -156,10 +162,3 @@ def init_heads_from(model: HydraViT, path: str | Path, ema: bool = False) -> int
         for sub, (param, idx) in targets.items():
             param[idx] = state[sub].to(param.dtype)
     return k
-
-
-def save_checkpoint(model: HydraViT, path: str | Path, **extra: Any) -> None:
-    """Write a checkpoint with the config inside; ``extra`` (optimizer, history, data) rides along."""
-    obj = {"hydra_edge": FORMAT_VERSION, "config": model.config.to_dict(), "state_dict": model.state_dict(), **extra}
-    with atomic_path(path) as tmp:
-        torch.save(obj, tmp)

@@ -76,7 +76,8 @@ def _digits(cfg: HydraConfig, spec: DataSpec) -> DataSplits:
 
 
 class ImageFolder(Dataset):
-    """Images under ``root/<class>/``, read lazily (no torchvision) with the device's preprocessing."""
+    """Images under ``root/<class>/``, read lazily with the device's preprocessing (the release's evaluation
+    transform, ``runtime.preprocess.transform``), so training, checks and boards see the same pixels."""
 
     def __init__(self, files: list[tuple[Path, int]], cfg: HydraConfig) -> None:
         self.files, self.cfg = files, cfg

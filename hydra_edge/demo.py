@@ -95,7 +95,7 @@ def demo(ctx: click.Context, out: Path, epochs: int, heads: str, runs: int, imag
     Example: hydra-edge demo
     """
     from .calibrate.command import calibrate
-    from .cli import train
+    from .train_command import train
     from .convert.command import convert
     from .convert.targets import resolve
     from .lut.command import lut

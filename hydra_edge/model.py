@@ -22,9 +22,9 @@ class HydraViT(VisionTransformer):
     copies those slices into a standalone dense ViT for export.
     """
 
-    def __init__(self, cfg: HydraConfig) -> None:
+    def __init__(self, cfg: HydraConfig, init_scheme: str = "timm") -> None:
         super().__init__(cfg)
-        self.init_weights()
+        self.init_weights(init_scheme)
         # Dense k-head ViTs on the meta device: structure only, run with sliced weights.
         # A plain dict so they are neither parameters nor part of the state dict.
         self._skeletons: dict[int, VisionTransformer] = {}
@@ -65,6 +65,6 @@ class HydraViT(VisionTransformer):
 
     def save(self, path: str | Path, **extra: Any) -> None:
         """Save a self-describing checkpoint (config inside), atomically."""
-        from .checkpoint import save_checkpoint
+        from .checkpoint_file import save_checkpoint
 
         save_checkpoint(self, path, **extra)

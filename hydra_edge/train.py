@@ -20,7 +20,7 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 
 from .atomic import write_json
-from .checkpoint import read_file, save_checkpoint
+from .checkpoint_file import read_file, save_checkpoint
 from .data import DataSplits
 from .errors import HydraEdgeError
 from .evaluate import accuracy_per_heads, accuracy_rows
@@ -28,6 +28,7 @@ from .model import HydraViT
 from .plots import plot_accuracy
 
 CHECKPOINT = "checkpoint.pt"
+HEAD_SAMPLING = ("per-step", "per-rank")  # HeadSampler's modes
 
 
 @dataclass(frozen=True)
@@ -41,11 +42,13 @@ class TrainSettings:
     weights: tuple[int, ...] | None = None  # sampling weights per head count (official: integers summing to 100)
     seed: int = 0
     workers: int = 0  # image-decoding processes for folder data; in-memory digits needs none
+    head_sampling: str = "per-step"  # HeadSampler's mode
+    init_scheme: str = "timm"  # how the model was first initialised (vit.INIT_SCHEMES), kept with the run
 
 
 # What a run is trained with, as its command-line option: a resumed run keeps its own values.
 RUN_OPTIONS = {"epochs": "--epochs", "batch_size": "--batch-size", "lr": "--lr", "seed": "--seed",
-               "weights": "--weights"}
+               "weights": "--weights", "head_sampling": "--head-sampling"}
 
 
 def refuse_change(option: str, given: Any, recorded: Any, where: Path) -> None:
@@ -80,19 +83,43 @@ class TrainResult:
 
 
 class HeadSampler:
-    """Draws one head count per batch; the same draws on every DDP rank and after a resume."""
+    """Draws one head count per batch, by ``mode``; the same draws again after a resume.
 
-    def __init__(self, heads: tuple[int, ...], weights: tuple[int, ...] | None, seed: int) -> None:
+    ``"per-step"``: a generator per epoch, seeded by seed and epoch, so every DDP rank runs the same
+    subnetwork in a step and N ranks take the steps of one process with their whole batch.
+    ``"per-rank"``: the official training script's draw: one generator per rank seeded ``seed + rank``
+    (timm seeds Python's ``random`` so), running on across epochs, each draw
+    ``choices(heads, weights=w / sum(w))``; ranks train different subnetworks in the same step. The
+    official script shares that generator with its random-erasing augmentation, which hydra-edge
+    does not have; the sequence here is the official one without those extra draws.
+    """
+
+    def __init__(self, heads: tuple[int, ...], weights: tuple[int, ...] | None, seed: int,
+                 mode: str = "per-step", rank: int = 0) -> None:
         if weights is not None and (len(weights) != len(heads) or sum(weights) <= 0 or min(weights) < 0):
             raise HydraEdgeError(
                 f"--weights needs {len(heads)} non-negative integers (one per head count {list(heads)}), got {list(weights)}"
             )
-        self.heads, self.weights, self.seed = heads, weights, seed
+        if mode not in HEAD_SAMPLING:
+            raise HydraEdgeError(f"unknown head sampling {mode!r}; choose one of {', '.join(HEAD_SAMPLING)}")
+        self.heads, self.weights, self.seed, self.mode, self.rank = heads, weights, seed, mode, rank
+        # per-rank draws with the official script's fractions (its weights sum to 100: w / 100)
+        self._fractions = None if weights is None else [w / sum(weights) for w in weights]
+        self._rng: random.Random | None = None
 
-    def for_epoch(self, epoch: int) -> random.Random:
-        return random.Random(self.seed * 100_003 + epoch)
+    def for_epoch(self, epoch: int, steps: int) -> random.Random:
+        """The generator that draws the ``steps`` head counts of ``epoch`` (epochs asked for in order)."""
+        if self.mode == "per-step":
+            return random.Random(self.seed * 100_003 + epoch)
+        if self._rng is None:  # this process's first epoch: a resumed run replays the draws before it
+            self._rng = random.Random(self.seed + self.rank)
+            for _ in range(epoch * steps):
+                self.draw(self._rng)
+        return self._rng
 
     def draw(self, rng: random.Random) -> int:
+        if self.mode == "per-rank":
+            return rng.choices(self.heads, weights=self._fractions)[0]
         return rng.choices(self.heads, weights=self.weights)[0]
 
 
@@ -134,7 +161,7 @@ def train(
     rank, world, device = _distributed()
     torch.manual_seed(settings.seed)
     heads = model.config.heads
-    sampler = HeadSampler(heads, settings.weights, settings.seed)
+    sampler = HeadSampler(heads, settings.weights, settings.seed, settings.head_sampling, rank)
     model.to(device)
     # Separate classifiers: each step trains one, so DDP must expect the others to get no gradient.
     net: nn.Module = nn.parallel.DistributedDataParallel(
@@ -168,7 +195,7 @@ def train(
         task = bar.add_task("training", total=(settings.epochs - start) * len(loader))
         for epoch in range(start, settings.epochs):
             shard.set_epoch(epoch)
-            rng = sampler.for_epoch(epoch)
+            rng = sampler.for_epoch(epoch, len(loader))
             net.train()
             losses, drawn = [], {k: 0 for k in heads}
             for x, y in loader:
@@ -206,10 +233,14 @@ def train(
 
 
 def write_report(model: HydraViT, accuracy: dict[int, float], out: Path, title: str,
-                 history: list[dict] | None = None, stem: str = "accuracy") -> list[dict]:
-    """Write ``<stem>.json`` and ``<stem>.png`` (accuracy against GMACs), and ``history.json`` if given."""
+                 history: list[dict] | None = None, stem: str = "accuracy", weights: str | None = None) -> list[dict]:
+    """Write ``<stem>.json`` and ``<stem>.png`` (accuracy against GMACs), and ``history.json`` if given.
+
+    ``weights`` names the checkpoint entry evaluated (``checkpoint.weights_entry``), when it was read from one.
+    """
     rows = accuracy_rows(model.config, accuracy)
-    write_json(out / f"{stem}.json", {"config": model.config.to_dict(), "rows": rows})
+    write_json(out / f"{stem}.json", {"config": model.config.to_dict(), "rows": rows,
+                                       **({"weights": weights} if weights else {})})
     plot_accuracy({"HydraViT": rows}, out / f"{stem}.png", title)
     if history is not None:
         write_json(out / "history.json", history)

@@ -11,6 +11,10 @@ import torch
 from torch import nn
 
 from .config import HydraConfig
+from .errors import HydraEdgeError
+
+# How a new model's weights are first set (``VisionTransformer.init_weights``).
+INIT_SCHEMES = ("timm", "torch-default")
 
 
 class PatchEmbed(nn.Module):
@@ -79,14 +83,25 @@ class VisionTransformer(nn.Module):
         else:
             self.head = nn.Linear(D, cfg.num_classes)
 
-    def init_weights(self) -> None:
-        """timm's ViT initialisation: truncated normal linears, tiny cls token."""
+    def init_weights(self, scheme: str = "timm") -> None:
+        """Set the weights of a new model: position embedding truncated normal (std 0.02), cls token normal
+        (std 1e-6), and the linears by ``scheme``.
+
+        ``"timm"``: truncated normal (std 0.02) with zero biases, timm's ViT habit. ``"torch-default"``:
+        the linears keep what ``nn.Linear`` gave them (Kaiming-uniform weights, uniform biases), which is
+        what the official HydraViT code trains from: its sliceable linears are not ``nn.Linear``, so
+        timm's initialisation never reaches them. Patch embedding and LayerNorms keep PyTorch's
+        defaults in both, as in timm and the official code.
+        """
+        if scheme not in INIT_SCHEMES:
+            raise HydraEdgeError(f"unknown initialisation {scheme!r}; choose one of {', '.join(INIT_SCHEMES)}")
         nn.init.trunc_normal_(self.pos_embed, std=0.02)
         nn.init.normal_(self.cls_token, std=1e-6)
-        for m in self.modules():
-            if isinstance(m, nn.Linear):
-                nn.init.trunc_normal_(m.weight, std=0.02)
-                nn.init.zeros_(m.bias)
+        if scheme == "timm":
+            for m in self.modules():
+                if isinstance(m, nn.Linear):
+                    nn.init.trunc_normal_(m.weight, std=0.02)
+                    nn.init.zeros_(m.bias)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         x = self.patch_embed(x)  # (B, patches, D)

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import json
+import logging
+import subprocess
+import sys
 
+import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
 
 from hydra_edge import HydraViT, init_heads_from, load_checkpoint
-from hydra_edge.checkpoint import load_state
+from hydra_edge.checkpoint import load_state, weights_entry
 from hydra_edge.cli import main
 from hydra_edge.errors import CheckpointError
 from hydra_edge.vit import VisionTransformer
@@ -27,20 +32,130 @@ def test_own_checkpoint_round_trips_with_its_config(tmp_path, digits_model):
     assert _same(loaded, digits_model)
 
 
-def test_official_release_layout_loads_with_inferred_config(tmp_path, b16_like):
-    """timm training checkpoint: state_dict + state_dict_ema + argparse args, DDP 'module.' prefix."""
+def _release_files(tmp_path, cfg):
+    """The plain and EMA weights, and files in the exact layouts that carry them:
+    the official HydraViT release (timm's CheckpointSaver: state_dict + state_dict_ema, argparse args,
+    a DDP 'module.' prefix), DeiT's (model + model_ema) and a timm run without EMA (state_dict only)."""
     torch.manual_seed(1)
-    model, ema = HydraViT(b16_like), HydraViT(b16_like)
-    torch.save({
-        "epoch": 299, "arch": "hydravit_dyn_patch16_224", "args": argparse.Namespace(lr=5e-4),
-        "state_dict": {f"module.{k}": v for k, v in model.state_dict().items()},
-        "state_dict_ema": ema.state_dict(), "version": 2,
-    }, tmp_path / "release.pth.tar")
-    loaded = load_checkpoint(tmp_path / "release.pth.tar")
+    plain, ema = HydraViT(cfg), HydraViT(cfg)
+    args = argparse.Namespace(lr=5e-4, model_ema=True)
+    files = {
+        "release": {"epoch": 299, "arch": "hydravit_dyn_patch16_224", "args": args,
+                    "state_dict": {f"module.{k}": v for k, v in plain.state_dict().items()},
+                    "optimizer": {}, "version": 2, "state_dict_ema": ema.state_dict(), "metric": 80.6},
+        "deit": {"model": plain.state_dict(), "optimizer": {}, "lr_scheduler": {}, "epoch": 299,
+                 "model_ema": ema.state_dict(), "scaler": {}, "args": args},
+        "timm": {"epoch": 9, "arch": "vit_base_patch16_224", "args": args, "state_dict": plain.state_dict(),
+                 "version": 2},
+    }
+    for name, obj in files.items():
+        torch.save(obj, tmp_path / f"{name}.pth.tar")
+    return plain, ema
+
+
+@pytest.mark.parametrize("layout, entry", [("release", "state_dict_ema"), ("deit", "model_ema")])
+def test_ema_weights_are_loaded_when_present_and_no_ema_loads_the_plain_ones(tmp_path, b16_like, layout, entry):
+    plain, ema = _release_files(tmp_path, b16_like)
+    path = tmp_path / f"{layout}.pth.tar"
+    loaded = load_checkpoint(path)
     assert (loaded.config.num_heads, loaded.config.head_dim, loaded.config.img_size) == (12, 64, 32)
     assert loaded.config.heads == tuple(range(3, 13))
-    assert _same(loaded, model)
-    assert _same(load_checkpoint(tmp_path / "release.pth.tar", ema=True), ema)
+    assert _same(loaded, ema) and not _same(loaded, plain)
+    assert _same(load_checkpoint(path, ema=False), plain)
+    obj = torch.load(path, weights_only=False)
+    assert weights_entry(obj) == entry and weights_entry(obj, ema=False) in ("state_dict", "model")
+
+
+def test_a_file_without_ema_weights_falls_back_to_its_plain_weights_with_a_note(tmp_path, b16_like, caplog,
+                                                                                   digits_model):
+    plain, _ = _release_files(tmp_path, b16_like)
+    with caplog.at_level(logging.WARNING, logger="hydra_edge.checkpoint"):
+        assert _same(load_checkpoint(tmp_path / "timm.pth.tar"), plain)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"note: {tmp_path / 'timm.pth.tar'} has no EMA weights (state_dict_ema or model_ema); "
+        "loading its 'state_dict' weights"]
+    caplog.clear()
+    digits_model.save(tmp_path / "own.pt")  # hydra-edge's own files never hold EMA weights: no note
+    with caplog.at_level(logging.WARNING, logger="hydra_edge.checkpoint"):
+        load_checkpoint(tmp_path / "own.pt")
+        load_checkpoint(tmp_path / "timm.pth.tar", ema=False)
+    assert caplog.records == []
+    # what a user sees: the note on stderr, in one line, from the real command
+    proc = subprocess.run([sys.executable, "-m", "hydra_edge.cli", "info", "--checkpoint",
+                           str(tmp_path / "timm.pth.tar")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip() == f"note: {tmp_path / 'timm.pth.tar'} has no EMA weights (state_dict_ema or " \
+                                  "model_ema); loading its 'state_dict' weights"
+
+
+@pytest.mark.parametrize("broken, message", [
+    ("not weights", r"'state_dict_ema' holds a str without tensors, not a state dict; pass --no-ema"),
+    ({}, r"'state_dict_ema' holds a dict without tensors, not a state dict; pass --no-ema"),
+    ("missing", r"\['state_dict_ema'\] lacks key 'norm.bias'"),
+    ("misshapen", r"\['state_dict_ema'\]: key 'head.weight' has shape \(10, 7\), the model expects \(10, 768\)"),
+])
+def test_a_broken_ema_entry_fails_in_one_line_and_no_ema_still_loads(tmp_path, b16_like, broken, message):
+    plain, ema = _release_files(tmp_path, b16_like)
+    obj = torch.load(tmp_path / "release.pth.tar", weights_only=False)
+    state = dict(ema.state_dict())
+    if broken == "missing":
+        del state["norm.bias"]
+        broken = state
+    elif broken == "misshapen":
+        state["head.weight"] = torch.zeros(10, 7)
+        broken = state
+    obj["state_dict_ema"] = broken
+    torch.save(obj, tmp_path / "broken.pth.tar")
+    with pytest.raises(CheckpointError, match=message):
+        load_checkpoint(tmp_path / "broken.pth.tar")
+    assert _same(load_checkpoint(tmp_path / "broken.pth.tar", ema=False), plain)
+    result = CliRunner().invoke(main, ["info", "--checkpoint", str(tmp_path / "broken.pth.tar")])
+    assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1, result.output
+    assert CliRunner().invoke(main, ["info", "--checkpoint", str(tmp_path / "broken.pth.tar"), "--no-ema"]).exit_code == 0
+
+
+def test_eval_and_init_take_ema_or_plain_weights_as_asked(tmp_path, b16_like):
+    """``eval`` records which weights it evaluated; ``train --init`` copies the ones asked for."""
+    from PIL import Image
+
+    plain, ema = _release_files(tmp_path, b16_like)
+    rng = np.random.default_rng(0)
+    for c in range(10):
+        (tmp_path / "images" / f"c{c}").mkdir(parents=True)
+        for i in range(5):
+            Image.fromarray(rng.integers(0, 255, (40, 36, 3), dtype=np.uint8)).save(tmp_path / "images" / f"c{c}" / f"{i}.png")
+    for flag, weights in (([], "state_dict_ema"), (["--no-ema"], "state_dict")):
+        out = tmp_path / f"eval-{weights}"
+        result = CliRunner().invoke(main, ["eval", "--checkpoint", str(tmp_path / "release.pth.tar"), "--data",
+                                           str(tmp_path / "images"), "--heads", "3,12", "--out", str(out), *flag])
+        assert result.exit_code == 0, result.output
+        assert json.loads((out / "eval.json").read_text())["weights"] == weights
+    narrow = b16_like.narrowed(3)
+    torch.manual_seed(3)
+    tiny_plain, tiny_ema = VisionTransformer(narrow), VisionTransformer(narrow)
+    torch.save({"model": tiny_plain.state_dict(), "model_ema": tiny_ema.state_dict()}, tmp_path / "deit_tiny.pth")
+    x = torch.randn(2, 3, 32, 32)
+    for ema_flag, tiny in ((True, tiny_ema), (False, tiny_plain)):
+        model = HydraViT(b16_like)
+        assert init_heads_from(model, tmp_path / "deit_tiny.pth", ema=ema_flag) == 3
+        with torch.no_grad():
+            assert (model(x, heads=3) - tiny(x)).abs().max() <= 1e-5
+
+
+def test_the_manifest_records_which_weights_were_converted(tmp_path, b16_like):
+    """convert resolves the weights once; every job loads those, and switching re-converts."""
+    from hydra_edge.convert.pipeline import ConvertOptions, check_inputs, plan
+
+    _release_files(tmp_path, b16_like)
+    planned = {}
+    for ema in (True, False):
+        opts = ConvertOptions(checkpoint=tmp_path / "release.pth.tar", target="jetson", out=tmp_path / "b",
+                              heads="3", ema=ema)
+        planned[ema] = plan(opts, check_inputs(opts))
+    assert planned[True].manifest.checkpoint["weights"] == "state_dict_ema"
+    assert planned[False].manifest.checkpoint["weights"] == "state_dict"
+    assert all(job.ema for job in planned[True].jobs) and not any(job.ema for job in planned[False].jobs)
+    assert {j.fingerprint for j in planned[True].jobs}.isdisjoint(j.fingerprint for j in planned[False].jobs)
 
 
 def test_deit_layout_loads(tmp_path, b16_like):

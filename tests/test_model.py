@@ -87,3 +87,32 @@ def test_parse_heads(text, expected):
 def test_parse_heads_rejects_bad_input(text):
     with pytest.raises(HydraEdgeError):
         parse_heads(text, 12)
+
+
+def test_torch_default_init_keeps_what_nn_linear_gave_and_timm_init_replaces_it(b16_like):
+    """The official code's linears keep PyTorch's Kaiming-uniform init; timm's are truncated normal, zero bias."""
+    from torch import nn
+
+    from hydra_edge.vit import VisionTransformer
+
+    torch.manual_seed(7)
+    bare = VisionTransformer(b16_like)  # every module as its constructor left it
+    torch.manual_seed(7)
+    official = HydraViT(b16_like, init_scheme="torch-default")
+    torch.manual_seed(7)
+    timm = HydraViT(b16_like)
+    linears = [name for name, m in bare.named_modules() if isinstance(m, nn.Linear)]
+    assert len(linears) == 5  # qkv, proj, fc1, fc2 of the one block, and the classifier
+    for name in linears:
+        b, o, t = (dict(m.named_modules())[name] for m in (bare, official, timm))
+        assert torch.equal(o.weight, b.weight) and torch.equal(o.bias, b.bias), name
+        bound = o.weight.shape[1] ** -0.5  # nn.Linear: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weight and bias
+        assert o.weight.abs().max() <= bound and o.bias.abs().max() <= bound and o.bias.abs().min() > 0, name
+        assert not torch.equal(t.weight, b.weight) and torch.count_nonzero(t.bias) == 0, name
+    qkv = timm.blocks[0].attn.qkv.weight
+    assert abs(qkv.std().item() - 0.02) < 0.0005 and qkv.abs().max() > 1.5 * 768 ** -0.5  # normal tails
+    for name in ("pos_embed", "cls_token"):  # the same in both schemes, drawn before the linears
+        assert torch.equal(getattr(official, name), getattr(timm, name))
+    assert abs(official.pos_embed.std().item() - 0.02) < 0.002 and torch.count_nonzero(bare.pos_embed) == 0
+    with pytest.raises(HydraEdgeError, match="unknown initialisation 'jax'; choose one of timm, torch-default"):
+        HydraViT(b16_like, init_scheme="jax")

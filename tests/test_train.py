@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -53,10 +55,37 @@ def test_weighted_sampling_draws_only_weighted_head_counts(tmp_path):
 
 def test_head_sampler_is_deterministic_per_epoch_and_checks_weights():
     sampler = HeadSampler((3, 6, 12), None, seed=5)
-    draws = lambda e: [sampler.draw(rng) for rng in [sampler.for_epoch(e)] for _ in range(20)]
+    draws = lambda e: [sampler.draw(rng) for rng in [sampler.for_epoch(e, 20)] for _ in range(20)]
     assert draws(2) == draws(2) and draws(2) != draws(3)
     with pytest.raises(HydraEdgeError, match="--weights needs 3"):
         HeadSampler((3, 6, 12), (50, 50), seed=0)
+
+
+HEADS, WEIGHTS = tuple(range(3, 13)), (30, 10, 10, 10, 5, 5, 5, 5, 10, 10)
+
+
+def _official_draws(seed: int, rank: int, n: int, weights: tuple[int, ...] | None = WEIGHTS) -> list[int]:
+    """The official training loop, written out: timm seeds Python's random with seed + rank, then each
+    batch draws choices(range(len(heads)), weights=[w / 100 ...]) from it (no weights: uniform)."""
+    rng = random.Random(seed + rank)
+    fractions = [w / 100 for w in weights] if weights else None
+    return [HEADS[rng.choices([i for i in range(len(HEADS))], weights=fractions)[0]] for _ in range(n)]
+
+
+@pytest.mark.parametrize("weights", [WEIGHTS, None])
+def test_per_rank_sampling_draws_what_the_official_script_draws_on_each_rank(weights):
+    for rank in (0, 1, 3):
+        sampler = HeadSampler(HEADS, weights, seed=42, mode="per-rank", rank=rank)
+        drawn = [sampler.draw(rng) for epoch in range(3) for rng in [sampler.for_epoch(epoch, 7)] for _ in range(7)]
+        assert drawn == _official_draws(42, rank, 21, weights)
+        resumed = HeadSampler(HEADS, weights, seed=42, mode="per-rank", rank=rank)  # a run resumed at epoch 2
+        rng = resumed.for_epoch(2, 7)
+        assert [resumed.draw(rng) for _ in range(7)] == drawn[14:]
+    assert _official_draws(42, 0, 50) != _official_draws(42, 1, 50)  # ranks train different subnetworks
+    per_step = [HeadSampler(HEADS, WEIGHTS, seed=42, rank=r) for r in (0, 1)]
+    assert len({tuple(s.draw(rng) for rng in [s.for_epoch(1, 30)] for _ in range(30)) for s in per_step}) == 1
+    with pytest.raises(HydraEdgeError, match="unknown head sampling 'per-batch'; choose one of per-step, per-rank"):
+        HeadSampler(HEADS, None, seed=0, mode="per-batch")
 
 
 def test_interrupted_training_resumes_to_the_same_weights(tmp_path, monkeypatch):
@@ -105,8 +134,9 @@ def test_cli_trains_and_evaluates_on_an_image_folder(tmp_path):
     out = tmp_path / "run"
     runner = CliRunner()
     result = runner.invoke(main, ["train", "--data", str(folder), "--preset", "digits", "--heads", "3,12",
-                                  "--separate-heads", "--epochs", "1", "--out", str(out)])
+                                  "--separate-heads", "--epochs", "1", "--init-scheme", "torch-default", "--out", str(out)])
     assert result.exit_code == 0, result.output
+    assert torch.load(out / "checkpoint.pt", weights_only=True)["train"]["settings"]["init_scheme"] == "torch-default"
     model = load_checkpoint(out / "checkpoint.pt")
     assert model.config.num_classes == 3 and model.config.heads == (3, 12) and model.config.separate_heads
     split = load_data(DataSpec(str(folder)), model.config)
@@ -147,9 +177,29 @@ def test_distributed_training_with_two_cpu_processes_matches_one_process(tmp_pat
         assert (a - b).abs().max() <= 1e-3, (name, (a - b).abs().max())
 
 
+def test_per_rank_sampling_under_torchrun_draws_the_official_sequence_on_rank_0(tmp_path):
+    """Two gloo ranks with --head-sampling per-rank: rank 0 draws what the official loop draws for rank 0."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "hydra_edge.cli", "train", "--data", "digits", "--epochs", "2", "--batch-size", "32",
+           "--weights", ",".join(map(str, WEIGHTS)), "--head-sampling", "per-rank", "--seed", "3",
+           "--out", str(tmp_path / "ddp")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    history = json.loads((tmp_path / "ddp" / "history.json").read_text())
+    steps = sum(history[0]["drawn"].values())
+    official = _official_draws(3, 0, 2 * steps)
+    for epoch, h in enumerate(history):
+        expected = Counter(official[epoch * steps:(epoch + 1) * steps])
+        assert h["drawn"] == {str(k): expected[k] for k in HEADS} and h["world_size"] == 2
+    saved = torch.load(tmp_path / "ddp" / "checkpoint.pt", weights_only=True)["train"]["settings"]
+    assert saved["head_sampling"] == "per-rank"
+
+
 @pytest.mark.parametrize("args, message", [
     (["--weights", "30,a"], "--weights '30,a': give comma-separated integers"),
     (["--checkpoint", "{ckpt}", "--heads", "3,6"], "--checkpoint fine-tunes the model as saved; drop --heads"),
+    (["--checkpoint", "{ckpt}", "--init-scheme", "timm"], "--checkpoint fine-tunes the model as saved; drop --init-scheme"),
     (["--out", "{run}"], "already holds a training run; pass --resume"),
     (["--data", "{tiny}", "--preset", "digits"], "class 'class_1' has too few images"),
 ])

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ..command import Number, command
+from ..ema_option import ema_option
 from .pipeline import ConvertOptions, ConvertResult, convert as run_convert
 
 
@@ -74,11 +75,12 @@ def _summary(result: ConvertResult) -> None:
 @click.option("--force", is_flag=True, help="Re-convert artefacts even when nothing changed.")
 @click.option("--layout", type=click.Choice(["full", "compact"]), default="full", show_default=True,
               help="compact: every head count rebuilt from the largest one's weights (ONNX); full: one file each.")
+@ema_option
 @click.option("--quiet", "-q", is_flag=True, help="No progress display.")
 @click.option("--no-wait", is_flag=True, help="If another run is writing --out, stop (naming it) instead of waiting.")
 def convert(checkpoint: Path, target: str, out: Path, heads: str | None, quant: str | None, max_drop: float,
             jobs: int, data: str | None, eval_limit: int, optional: bool, force: bool, layout: str,
-            quiet: bool, no_wait: bool) -> None:
+            ema: bool, quiet: bool, no_wait: bool) -> None:
     """Convert each subnetwork to the target's artefacts, verify them, write a manifest.
 
     Re-running is incremental: unchanged artefacts are skipped, an interrupted run resumes.
@@ -91,7 +93,7 @@ def convert(checkpoint: Path, target: str, out: Path, heads: str | None, quant: 
     """
     opts = ConvertOptions(checkpoint=checkpoint, target=target, out=out, heads=heads, quant=quant, max_drop=max_drop,
                           jobs=jobs, data=data, eval_limit=eval_limit, optional=optional, force=force,
-                          wait=not no_wait, layout=layout)
+                          wait=not no_wait, layout=layout, ema=ema)
     progress = None if quiet or not sys.stderr.isatty() else _Progress()
     if progress:
         with progress.progress:

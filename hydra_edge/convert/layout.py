@@ -76,16 +76,17 @@ def _compact(out: Path, manifest: Manifest, record: ArtefactRecord, source: Arte
     (out / record.file).unlink()
 
 
-def _model_params(checkpoint: str) -> tuple[Dict[str, np.ndarray], Any]:
+def _model_params(checkpoint: str, ema: bool) -> tuple[Dict[str, np.ndarray], Any]:
     from ..checkpoint import load_checkpoint
     from ..slicing import weight_index
 
-    model = load_checkpoint(checkpoint)
+    model = load_checkpoint(checkpoint, ema=ema)
     params = {name: p.detach().float().numpy() for name, p in model.named_parameters()}
     return params, lambda name, k: weight_index(name, model.config, k)
 
 
-def apply_layout(out: Path, manifest: Manifest, layout: str, checkpoint: str, report: Report) -> None:
+def apply_layout(out: Path, manifest: Manifest, layout: str, checkpoint: str, report: Report,
+                 ema: bool = True) -> None:
     """Bring every artefact of ``manifest`` to ``layout``; rewrites the manifest after each change."""
     if layout not in LAYOUTS:
         raise HydraEdgeError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
@@ -112,7 +113,7 @@ def apply_layout(out: Path, manifest: Manifest, layout: str, checkpoint: str, re
             _replace(manifest, out, record, f"full: hydra-edge cannot compact {record.format} artefacts yet")
             continue
         report(record.file, "compact", None)
-        model = model or _model_params(checkpoint)
+        model = model or _model_params(checkpoint, ema)
         _compact(out, manifest, record, source, tensor_map, *model)
         report(record.file, "done", manifest.by_id()[record.id].bytes)
     share_inputs(out, manifest)

@@ -65,6 +65,7 @@ class ConvertOptions:
     force: bool = False  # re-convert even unchanged artefacts
     wait: bool = True  # wait while another run holds the bundle (else stop, naming it)
     layout: str = "full"  # "compact": one weight set per variant (convert.layout)
+    ema: bool = True  # the checkpoint's EMA weights when it has them (checkpoint.weights_entry)
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,7 @@ class Job:
     threads: int
     fingerprint: str
     device_build: str | None
+    ema: bool = True  # resolved: True only when the file has EMA weights and they were asked for
 
 
 @dataclass
@@ -111,10 +113,10 @@ def tool_versions(names: tuple[str, ...] = TOOLS) -> dict[str, str | None]:
 
 
 def fingerprint(ckpt_sha: str, k: int, variant: Variant, data: dict[str, Any] | None,
-                eval_limit: int, golden_inputs: int) -> str:
+                eval_limit: int, golden_inputs: int, weights: str) -> str:
     """Hash of everything that decides an artefact's bytes and its verification record."""
     inputs = {
-        "checkpoint": ckpt_sha, "heads": k, "variant": variant.conversion_dict(), "data": data,
+        "checkpoint": ckpt_sha, "weights": weights, "heads": k, "variant": variant.conversion_dict(), "data": data,
         "eval_limit": eval_limit, "golden_inputs": golden_inputs,
         "tools": tool_versions(tools(variant.format)),
     }
@@ -136,12 +138,13 @@ def _evenly(dataset: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 @functools.lru_cache(maxsize=2)
-def _context(checkpoint: str, ckpt_sha: str, data_json: str, eval_limit: int) -> tuple[Any, EvalSet, np.ndarray]:
+def _context(checkpoint: str, ckpt_sha: str, data_json: str, eval_limit: int,
+             ema: bool) -> tuple[Any, EvalSet, np.ndarray]:
     """Model, evaluation images and calibration images, loaded once per process."""
     from ..checkpoint import load_checkpoint
     from ..data import DataSpec, load_data
 
-    model = load_checkpoint(checkpoint)
+    model = load_checkpoint(checkpoint, ema=ema)
     cfg = model.config
     data = json.loads(data_json)
     if data is None:
@@ -196,7 +199,8 @@ def run_job(job: Job, report: Report, commit: Callable[[], None] = lambda: None)
 
     from ..sizes import subnet_size
 
-    model, evalset, calibration = _context(job.checkpoint, job.checkpoint_sha256, json.dumps(job.data), job.eval_limit)
+    model, evalset, calibration = _context(job.checkpoint, job.checkpoint_sha256, json.dumps(job.data), job.eval_limit,
+                                         job.ema)
     fmt, v = job.variant.format, job.variant
     report(job.file, "prepare", None)
     sub = model.subnetwork(job.heads)
@@ -330,11 +334,12 @@ class Inputs:
     heads: tuple[int, ...]
     data: dict[str, Any] | None
     classes: list[str] | None
+    weights: str  # the checkpoint's entry converted (checkpoint.weights_entry)
 
 
 def check_inputs(opts: ConvertOptions) -> Inputs:
     """Load and check every input; each mistake is one line, raised before anything is written."""
-    from ..checkpoint import load_checkpoint_file
+    from ..checkpoint import load_checkpoint_file, weights_entry
     from ..config import parse_heads
     from ..data import DataSpec, load_data
 
@@ -344,7 +349,7 @@ def check_inputs(opts: ConvertOptions) -> Inputs:
         raise HydraEdgeError(f"unknown --layout {opts.layout!r}; choose one of {', '.join(LAYOUTS)}")
     target = load_target(opts.target)
     variants = target.variants(opts.quant, opts.optional)
-    model, saved = load_checkpoint_file(opts.checkpoint)
+    model, saved = load_checkpoint_file(opts.checkpoint, ema=opts.ema)
     cfg = model.config
     heads = parse_heads(opts.heads, cfg.num_heads) if opts.heads else cfg.heads
     if cfg.separate_heads and set(heads) - set(cfg.heads):
@@ -352,17 +357,20 @@ def check_inputs(opts: ConvertOptions) -> Inputs:
     data = _data_spec(saved, opts.data)
     # fails now, in one line, if the data is gone; its class names let a device label what it sees
     classes = load_data(DataSpec.from_dict(data), cfg).classes if data is not None else None
-    return Inputs(target, variants, cfg, tuple(heads), data, classes)
+    return Inputs(target, variants, cfg, tuple(heads), data, classes, weights_entry(saved, opts.ema))
 
 
 def plan(opts: ConvertOptions, inputs: Inputs) -> Plan:
     """Split the artefacts into jobs to run and records still valid (call with the bundle locked)."""
+    from ..checkpoint import EMA_ENTRIES
+
     target, cfg, data = inputs.target, inputs.config, inputs.data
     ckpt_sha = sha256_file(opts.checkpoint)
     old = read_manifest(opts.out) if (opts.out / MANIFEST).is_file() else None
-    keep = old is not None and old.checkpoint["sha256"] == ckpt_sha and old.target.get("name") == target.name
+    keep = (old is not None and old.checkpoint["sha256"] == ckpt_sha and old.target.get("name") == target.name
+            and old.checkpoint.get("weights", "state_dict") == inputs.weights)
     manifest = Manifest(
-        checkpoint={"path": str(opts.checkpoint), "sha256": ckpt_sha}, model=cfg.to_dict(), data=data,
+        checkpoint={"path": str(opts.checkpoint), "sha256": ckpt_sha, "weights": inputs.weights}, model=cfg.to_dict(), data=data,
         classes=inputs.classes, target={**target.to_dict(), "sha256": target.sha256}, tools=tool_versions(),
         max_drop=opts.max_drop, artefacts=list(old.artefacts) if keep and old else [],
         created_by=f"hydra-edge {__version__}",
@@ -372,7 +380,7 @@ def plan(opts: ConvertOptions, inputs: Inputs) -> Plan:
     for k in inputs.heads:
         for v in inputs.variants:
             file = artefact_name(k, v)
-            fp = fingerprint(ckpt_sha, k, v, data, opts.eval_limit, target.golden_inputs)
+            fp = fingerprint(ckpt_sha, k, v, data, opts.eval_limit, target.golden_inputs, inputs.weights)
             build = v.device_build.format(file=file, engine=f"{Path(file).stem}.engine") if v.device_build else None
             rec = previous.get(f"h{k}_{v.key}")
             within = (rec.accuracy.get("drop_pp") or 0.0) <= opts.max_drop if rec else False  # a stricter --max-drop re-checks
@@ -386,6 +394,7 @@ def plan(opts: ConvertOptions, inputs: Inputs) -> Plan:
                 checkpoint=str(opts.checkpoint), checkpoint_sha256=ckpt_sha, heads=k, variant=v, file=file,
                 out=str(opts.out), data=data, eval_limit=opts.eval_limit, golden_inputs=target.golden_inputs,
                 max_drop=opts.max_drop, threads=target.threads, fingerprint=fp, device_build=build,
+                ema=inputs.weights in EMA_ENTRIES,
             ))
     return Plan(manifest, jobs, skipped)
 
@@ -405,13 +414,16 @@ def convert(opts: ConvertOptions, report: Report | None = None) -> ConvertResult
     One run at a time per bundle: a second waits for the lock (or, with ``wait=False``, stops
     with the holder's name).
     """
+    from ..checkpoint import EMA_ENTRIES
+
     report = report or (lambda file, stage, size: None)
     inputs = check_inputs(opts)
     _prepare_out(opts.out)
     with exclusive(opts.out / LOCK, f"bundle {opts.out}", opts.wait):
         _remove_stale(opts.out)
         result = _convert(opts, plan(opts, inputs), report)
-        apply_layout(opts.out, result.manifest, opts.layout, str(opts.checkpoint), report)
+        apply_layout(opts.out, result.manifest, opts.layout, str(opts.checkpoint), report,
+                     ema=inputs.weights in EMA_ENTRIES)
         return result
 
 

@@ -73,6 +73,7 @@ class Accuracy(msgspec.Struct, forbid_unknown_fields=True):
 class Checkpoint(msgspec.Struct, forbid_unknown_fields=True):
     path: str
     sha256: Sha256
+    weights: str = "state_dict"  # the file's entry converted: "state_dict_ema" / "model_ema" are EMA weights
 
 
 class Compact(msgspec.Struct, forbid_unknown_fields=True):

@@ -1,0 +1,46 @@
+"""``hydra-edge eval``: accuracy per head count of a checkpoint on held-out data, printed and saved."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .command import command
+from .ema_option import ema_option
+from .errors import HydraEdgeError
+from .tables import print_accuracy
+
+
+@command("eval")
+@click.option("--checkpoint", required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--data", default=None, help="'digits' or an ImageFolder directory (default: the checkpoint's).")
+@click.option("--heads", default=None, help="Head counts to evaluate (default: all served).")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder for eval.json and eval.png (default: beside the checkpoint).")
+@ema_option
+def evaluate(checkpoint: Path, data: str | None, heads: str | None, out: Path | None, ema: bool) -> None:
+    """Accuracy per head count on held-out data, printed and saved.
+
+    Example: hydra-edge eval --checkpoint runs/digits/checkpoint.pt --data digits
+    """
+    from .checkpoint import load_checkpoint_file, weights_entry
+    from .config import parse_heads
+    from .data import DataSpec, load_data
+    from .evaluate import accuracy_per_heads
+    from .train import write_report
+
+    model, saved = load_checkpoint_file(checkpoint, ema=ema)
+    stored = saved.get("data")
+    if not (stored or data):
+        raise HydraEdgeError(f"{checkpoint} does not say what it was trained on; pass --data (digits or a folder)")
+    spec = DataSpec.from_dict(stored) if stored else DataSpec(data)
+    if data:
+        spec = DataSpec(data, spec.seed, spec.val_fraction)
+    served = parse_heads(heads, model.config.num_heads) if heads else model.config.heads
+    accuracy = accuracy_per_heads(model, load_data(spec, model.config).val, served)
+    weights = weights_entry(saved, ema)
+    print_accuracy(model.config, accuracy, f"held-out accuracy, {spec.source} ({weights})")
+    out = out or checkpoint.parent
+    write_report(model, accuracy, out, title=f"{checkpoint.name} on {spec.source}", stem="eval", weights=weights)
+    click.echo(f"saved {out / 'eval.json'} and {out / 'eval.png'}")
