@@ -26,9 +26,8 @@ def main() -> None:
     """
 
 
-for command in (info, train, evaluate, convert, expand_command, calibrate, lut, deploy, demo):
+for command in (info, train, evaluate, convert, expand_command, targets, calibrate, lut, deploy, demo):
     main.add_command(command)
-main.add_command(targets)
 
 
 if __name__ == "__main__":  # torchrun --nproc_per_node N -m hydra_edge.cli train ...
