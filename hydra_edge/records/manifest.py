@@ -85,6 +85,26 @@ class Compact(msgspec.Struct, forbid_unknown_fields=True):
         relative_path(self.recipe, ".recipe")
 
 
+class Nesting(msgspec.Struct, forbid_unknown_fields=True):
+    """How an int8 artefact's weights were quantised, and the measurement that chose it.
+
+    ``nested``: its int8 weights and scales are slices of the largest head count's (a compact
+    bundle can rebuild it from those bytes); otherwise quantised on its own, because nesting
+    cost more than ``max_cost_pp`` of top-1 (``cost_pp``: per-subnetwork minus nested, in top-1,
+    or in agreement with fp32 without labels). Measured on the held-out images as ``basis`` says.
+    """
+
+    nested: bool
+    basis: str
+    images: NonNegative
+    top1_nested: Optional[Percent]
+    top1_per_subnetwork: Optional[Percent]
+    agreement_nested: Percent  # top-1 agreement with the fp32 subnetwork
+    agreement_per_subnetwork: Percent
+    cost_pp: Annotated[float, Meta(ge=-100.0, le=100.0)]
+    max_cost_pp: NonNegFloat
+
+
 class ArtefactRecord(msgspec.Struct, forbid_unknown_fields=True):
     """One converted, verified subnetwork. ``file`` and the golden pair's files are relative to the bundle.
 
@@ -112,6 +132,7 @@ class ArtefactRecord(msgspec.Struct, forbid_unknown_fields=True):
     device_build: Optional[str] = None  # e.g. the trtexec command that builds the device engine
     notes: Dict[str, Any] = msgspec.field(default_factory=dict)
     compact: Optional[Compact] = None  # None: ``file`` is in the bundle as it is
+    nesting: Optional[Nesting] = None  # None: float weights (nested as they are), or a bundle from before nesting
 
     def __post_init__(self) -> None:
         relative_path(self.file, ".file")
