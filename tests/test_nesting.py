@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from hydra_edge.config import preset
-from hydra_edge.convert import pipeline
+from hydra_edge.convert.pipeline import ConvertOptions, convert
 from hydra_edge.convert.formats import exporter
 from hydra_edge.convert.manifest import read_manifest
 from hydra_edge.convert.nesting import nested_ranges
@@ -120,7 +120,7 @@ def test_every_int8_weight_and_scale_is_a_slice_of_the_largest(model: HydraViT, 
     assert {n.split(".", 2)[2].rsplit(".", 1)[0] for n in full if n.startswith("blocks.")} == LINEAR
     assert "head.weight" in full
     cfg = model.config
-    for k, nested in ((3, True), (6, True), (3, False)):
+    for k, nested in ((3, True), (3, False)):
         sub = int8_weights(fmt, _export(model, k, fmt, quant, nested, tmp_path / f"{k}{nested}{suffix}"),
                            model.subnetwork(k))
         assert sub.keys() == full.keys()
@@ -130,3 +130,54 @@ def test_every_int8_weight_and_scale_is_a_slice_of_the_largest(model: HydraViT, 
         same = [np.array_equal(q, slices[n][0]) and s.tobytes() == slices[n][1].tobytes() for n, (q, s) in sub.items()]
         # quantised on its own, the truncated rows get their own scales: the check above can fail
         assert all(same) if nested else not all(same)
+
+
+RPI = """name = "nest"
+threads = 1
+[[artefacts]]
+format = "tflite"
+quant = "int8-dynamic"
+runtime = "ai-edge-litert"
+runtime_min_version = "2.3.0"
+"""
+
+
+def test_manifest_records_nested_against_per_subnetwork_top1(model: HydraViT, checkpoint: Path, tmp_path: Path) -> None:
+    (tmp_path / "nest.toml").write_text(RPI)
+    (tmp_path / "never.toml").write_text(RPI + "[artefacts.options]\nnest_max_cost_pp = -1.0\n")
+    result = convert(ConvertOptions(checkpoint=checkpoint, target=str(tmp_path / "nest.toml"), out=tmp_path / "a",
+                                    heads="3,12"))
+    assert not result.failed
+    for a in read_manifest(tmp_path / "a").artefacts:
+        n = a.nesting
+        assert n.nested and n.images == a.accuracy["images"] == 360 and n.max_cost_pp == 0.3
+        assert n.cost_pp == round(n.top1_per_subnetwork - n.top1_nested, 4) <= 0.3
+        if a.heads == 12:  # the largest head count's scales are its own: nothing to measure
+            assert n.top1_nested == n.top1_per_subnetwork and n.cost_pp == 0
+    # a stricter bound than nesting can meet: quantised on its own, and the manifest says so
+    result = convert(ConvertOptions(checkpoint=checkpoint, target=str(tmp_path / "never.toml"), out=tmp_path / "b",
+                                    heads="3"))
+    assert not result.failed
+    (a,) = read_manifest(tmp_path / "b").artefacts
+    assert not a.nesting.nested and a.nesting.max_cost_pp == -1.0
+    own = _export(model, 3, "tflite", "int8-dynamic", False, tmp_path / "own.tflite")
+    assert int8_weights("tflite", (tmp_path / "b" / a.file).read_bytes(), model.subnetwork(3)).keys() == \
+        int8_weights("tflite", own, model.subnetwork(3)).keys()
+    for name, (q, s) in int8_weights("tflite", (tmp_path / "b" / a.file).read_bytes(), model.subnetwork(3)).items():
+        q_own, s_own = int8_weights("tflite", own, model.subnetwork(3))[name]
+        assert np.array_equal(q, q_own) and s.tobytes() == s_own.tobytes()
+
+
+def test_a_classifier_per_head_count_keeps_its_own_ranges(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = HydraViT(preset("digits", depth=1, heads=(3, 12), separate_heads=True))
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 1:
+                p.normal_()  # non-zero biases and norms, so no two constants are equal
+    ranges = nested_ranges(model.named_parameters(), 3, functools.partial(weight_index, cfg=model.config, k=3))
+    assert "blocks.0.attn.qkv.weight" in ranges and not any(n.startswith("head") for n in ranges)
+    nested, own = (int8_weights("tflite", _export(model, 3, "tflite", "int8-dynamic", flag, tmp_path / f"{flag}.tflite"),
+                                model.subnetwork(3)) for flag in (True, False))
+    assert nested["head.weight"][1].tobytes() == own["head.weight"][1].tobytes()
+    assert nested["blocks.0.attn.qkv.weight"][1].tobytes() != own["blocks.0.attn.qkv.weight"][1].tobytes()

@@ -79,8 +79,9 @@ def weight_scales(ranges: Ranges) -> Dict[str, torch.Tensor]:
 
 
 @torch.no_grad()
-def _fake_quant_logits(model: torch.nn.Module, scales: Mapping[str, torch.Tensor], images: np.ndarray,
-                       batch: int = 64) -> np.ndarray:
+def fake_quant_logits(model: torch.nn.Module, scales: Mapping[str, torch.Tensor], images: np.ndarray,
+                      batch: int = 64) -> np.ndarray:
+    """Logits of ``model`` with its weights ``scales`` names fake-quantised to int8 with those scales."""
     params = dict(model.named_parameters())
     for name, s in scales.items():
         zero = torch.zeros(len(s), dtype=torch.int32)
@@ -90,29 +91,31 @@ def _fake_quant_logits(model: torch.nn.Module, scales: Mapping[str, torch.Tensor
     return torch.cat(chunks).numpy()
 
 
+def both_scales(sub: torch.nn.Module, nested: Ranges) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """Per-row weight scales of ``sub`` quantised on its own and nested; weights without a nested
+    range (a classifier per head count) keep their own in both."""
+    own = row_ranges(quantised_weights(sub.named_parameters()), lambda name: slice(None))
+    own_scales = weight_scales(own)
+    return own_scales, {**own_scales, **weight_scales({n: r for n, r in nested.items() if n in own})}
+
+
 def measure(sub: torch.nn.Module, nested: Ranges, evalset: EvalSet, reference: np.ndarray,
             max_cost_pp: float) -> Nesting:
     """Held-out top-1 of ``sub`` with nested vs its own weight scales, and whether to nest.
 
-    Weights without a nested range (a classifier per head count) keep their own scales in both.
     Without labels the measure is agreement with the fp32 subnetwork's top-1.
     """
-    own = row_ranges(quantised_weights(sub.named_parameters()), lambda name: slice(None))
-    own_scales = weight_scales(own)
-    nested_scales = {**own_scales, **weight_scales({n: r for n, r in nested.items() if n in own})}
-    per_logits = _fake_quant_logits(sub, own_scales, evalset.images)
+    own_scales, nested_scales = both_scales(sub, nested)
+    per_logits = fake_quant_logits(sub, own_scales, evalset.images)
     same = all(torch.equal(own_scales[n], nested_scales[n]) for n in own_scales)
-    nested_logits = per_logits if same else _fake_quant_logits(sub, nested_scales, evalset.images)
-    truth = reference.argmax(-1)
-    agree = {key: round(float((logits.argmax(-1) == truth).mean() * 100), 4)
-             for key, logits in (("nested", nested_logits), ("per", per_logits))}
-    acc = {key: None if evalset.labels is None else round(top1(logits, evalset.labels), 4)
-           for key, logits in (("nested", nested_logits), ("per", per_logits))}
-    basis = "top1" if evalset.labels is not None else "agreement"
-    measured = acc if evalset.labels is not None else agree
+    nested_logits = per_logits if same else fake_quant_logits(sub, nested_scales, evalset.images)
+    logits = {"nested": nested_logits, "per": per_logits}
+    agree = {key: round(float((out.argmax(-1) == reference.argmax(-1)).mean() * 100), 4) for key, out in logits.items()}
+    acc = {key: None if evalset.labels is None else round(top1(out, evalset.labels), 4) for key, out in logits.items()}
+    measured, unit = (acc, "top-1") if evalset.labels is not None else (agree, "agreement with fp32")
     cost = round(measured["per"] - measured["nested"], 4)
     return Nesting(
-        nested=cost <= max_cost_pp, basis=f"{BASIS}; cost in {basis}", images=len(evalset.images),
+        nested=cost <= max_cost_pp, basis=f"{BASIS}; cost in {unit}", images=len(evalset.images),
         top1_nested=acc["nested"], top1_per_subnetwork=acc["per"],
         agreement_nested=agree["nested"], agreement_per_subnetwork=agree["per"], cost_pp=cost, max_cost_pp=max_cost_pp,
     )

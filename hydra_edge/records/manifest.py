@@ -28,6 +28,9 @@ MANIFEST = "manifest.json"
 HINT = "re-run hydra-edge convert into a new folder"
 
 
+PointsPP = Annotated[float, Meta(ge=-100.0, le=100.0)]  # a difference of two percentages
+
+
 class Tolerance(msgspec.Struct, forbid_unknown_fields=True):
     """How close a device's outputs on the golden inputs must be to the fp32 reference."""
 
@@ -65,7 +68,7 @@ class Accuracy(msgspec.Struct, forbid_unknown_fields=True):
     images: NonNegative
     top1: Optional[Percent]
     fp32_top1: Optional[Percent]
-    drop_pp: Optional[Annotated[float, Meta(ge=-100.0, le=100.0)]]
+    drop_pp: Optional[PointsPP]
     agreement: Percent
     max_abs_diff: NonNegFloat
 
@@ -101,8 +104,8 @@ class Nesting(msgspec.Struct, forbid_unknown_fields=True):
     top1_per_subnetwork: Optional[Percent]
     agreement_nested: Percent  # top-1 agreement with the fp32 subnetwork
     agreement_per_subnetwork: Percent
-    cost_pp: Annotated[float, Meta(ge=-100.0, le=100.0)]
-    max_cost_pp: NonNegFloat
+    cost_pp: PointsPP
+    max_cost_pp: PointsPP  # the target's ``nest_max_cost_pp`` (default 0.3); below 0, nesting must gain
 
 
 class ArtefactRecord(msgspec.Struct, forbid_unknown_fields=True):
