@@ -109,6 +109,7 @@ def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: d
                 quantize_dynamic(str(prepped), str(path), weight_type=QuantType.QInt8, per_channel=True,
                                  op_types_to_quantize=op_types)
                 notes["scheme"] = "int8 per-channel weights, dynamic int8 activations (QOperator)"
+                notes["weights"] = "quantised per subnetwork, not nested: only int8-qdq takes given ranges"
             else:
                 n = int(options.get("calibration_images", 128))
                 method = options.get("calibrate_method", "MinMax")

@@ -135,7 +135,9 @@ class ArtefactRecord(msgspec.Struct, forbid_unknown_fields=True):
     device_build: Optional[str] = None  # e.g. the trtexec command that builds the device engine
     notes: Dict[str, Any] = msgspec.field(default_factory=dict)
     compact: Optional[Compact] = None  # None: ``file`` is in the bundle as it is
-    nesting: Optional[Nesting] = None  # None: float weights (nested as they are), or a bundle from before nesting
+    # None: not measured: float weights (nested as they are), a quantisation that is never nested
+    # (onnx int8-dynamic, see ``notes``), or a bundle written before nesting
+    nesting: Optional[Nesting] = None
 
     def __post_init__(self) -> None:
         relative_path(self.file, ".file")
