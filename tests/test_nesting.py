@@ -16,6 +16,7 @@ from hydra_edge.convert.manifest import read_manifest
 from hydra_edge.convert.nesting import nested_ranges
 from hydra_edge.convert.targets import load_target
 from hydra_edge.data import load_data
+from hydra_edge.errors import HydraEdgeError
 from hydra_edge.model import HydraViT
 from hydra_edge.runtime.engines import FORMATS
 from hydra_edge.slicing import weight_index
@@ -162,6 +163,16 @@ def test_manifest_records_nested_against_per_subnetwork_top1(model: HydraViT, ch
     for name, (q, s) in int8_weights("tflite", (tmp_path / "b" / a.file).read_bytes(), model.subnetwork(3)).items():
         q_own, s_own = int8_weights("tflite", own, model.subnetwork(3))[name]
         assert np.array_equal(q, q_own) and s.tobytes() == s_own.tobytes()
+
+
+def test_a_bad_cost_bound_is_one_line_and_writes_nothing(checkpoint: Path, tmp_path: Path) -> None:
+    (tmp_path / "bad.toml").write_text(RPI + '[artefacts.options]\nnest_max_cost_pp = "a little"\n')
+    with pytest.raises(HydraEdgeError) as e:
+        convert(ConvertOptions(checkpoint=checkpoint, target=str(tmp_path / "bad.toml"), out=tmp_path / "b"))
+    assert str(e.value) == (f"{tmp_path / 'bad.toml'}: tflite_int8-dynamic: option nest_max_cost_pp = 'a little': "
+                            "give the p.p. of top-1 nesting may cost as a number in [-100, 100] (default 0.3) in the "
+                            "profile's [artefacts.options]")
+    assert not (tmp_path / "b").exists()
 
 
 def test_a_classifier_per_head_count_keeps_its_own_ranges(tmp_path: Path) -> None:

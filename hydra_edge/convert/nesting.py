@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch.func import functional_call
 
+from ..errors import HydraEdgeError
 from ..records.manifest import Nesting
 from ..slicing import Index, subnetwork_name
 from .verify import EvalSet, top1
@@ -29,6 +30,15 @@ Ranges = Dict[str, Tuple[torch.Tensor, torch.Tensor]]  # weight name -> per-outp
 MAX_COST_OPTION = "nest_max_cost_pp"  # target option: p.p. of top-1 nesting may cost at any head count
 MAX_COST_PP = 0.3
 BASIS = "eager torch, weight-only int8 fake quantisation (per-channel symmetric, the PT2E weight observer's scales)"
+
+
+def max_cost(options: Mapping[str, Any], where: str = "target") -> float:
+    """The target option ``nest_max_cost_pp`` (default 0.3), checked: a number of p.p. in [-100, 100]."""
+    value = options.get(MAX_COST_OPTION, MAX_COST_PP)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not -100 <= value <= 100:
+        raise HydraEdgeError(f"{where}: option {MAX_COST_OPTION} = {value!r}: give the p.p. of top-1 nesting may "
+                             "cost as a number in [-100, 100] (default 0.3) in the profile's [artefacts.options]")
+    return float(value)
 
 
 def quantised_weights(params: Iterable[Tuple[str, torch.Tensor]]) -> Dict[str, torch.Tensor]:

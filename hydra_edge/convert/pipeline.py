@@ -38,7 +38,7 @@ from .formats import exporter, tools
 from .golden import golden_name
 from .layout import LAYOUTS, apply_layout
 from .manifest import MANIFEST, ArtefactRecord, Manifest, intact, read_manifest, sha256_file
-from .nesting import MAX_COST_OPTION, MAX_COST_PP, measure, nested_ranges
+from .nesting import max_cost, measure, nested_ranges
 from .targets import Target, Variant, load_target
 from .verify import EvalSet, eager_logits, golden_tolerance, verify, write_golden
 
@@ -207,9 +207,10 @@ def run_job(job: Job, report: Report, commit: Callable[[], None] = lambda: None)
     ranges, nesting = None, None
     if v.quant in exporter(fmt).NESTED:
         report(job.file, "measure nesting", None)
+        limit = max_cost(v.options)
         ranges = nested_ranges(model.named_parameters(), job.heads,
                                functools.partial(weight_index, cfg=model.config, k=job.heads))
-        nesting = measure(sub, ranges, evalset, reference, float(v.options.get(MAX_COST_OPTION, MAX_COST_PP)))
+        nesting = measure(sub, ranges, evalset, reference, limit)
         ranges = ranges if nesting.nested else None  # nesting costs too much here: quantise on its own
     for name in exporter(fmt).IMPORTS:
         import_module(name)
@@ -356,6 +357,9 @@ def check_inputs(opts: ConvertOptions) -> Inputs:
         raise HydraEdgeError(f"unknown --layout {opts.layout!r}; choose one of {', '.join(LAYOUTS)}")
     target = load_target(opts.target)
     variants = target.variants(opts.quant, opts.optional)
+    for v in variants:
+        if v.quant in exporter(v.format).NESTED:
+            max_cost(v.options, f"{target.source}: {v.key}")
     model, saved = load_checkpoint_file(opts.checkpoint)
     cfg = model.config
     heads = parse_heads(opts.heads, cfg.num_heads) if opts.heads else cfg.heads
