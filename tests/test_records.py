@@ -171,12 +171,12 @@ def test_every_manifest_field_is_checked(bundle: Path) -> None:
     doc["artefacts"] = doc["artefacts"][:1]
     free = (r"\$\.data.*", r"\$\.tools.*", r"\$\.artefacts\[0\]\.notes.*", r"\$\.created_by", r"\$\.classes.*",
             r"\$\.checkpoint\.path", r"\$\.target\.(description|source|signals\.(files|commands)\..*)",
-            r"\$\.artefacts\[0\]\.(host_runtime|golden\.reference|device_build|accuracy\.basis)",
+            r"\$\.artefacts\[0\]\.(host_runtime|golden\.reference|device_build|accuracy\.basis|nesting\.basis)",
             r"\$\.target\.artefacts\[0\]\.(options.*|device_build)")
     optional = (r"\$\.(created_by|classes|artefacts|schema|schema_version)", r"\$\.model\..*",
-                r"\$\.artefacts\[0\]\.(device_build|notes|compact)", r"\$\.target\.signals(\..*)?",
+                r"\$\.artefacts\[0\]\.(device_build|notes|compact|nesting)", r"\$\.target\.signals(\..*)?",
                 r"\$\.target\.artefacts\[0\]\.(optional|device_build|options)", r"\$\.model\.heads\[\d+\]")
-    negative = (r"\$\.artefacts\[0\]\.accuracy\.drop_pp",)
+    negative = (r"\$\.artefacts\[0\]\.accuracy\.drop_pp", r"\$\.artefacts\[0\]\.nesting\.(max_)?cost_pp")
     path = bundle / MANIFEST
 
     def write(d: Any) -> Path:

@@ -10,14 +10,21 @@ import numpy as np
 if TYPE_CHECKING:  # torch is imported by export() only: profiles are read on torch-free devices
     import torch
 
+    from .nesting import Ranges
+
 QUANTS = ("fp32", "int8-dynamic", "int8-static")
 TOOLS = ("torch", "executorch")
+NESTED = ("int8-dynamic", "int8-static")  # quants whose weights take given ranges (convert.nesting)
 IMPORTS = ("executorch.exir", "executorch.backends.xnnpack.partition.xnnpack_partitioner")  # warmed before timing, so convert_seconds excludes import time
 
 
 def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: dict[str, Any],
-           calibration: np.ndarray, path: Path, stage: Callable[[str], None]) -> dict[str, Any]:
-    """Write ``model`` as an XNNPACK-delegated ``.pte`` to ``path``; returns notes for the manifest."""
+           calibration: np.ndarray, path: Path, stage: Callable[[str], None],
+           ranges: Ranges | None = None) -> dict[str, Any]:
+    """Write ``model`` as an XNNPACK-delegated ``.pte`` to ``path``; returns notes for the manifest.
+
+    ``ranges``: the largest head count's per-row weight ranges, so the int8 weights are nested.
+    """
     import torch
 
     stage("import executorch")
@@ -38,7 +45,7 @@ def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: d
             get_symmetric_quantization_config(is_per_channel=True, is_dynamic=dynamic)
         )
         images = calibration[: 1 if dynamic else int(options.get("calibration_images", 64))]
-        model = quantize(model, example, quantizer, images)
+        model = quantize(model, example, quantizer, images, ranges=ranges)
     stage("export")
     program = torch.export.export(model, (example,))
     stage("lower (XNNPACK)")

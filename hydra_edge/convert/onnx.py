@@ -12,8 +12,11 @@ import numpy as np
 if TYPE_CHECKING:  # torch is imported by export() only: profiles are read on torch-free devices
     import torch
 
+    from .nesting import Ranges
+
 QUANTS = ("fp32", "fp16", "int8-dynamic", "int8-qdq")
 TOOLS = ("torch", "onnx", "onnxruntime")
+NESTED = ("int8-qdq",)  # quants whose weights take given ranges (convert.nesting)
 IMPORTS = ("onnx", "onnxruntime.quantization")  # warmed before timing, so convert_seconds excludes import time
 OPSET = 17
 INPUT, OUTPUT = "input", "logits"
@@ -35,9 +38,44 @@ def _calibration_reader(images: np.ndarray) -> Any:
     return Reader()
 
 
+def _weight_overrides(onnx_file: Path, model: torch.nn.Module, ranges: Ranges) -> dict[str, list[dict[str, Any]]]:
+    """onnxruntime ``TensorQuantOverrides`` giving each weight initialiser its nested per-channel (rmin, rmax).
+
+    The exporter renames weights (``onnx::MatMul_359``) and stores MatMul/Gemm weights as
+    ``[in, out]``, so an initialiser is found by value: a parameter as it is (channel axis 0, as
+    Gemm with transB and Conv keep it) or transposed (axis 1, as MatMul keeps it); each is the
+    axis onnxruntime quantises that op's weight on anyway.
+    """
+    import onnx
+    from onnx import numpy_helper
+
+    params = dict(model.named_parameters())
+    by_value: dict[tuple[tuple[int, ...], bytes], tuple[str, int]] = {}
+    for name in ranges:
+        w = params[name].detach().numpy()
+        by_value[(w.shape, w.tobytes())] = (name, 0)
+        if w.ndim == 2:
+            by_value.setdefault((w.T.shape, np.ascontiguousarray(w.T).tobytes()), (name, 1))
+    overrides = {}
+    for init in onnx.load(str(onnx_file)).graph.initializer:
+        a = numpy_helper.to_array(init)
+        hit = by_value.get((a.shape, a.tobytes())) if a.dtype == np.float32 else None
+        if hit is not None:
+            name, axis = hit
+            lo, hi = ranges[name]
+            overrides[init.name] = [{"axis": axis, "rmin": rmin, "rmax": rmax}
+                                  for rmin, rmax in zip(lo.tolist(), hi.tolist())]
+    return overrides
+
+
 def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: dict[str, Any],
-           calibration: np.ndarray, path: Path, stage: Callable[[str], None]) -> dict[str, Any]:
-    """Write ``model`` as ``.onnx`` to ``path``; returns notes for the manifest (incl. QDQ settings)."""
+           calibration: np.ndarray, path: Path, stage: Callable[[str], None],
+           ranges: Ranges | None = None) -> dict[str, Any]:
+    """Write ``model`` as ``.onnx`` to ``path``; returns notes for the manifest (incl. QDQ settings).
+
+    ``ranges`` (int8-qdq): the largest head count's per-channel weight ranges, so the int8 weights
+    and their scales are nested.
+    """
     import torch
 
     import onnx
@@ -71,15 +109,19 @@ def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: d
                 quantize_dynamic(str(prepped), str(path), weight_type=QuantType.QInt8, per_channel=True,
                                  op_types_to_quantize=op_types)
                 notes["scheme"] = "int8 per-channel weights, dynamic int8 activations (QOperator)"
+                notes["weights"] = "quantised per subnetwork, not nested: only int8-qdq takes given ranges"
             else:
                 n = int(options.get("calibration_images", 128))
                 method = options.get("calibrate_method", "MinMax")
+                extra: dict[str, Any] = {"ActivationSymmetric": True}
+                if ranges is not None:
+                    extra["TensorQuantOverrides"] = _weight_overrides(prepped, model, ranges)
                 stage(f"calibrate ({min(n, len(calibration))} images)")
                 quantize_static(str(prepped), str(path), _calibration_reader(calibration[:n]),
                                 quant_format=QuantFormat.QDQ, per_channel=True,
                                 activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
                                 op_types_to_quantize=op_types, calibrate_method=CalibrationMethod[method],
-                                extra_options={"ActivationSymmetric": True})
+                                extra_options=extra)
                 notes.update(scheme="static int8 QDQ, symmetric activations, per-channel weights",
                              calibration_images=min(n, len(calibration)), calibrate_method=method,
                              op_types_to_quantize=op_types or "all")

@@ -33,10 +33,12 @@ from ..config import HydraConfig
 from ..errors import HydraEdgeError
 from ..lock import exclusive
 from ..runtime.engines import FORMATS, load, runtime_version
+from ..slicing import weight_index
 from .formats import exporter, tools
 from .golden import golden_name
 from .layout import LAYOUTS, apply_layout
 from .manifest import MANIFEST, ArtefactRecord, Manifest, intact, read_manifest, sha256_file
+from .nesting import max_cost, measure, nested_ranges
 from .targets import Target, Variant, load_target
 from .verify import EvalSet, eager_logits, golden_tolerance, verify, write_golden
 
@@ -119,6 +121,7 @@ def fingerprint(ckpt_sha: str, k: int, variant: Variant, data: dict[str, Any] | 
         "checkpoint": ckpt_sha, "weights": weights, "heads": k, "variant": variant.conversion_dict(), "data": data,
         "eval_limit": eval_limit, "golden_inputs": golden_inputs,
         "tools": tool_versions(tools(variant.format)),
+        "quantisation": "nested",  # int8 weights quantised with the largest head count's ranges (convert.nesting)
     }
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
@@ -205,6 +208,14 @@ def run_job(job: Job, report: Report, commit: Callable[[], None] = lambda: None)
     report(job.file, "prepare", None)
     sub = model.subnetwork(job.heads)
     reference = eager_logits(sub, evalset.images)
+    ranges, nesting = None, None
+    if v.quant in exporter(fmt).NESTED:
+        report(job.file, "measure nesting", None)
+        limit = max_cost(v.options)
+        ranges = nested_ranges(model.named_parameters(), job.heads,
+                               functools.partial(weight_index, cfg=model.config, k=job.heads))
+        nesting = measure(sub, ranges, evalset, reference, limit)
+        ranges = ranges if nesting.nested else None  # nesting costs too much here: quantise on its own
     for name in exporter(fmt).IMPORTS:
         import_module(name)
     out = Path(job.out)
@@ -212,7 +223,8 @@ def run_job(job: Job, report: Report, commit: Callable[[], None] = lambda: None)
     with atomic_path(out / job.file) as tmp:
         start = time.perf_counter()
         notes = exporter(fmt).export(sub, torch.from_numpy(evalset.images[:1]), v.quant, v.options, calibration,
-                                     tmp, lambda stage: report(job.file, stage, None))
+                                     tmp, lambda stage: report(job.file, stage, None),
+                                     ranges=ranges)
         seconds = time.perf_counter() - start
         report(job.file, "verify", None)
         engine = load(tmp, threads=1, format=fmt)
@@ -226,6 +238,7 @@ def run_job(job: Job, report: Report, commit: Callable[[], None] = lambda: None)
             runtime=v.runtime, runtime_min_version=v.runtime_min_version, threads=job.threads,
             host_runtime=f"{FORMATS[fmt].runtime} {runtime_version(fmt)}", convert_seconds=round(seconds, 3),
             accuracy=acc, fingerprint=job.fingerprint, device_build=job.device_build, notes=notes,
+            nesting=nesting,
             golden={"file": gold.name, "sha256": sha256_file(gold), "inputs": int(min(g, len(evalset.images))),
                     "reference": "fp32 eager subnetwork", "tolerance": golden_tolerance(outputs[:g], reference[:g])},
         )
@@ -349,6 +362,9 @@ def check_inputs(opts: ConvertOptions) -> Inputs:
         raise HydraEdgeError(f"unknown --layout {opts.layout!r}; choose one of {', '.join(LAYOUTS)}")
     target = load_target(opts.target)
     variants = target.variants(opts.quant, opts.optional)
+    for v in variants:
+        if v.quant in exporter(v.format).NESTED:
+            max_cost(v.options, f"{target.source}: {v.key}")
     model, saved = load_checkpoint_file(opts.checkpoint, ema=opts.ema)
     cfg = model.config
     heads = parse_heads(opts.heads, cfg.num_heads) if opts.heads else cfg.heads

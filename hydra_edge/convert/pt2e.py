@@ -7,18 +7,58 @@ from typing import Any
 import numpy as np
 import torch
 
+from .nesting import Ranges
+
+
+def weight_observers(graph: torch.fx.GraphModule) -> dict[str, Any]:
+    """``{parameter name: per-channel observer}`` of a prepared graph.
+
+    A weight observer is a ``call_module`` node whose input is a ``get_attr`` of the parameter,
+    named as in the exported module (``blocks.0.attn.qkv.weight``).
+    """
+    out = {}
+    for node in graph.graph.nodes:
+        if node.op == "call_module" and node.args and getattr(node.args[0], "op", None) == "get_attr":
+            observer = getattr(graph, node.target)
+            if hasattr(observer, "ch_axis"):
+                out[node.args[0].target] = observer
+    return out
+
+
+def _nest(graph: torch.fx.GraphModule, ranges: Ranges) -> None:
+    """Give each weight observer the largest head count's ranges of its rows (``nesting``)."""
+    for name, observer in weight_observers(graph).items():
+        if name not in ranges:  # not shared with the largest head count: its own ranges
+            continue
+        lo, hi = ranges[name]
+        if observer.ch_axis != 0 or observer.min_val.shape != lo.shape:
+            raise ValueError(f"weight observer of {name}: axis {observer.ch_axis}, {tuple(observer.min_val.shape)} "
+                             f"ranges; nested ranges are per output row, {tuple(lo.shape)}")
+        observer.min_val.copy_(lo)
+        observer.max_val.copy_(hi)
+
 
 def quantize(model: torch.nn.Module, example: torch.Tensor, quantizer: Any, calibration: np.ndarray,
-             fold_quantize: bool = True) -> torch.fx.GraphModule:
+             fold_quantize: bool = True, ranges: Ranges | None = None) -> torch.fx.GraphModule:
     """Export, insert observers, run calibration images one at a time (batch 1, as exported), convert.
 
     Dynamic schemes only need one pass so that per-channel weight observers see the weights;
-    static ones take their activation ranges from ``calibration``.
+    static ones take their activation ranges from ``calibration``. With ``ranges`` the weight
+    observers then take the largest head count's per-row ranges, so the weights are nested.
     """
+    from torchao.quantization.pt2e import move_exported_model_to_eval
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     graph = prepare_pt2e(torch.export.export(model, (example,)).module(), quantizer)
+    move_exported_model_to_eval(graph)  # exported graphs refuse .eval(); this is PT2E's way
     with torch.no_grad():
         for x in calibration if len(calibration) else example.numpy():
             graph(torch.from_numpy(np.ascontiguousarray(x[None])))
-    return convert_pt2e(graph, fold_quantize=fold_quantize)
+    if ranges is not None:
+        _nest(graph, ranges)
+    converted = convert_pt2e(graph, fold_quantize=fold_quantize)
+    # The graph was exported from an eval-mode model and moved to eval above, but a fresh
+    # GraphModule says training=True, and converters (litert-torch) warn on it. Module.train
+    # itself, since an exported graph's own .eval() refuses.
+    torch.nn.Module.train(converted, False)
+    return converted

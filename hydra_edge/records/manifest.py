@@ -28,6 +28,9 @@ MANIFEST = "manifest.json"
 HINT = "re-run hydra-edge convert into a new folder"
 
 
+PointsPP = Annotated[float, Meta(ge=-100.0, le=100.0)]  # a difference of two percentages
+
+
 class Tolerance(msgspec.Struct, forbid_unknown_fields=True):
     """How close a device's outputs on the golden inputs must be to the fp32 reference."""
 
@@ -65,7 +68,7 @@ class Accuracy(msgspec.Struct, forbid_unknown_fields=True):
     images: NonNegative
     top1: Optional[Percent]
     fp32_top1: Optional[Percent]
-    drop_pp: Optional[Annotated[float, Meta(ge=-100.0, le=100.0)]]
+    drop_pp: Optional[PointsPP]
     agreement: Percent
     max_abs_diff: NonNegFloat
 
@@ -84,6 +87,26 @@ class Compact(msgspec.Struct, forbid_unknown_fields=True):
 
     def __post_init__(self) -> None:
         relative_path(self.recipe, ".recipe")
+
+
+class Nesting(msgspec.Struct, forbid_unknown_fields=True):
+    """How an int8 artefact's weights were quantised, and the measurement that chose it.
+
+    ``nested``: its int8 weights and scales are slices of the largest head count's (a compact
+    bundle can rebuild it from those bytes); otherwise quantised on its own, because nesting
+    cost more than ``max_cost_pp`` of top-1 (``cost_pp``: per-subnetwork minus nested, in top-1,
+    or in agreement with fp32 without labels). Measured on the held-out images as ``basis`` says.
+    """
+
+    nested: bool
+    basis: str
+    images: NonNegative
+    top1_nested: Optional[Percent]
+    top1_per_subnetwork: Optional[Percent]
+    agreement_nested: Percent  # top-1 agreement with the fp32 subnetwork
+    agreement_per_subnetwork: Percent
+    cost_pp: PointsPP
+    max_cost_pp: PointsPP  # the target's ``nest_max_cost_pp`` (default 0.3); below 0, nesting must gain
 
 
 class ArtefactRecord(msgspec.Struct, forbid_unknown_fields=True):
@@ -113,6 +136,9 @@ class ArtefactRecord(msgspec.Struct, forbid_unknown_fields=True):
     device_build: Optional[str] = None  # e.g. the trtexec command that builds the device engine
     notes: Dict[str, Any] = msgspec.field(default_factory=dict)
     compact: Optional[Compact] = None  # None: ``file`` is in the bundle as it is
+    # None: not measured: float weights (nested as they are), a quantisation that is never nested
+    # (onnx int8-dynamic, see ``notes``), or a bundle written before nesting
+    nesting: Optional[Nesting] = None
 
     def __post_init__(self) -> None:
         relative_path(self.file, ".file")
