@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from .calibrate.command import Target
+from .calibrate.command import DeviceArg
 from .calibrate.device import ensure_python, package_files, push_files, runtime_requirements
 from .convert.manifest import MANIFEST, bundle_files, read_manifest
 from .command import command
@@ -120,7 +120,7 @@ def deploy(bundle: Path, lut_path: Path, host: str | None, local: bool, images: 
                                  "known_hosts": known_hosts, "ssh_config": ssh_config}.items() if v is not None}
     app_args = ["--plain"] + (["--max-images", str(max_images)] if max_images is not None else [])
     try:
-        with Target("local", None).open(options) if local else Target("host", host).open(options) as transport:
+        with DeviceArg("local", None).open(options) if local else DeviceArg("host", host).open(options) as transport:
             deploy_to(transport, bundle, lut_file, images, camera, python, setup, pip_args, app_args, detach)
     except KeyboardInterrupt:  # between device commands; one that runs is stopped by its transport
         raise HydraEdgeError("interrupted; what deploy started on the board was stopped "
