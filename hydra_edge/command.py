@@ -12,6 +12,7 @@ from typing import Any, Callable, Optional
 import click
 
 from .errors import HydraEdgeError
+from .logs import set_verbose
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -31,7 +32,19 @@ class Command(click.Command):
 
 
 class Group(click.Group):
+    """The ``hydra-edge`` group: its commands are ``Command``s, and ``-v`` shows the converters' and
+    runtimes' own output on the terminal as well as in the logs (``hydra_edge.logs``)."""
+
     command_class = Command
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.params.append(click.Option(["--verbose", "-v"], is_flag=True, expose_value=False, is_eager=True,
+                                        callback=_verbose, help="Also show what converters and runtimes print."))
+
+
+def _verbose(ctx: click.Context, param: click.Parameter, on: bool) -> None:
+    set_verbose(on)
 
 
 def command(name: str | None = None) -> Callable[[Callable[..., Any]], Command]:
