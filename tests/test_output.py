@@ -138,7 +138,8 @@ def test_capture_takes_every_kind_of_output_and_gives_the_terminal_back_on_ctrl_
         assert line, "the script ended before it was ready"
         said.append(line)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.stdout.read(), proc.stderr.read()  # small; read() keeps what readline() buffered
+    proc.wait(timeout=60)
     terminal = "".join(said) + out + err
     assert proc.returncode == 0, terminal
     written = log.read_text()
