@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import io
 import os
 import sys
@@ -61,8 +60,8 @@ def _flush() -> None:
     for stream in {id(s): s for s in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__) if s}.values():
         with contextlib.suppress(Exception):
             stream.flush()
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(ctypes.util.find_library("c")).fflush(None)
+    with contextlib.suppress(Exception):  # no C runtime to flush where symbols cannot be looked up so
+        ctypes.CDLL(None).fflush(None)
 
 
 @contextlib.contextmanager
