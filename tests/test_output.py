@@ -33,7 +33,7 @@ NOISE = [
     r"Failed to load .*torchao",  # torchao's optional CUDA kernels
     r"_pytree\.py",  # torch pytree deprecation warnings
     r"FutureWarning|DeprecationWarning|UserWarning",  # Python warnings from the exporters
-    r"LeafSpec",
+    r"LeafSpec|cls\.__new__",  # a FutureWarning and the source line Python prints under it
     r"converted in training mode",
     r"Created TensorFlow Lite XNNPACK delegate",  # LiteRT's banner at every interpreter
     r"Estimated count of arithmetic ops",  # the TFLite flatbuffer exporter
