@@ -1,4 +1,5 @@
-"""What every ``hydra-edge`` command shares: ``-h``, ``-v`` on the group, and a ``HydraEdgeError`` as one line and exit 1.
+"""What every ``hydra-edge`` command shares: ``-h``, ``-v`` on the group, and a ``HydraEdgeError``
+as one line and exit 1.
 
 Commands are declared with ``@command()`` (or on the group, which makes ``Command``s), so each is
 the same whether run under ``hydra-edge`` or invoked on its own (tests, ``CliRunner``).
