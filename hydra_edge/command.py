@@ -1,4 +1,5 @@
-"""What every ``hydra-edge`` command shares: ``-h``, and a ``HydraEdgeError`` as one line and exit 1.
+"""What every ``hydra-edge`` command shares: ``-h``, ``-v`` on the group, and a ``HydraEdgeError``
+as one line and exit 1.
 
 Commands are declared with ``@command()`` (or on the group, which makes ``Command``s), so each is
 the same whether run under ``hydra-edge`` or invoked on its own (tests, ``CliRunner``).
@@ -12,6 +13,7 @@ from typing import Any, Callable, Optional
 import click
 
 from .errors import HydraEdgeError
+from .logs import set_verbose
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -31,7 +33,19 @@ class Command(click.Command):
 
 
 class Group(click.Group):
+    """The ``hydra-edge`` group: its commands are ``Command``s, and ``-v`` shows the converters' and
+    runtimes' own output on the terminal as well as in the logs (``hydra_edge.logs``)."""
+
     command_class = Command
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.params.append(click.Option(["--verbose", "-v"], is_flag=True, expose_value=False, is_eager=True,
+                                        callback=_verbose, help="Also show what converters and runtimes print."))
+
+
+def _verbose(ctx: click.Context, param: click.Parameter, on: bool) -> None:
+    set_verbose(on)
 
 
 def command(name: str | None = None) -> Callable[[Callable[..., Any]], Command]:

@@ -140,7 +140,7 @@ def test_interrupted_run_resumes(checkpoint: Path, host_target: Path, tmp_path: 
     with pytest.raises(KeyboardInterrupt):
         pipeline.convert(opts)
     assert [a.heads for a in read_manifest(out).artefacts] == [3]
-    assert sorted(p.name for p in out.iterdir() if p.name != ".lock") == ["manifest.json", "vit_h3_onnx_fp32.golden.npz",
+    assert sorted(p.name for p in out.iterdir() if p.name not in (".lock", "logs")) == ["manifest.json", "vit_h3_onnx_fp32.golden.npz",
                                                           "vit_h3_onnx_fp32.onnx"]
     monkeypatch.setattr(onnx_exporter, "export", real)
     result = pipeline.convert(opts)
@@ -165,6 +165,8 @@ def test_max_drop_failure_names_the_artefact(checkpoint: Path, host_target: Path
     code, output = _run("-c", checkpoint, "-t", host_target, "-o", out)
     assert code != 0
     assert "Error: vit_h6_onnx_fp32.onnx: top-1" in output and "p.p. below the fp32 subnetwork" in output
+    assert output.rstrip().endswith(f"converter output: {out / 'logs' / 'vit_h6_onnx_fp32.log'}")
+    assert (out / "logs" / "vit_h6_onnx_fp32.log").is_file()
     assert [a.heads for a in read_manifest(out).artefacts] == [3, 12]
     assert not list(out.glob("vit_h6*")) and not list(out.glob(".*.tmp"))
 

@@ -9,6 +9,7 @@ import click
 
 from ..command import Number, command
 from ..ema_option import ema_option
+from ..logs import LOGS, terminal
 from .pipeline import ConvertOptions, ConvertResult, convert as run_convert
 
 
@@ -21,7 +22,7 @@ class _Progress:
 
         self.progress = Progress(
             TextColumn("{task.description}"), BarColumn(bar_width=12), TextColumn("{task.fields[stage]}"),
-            TimeElapsedColumn(), TextColumn("{task.fields[size]}"), console=Console(stderr=True),
+            TimeElapsedColumn(), TextColumn("{task.fields[size]}"), console=Console(file=terminal()),
         )
         self.rows: dict[str, int] = {}
 
@@ -38,7 +39,7 @@ class _Progress:
 def _log_line(file: str, stage: str, size: int | None) -> None:
     """Without a terminal (CI, pipes): one line per finished artefact instead of a live display."""
     if stage == "done" or stage.startswith(("skipped", "FAILED")):
-        click.echo(f"{file}: {stage}" + (f" ({size / 2**20:.2f} MiB)" if size else ""), err=True)
+        click.echo(f"{file}: {stage}" + (f" ({size / 2**20:.2f} MiB)" if size else ""), file=terminal())
 
 
 def _summary(result: ConvertResult) -> None:
@@ -55,6 +56,8 @@ def _summary(result: ConvertResult) -> None:
                       fmt(acc["drop_pp"], ".2f"), f"{acc['agreement']:.1f}", f"{a.convert_seconds:.1f}")
     Console().print(table)
     click.echo(f"{len(result.converted)} converted, {len(result.skipped)} unchanged, {len(result.failed)} failed")
+    if result.converted or result.failed:
+        click.echo(f"converter output: {result.out / LOGS}")
 
 
 @command()

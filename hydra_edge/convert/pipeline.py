@@ -32,6 +32,7 @@ from ..atomic import atomic_path
 from ..config import HydraConfig
 from ..errors import HydraEdgeError
 from ..lock import exclusive
+from ..logs import artefact_log, capture
 from ..runtime.engines import FORMATS, load, runtime_version
 from ..slicing import weight_index
 from .formats import exporter, tools
@@ -193,6 +194,12 @@ def _remove_stale(out: Path) -> None:
 
 
 def run_job(job: Job, report: Report, commit: Callable[[], None] = lambda: None) -> ArtefactRecord:
+    """``_run_job`` with the converters' and runtimes' own output in the artefact's log."""
+    with capture(artefact_log(Path(job.out), job.file), f"hydra-edge {__version__}: {job.file}"):
+        return _run_job(job, report, commit)
+
+
+def _run_job(job: Job, report: Report, commit: Callable[[], None]) -> ArtefactRecord:
     """Make, verify and record one artefact (in this process); raises HydraEdgeError naming it.
 
     ``commit`` is called once the artefact is verified and its record complete, just before it is
@@ -416,10 +423,11 @@ def plan(opts: ConvertOptions, inputs: Inputs) -> Plan:
 
 
 def _failure(job: Job, error: BaseException) -> str:
+    log = f"; converter output: {artefact_log(Path(job.out), job.file)}"
     if isinstance(error, HydraEdgeError):
-        return str(error) if job.file in str(error) else f"{job.file}: {error}"
+        return (str(error) if job.file in str(error) else f"{job.file}: {error}") + log
     first = (str(error).strip().splitlines() or [""])[0][:200]
-    return f"{job.file}: conversion failed ({type(error).__name__}: {first})"
+    return f"{job.file}: conversion failed ({type(error).__name__}: {first})" + log
 
 
 def convert(opts: ConvertOptions, report: Report | None = None) -> ConvertResult:

@@ -1,0 +1,120 @@
+"""Converter chatter goes to a log file per artefact; the terminal keeps progress and results.
+
+The converters and runtimes print banners and warnings from C++ (absl, oneDNN, XNNPACK, MLIR)
+straight to file descriptors 1 and 2, so redirecting ``sys.stdout`` is not enough: ``capture``
+points the descriptors themselves at the log for the length of one artefact, and Python's own
+streams (``warnings`` and ``logging`` write to them, absl's Python logging included) with them.
+Nothing is filtered out: the log holds everything, and a failure's one-line error names the log.
+``-v`` (``HYDRA_EDGE_VERBOSE=1``, inherited by worker processes) also copies it all to the terminal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import io
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO, Iterator
+
+LOGS = "logs"  # in the bundle folder
+VERBOSE = "HYDRA_EDGE_VERBOSE"
+
+_terminal: IO[str] | None = None
+
+
+def artefact_log(out: Path, file: str) -> Path:
+    """``<bundle>/logs/vit_h6_tflite_int8-dynamic.log``: the converter output of one artefact."""
+    return out / LOGS / f"{Path(file).stem}.log"
+
+
+def verbose() -> bool:
+    return os.environ.get(VERBOSE, "") not in ("", "0")
+
+
+def set_verbose(on: bool) -> None:
+    """Through the environment, so conversion worker processes and device runners inherit it."""
+    if on:
+        os.environ[VERBOSE] = "1"
+
+
+def terminal() -> IO[str]:
+    """A stream on the terminal that stays there while ``capture`` redirects stdout and stderr:
+    progress displays write here. Where stderr is no file (a test's ``CliRunner``), stderr itself."""
+    global _terminal
+    try:
+        fd = sys.stderr.fileno()
+    except (AttributeError, io.UnsupportedOperation, ValueError):
+        return sys.stderr
+    if _terminal is None:
+        _terminal = open(os.dup(fd), "w", buffering=1, encoding=getattr(sys.stderr, "encoding", None) or "utf-8",
+                         errors="replace")
+    return _terminal
+
+
+def _flush() -> None:
+    """Python's buffers and C stdio's (``fflush(NULL)``), so output lands on the side it was written on."""
+    for stream in {id(s): s for s in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__) if s}.values():
+        with contextlib.suppress(Exception):
+            stream.flush()
+    with contextlib.suppress(Exception):  # no C runtime to flush where symbols cannot be looked up so
+        ctypes.CDLL(None).fflush(None)
+
+
+@contextlib.contextmanager
+def capture(log: Path, title: str) -> Iterator[None]:
+    """Send everything this process prints (fd 1 and 2, Python streams) to ``log`` until the block
+    ends, also by an exception or Ctrl-C; with ``verbose()`` also to the terminal.
+
+    The log is started afresh (it says what the latest attempt did) and written with ``O_APPEND``,
+    so concurrent writers in this process never overwrite one another; each artefact has its own
+    log, so worker processes never share one.
+    """
+    terminal()  # opened before the descriptors move, so it stays on the terminal
+    log.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+    os.write(fd, f"# {title}, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n".encode())
+    _flush()
+    saved = os.dup(1), os.dup(2)
+    streams = sys.stdout, sys.stderr
+    tee = _Tee(fd, saved[1]) if verbose() else None
+    try:
+        target = tee.write_end if tee else fd
+        os.dup2(target, 1)
+        os.dup2(target, 2)
+        # Python-level writers (warnings, logging's last resort, rich's redirection) go through the
+        # process's own streams, which now reach the log too.
+        sys.stdout, sys.stderr = sys.__stdout__ or sys.stdout, sys.__stderr__ or sys.stderr
+        yield
+    finally:
+        _flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        sys.stdout, sys.stderr = streams
+        if tee:
+            tee.close()
+        for f in (*saved, fd):
+            os.close(f)
+
+
+class _Tee:
+    """A pipe whose reader thread copies what arrives to the log and to the terminal (``-v``)."""
+
+    def __init__(self, log_fd: int, terminal_fd: int) -> None:
+        self._read, self.write_end = os.pipe()
+        self._thread = threading.Thread(target=self._copy, args=(log_fd, terminal_fd), daemon=True)
+        self._thread.start()
+
+    def _copy(self, log_fd: int, terminal_fd: int) -> None:
+        while chunk := os.read(self._read, 65536):
+            os.write(log_fd, chunk)
+            os.write(terminal_fd, chunk)
+
+    def close(self) -> None:
+        os.close(self.write_end)  # with fds 1 and 2 restored, the reader sees the end of the pipe
+        self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            os.close(self._read)
