@@ -90,7 +90,8 @@ def tool_for(fmt: str) -> NativeTool:
 
 
 @contextmanager
-def model_files(bundle: Path, artefacts: Iterable[ArtefactRecord], digests: Dict[str, str]) -> Iterator[Dict[str, Path]]:
+def model_files(bundle: Path, artefacts: Iterable[ArtefactRecord],
+                digests: Dict[str, str]) -> Iterator[Dict[str, Path]]:
     """``{artefact file name: local file}`` a native tool can open, while the ``with`` lasts.
 
     A full artefact is its own file (checked against the manifest by ``bundle_files``); a compact

@@ -99,6 +99,8 @@ class Switcher:
     ``signals`` is a target profile's ``[signals]`` table (default: the bundle's target); ``root``
     and ``run`` let tests and hosts point the readers at a fake sysfs tree and canned commands.
     ``threads`` overrides the artefacts' thread count (default: the target's, at most one per core).
+    ``prefetch`` loads the current head count's neighbours in the background and caches those three
+    only; without it, ``cache_size`` engines stay loaded (least recently used first out).
     ``clock`` times dwell, sensor holds and events (monotonic by default; tests pass their own).
     ``signals`` also carries the fail-safe settings (``stale_after_s``, ``raise_after_s``,
     ``assumed_hot``), checked by ``records.target.Signals``).
@@ -270,8 +272,13 @@ class Switcher:
         with self._lock:
             if self.prefetch and self.heads is not None:
                 keep = {self.heads, *self._neighbours(self.heads)}
-                for heads in [h for h in self._cache if h not in keep]:
-                    self._cache.pop(heads).cancel()  # a load already running finishes, unreferenced
+                dropped = [self._cache.pop(h) for h in list(self._cache) if h not in keep]
+                for future in dropped:
+                    future.cancel()  # a load already running finishes, unreferenced
+                if dropped and not self._stop.is_set():
+                    # freeing an engine takes milliseconds (b16: ~170 MB): the prefetch thread does it,
+                    # so a switch does not wait for it
+                    self._loader.submit(dropped.clear)
                 return
             for heads in list(self._cache):
                 if len(self._cache) <= self.cache_size:
