@@ -7,11 +7,13 @@ the full bundle; the compact bundle's table uses the same measurements, bound to
 builds a lookup table whose thermal bands pick one candidate each (hottest: fastest), then walks
 the temperature of a fake sysfs tree between neighbouring bands. Each trial times, from the moment
 the new temperature can be read: ``poll()`` (reads the tree, selects) -> ``predict()`` returns
-from the new head count (writing the fake file stands in for the kernel and is not timed). Steady
-state before each trial (prefetch finished, a result from the current head count); dwell skipped by
-a fake clock. Four rows, in one run on one host: {full, compact} x {prefetch (the current head count
-and its neighbours cached), no prefetch (cache of 1: every switch loads, and for a compact bundle
-rebuilds, its artefact)}. Writes switch_latency_<preset>.{json,md,png} under ``--out``.
+from the new head count (writing the fake file stands in for the kernel and is not timed). The next
+result from the same head count is timed too: the switch's overhead is the first result's time
+minus that one's (what the switch adds to an inference). Steady state before each trial (prefetch
+finished, a result from the current head count); dwell skipped by a fake clock. Four rows, in one
+run on one host: {full, compact} x {prefetch (the current head count and its neighbours cached), no
+prefetch (cache of 1: every switch loads, and for a compact bundle rebuilds, its artefact)}.
+Writes switch_latency_<preset>.{json,md,png} under ``--out``.
 
     .venv/bin/python bench/switch_latency.py --preset digits --heads 3,6,9,12 --trials 200
     .venv/bin/python bench/switch_latency.py --preset b16 --heads 3,6,12 --trials 40 --runs 10
@@ -97,7 +99,7 @@ def trials(bundle: Path, shape: tuple[int, ...], prefetch: bool, n: int, seed: i
                   cache_size=3 if prefetch else 1, threads=threads, clock=lambda: now[0])
     bands = len(sw.table.thermal_edges) + 1
     x = np.zeros((1, *shape), np.float32)
-    rng, band, times, polls = random.Random(seed), 0, [], []
+    rng, band, times, polls, overheads = random.Random(seed), 0, [], [], []
     with sw:
         sw.poll()
         for _ in range(n):
@@ -110,13 +112,19 @@ def trials(bundle: Path, shape: tuple[int, ...], prefetch: bool, n: int, seed: i
             sw.poll()
             polled = time.perf_counter()
             result = sw.predict(x)
-            times.append((time.perf_counter() - t) * 1e3)
+            done = time.perf_counter()
+            sw.predict(x)  # the same head count again: an inference without the switch
+            times.append((done - t) * 1e3)
+            overheads.append(times[-1] - (time.perf_counter() - done) * 1e3)
             polls.append((polled - t) * 1e3)
             assert result.heads == sw.table.candidates[bands - 1 - band].heads, (result.heads, band)
     times.sort()
+    overheads.sort()
     return {"prefetch": prefetch, "cache": "current + neighbours" if prefetch else "1", "trials": n,
             "p50_ms": round(percentile(times, 50), 3), "p95_ms": round(percentile(times, 95), 3),
-            "max_ms": round(times[-1], 3), "poll_p50_ms": round(statistics.median(polls), 3)}
+            "max_ms": round(times[-1], 3), "poll_p50_ms": round(statistics.median(polls), 3),
+            "overhead_p50_ms": round(percentile(overheads, 50), 3),
+            "overhead_p95_ms": round(percentile(overheads, 95), 3)}
 
 
 def bench(args: argparse.Namespace) -> dict[str, Any]:
@@ -150,8 +158,8 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
 
 def markdown(report: dict[str, Any]) -> str:
     rows = "".join(f"| {r['layout']} | {'prefetch' if r['prefetch'] else 'no prefetch'} | {r['cache']} | "
-                   f"{r['p50_ms']:.3f} | {r['p95_ms']:.3f} | {r['max_ms']:.3f} | {r['poll_p50_ms']:.3f} |\n"
-                   for r in report["rows"])
+                   f"{r['p50_ms']:.3f} | {r['p95_ms']:.3f} | {r['max_ms']:.3f} | {r['overhead_p50_ms']:.3f} | "
+                   f"{r['overhead_p95_ms']:.3f} | {r['poll_p50_ms']:.3f} |\n" for r in report["rows"])
     load = report["load_average_1min"]
     return (f"# Switch latency: {report['model']}, {report['target']} {report['format']} {report['quant']}, "
             f"heads {','.join(map(str, report['heads']))}\n\n"
@@ -162,8 +170,10 @@ def markdown(report: dict[str, Any]) -> str:
             f"{report['trials']} switches between neighbouring candidates per row, the same walk in every row.\n\n"
             "Inference per candidate here: " + ", ".join(f"{c['heads']} heads {c['latency_ms']:.3f} ms"
                                                           for c in report["candidates"]) + "\n\n"
-            "| layout | mode | cache | p50 ms | p95 ms | max ms | of which poll, p50 ms |\n"
-            "|---|---|---|---:|---:|---:|---:|\n" + rows)
+            "Overhead: the first result's time minus the next result's from the same head count (what the "
+            "switch adds to an inference).\n\n"
+            "| layout | mode | cache | p50 ms | p95 ms | max ms | overhead p50 ms | overhead p95 ms | "
+            "of which poll, p50 ms |\n|---|---|---|---:|---:|---:|---:|---:|---:|\n" + rows)
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
@@ -177,8 +187,9 @@ def plot(report: dict[str, Any], path: Path) -> None:
     labels = [f"{r['layout']}\n{'prefetch' if r['prefetch'] else 'no prefetch'}" for r in rows]
     at = np.arange(len(rows))
     fig, ax = plt.subplots(figsize=(7, 4))
-    ax.bar(at - 0.2, [r["p50_ms"] for r in rows], 0.4, label="p50")
-    ax.bar(at + 0.2, [r["p95_ms"] for r in rows], 0.4, label="p95")
+    for offset, key, label in ((-0.3, "p50_ms", "p50"), (-0.1, "p95_ms", "p95"),
+                               (0.1, "overhead_p50_ms", "overhead p50"), (0.3, "overhead_p95_ms", "overhead p95")):
+        ax.bar(at + offset, [r[key] for r in rows], 0.2, label=label)
     ax.set(xticks=at, xticklabels=labels, ylabel="ms", title="state change -> first result from the new head count")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, axis="y")

@@ -24,6 +24,7 @@ def test_the_bench_times_switches_on_compact_and_full_bundles_in_one_run(tmp_pat
         [("full", True), ("full", False), ("compact", True), ("compact", False)]
     for r in report["rows"]:  # every trial switched to the head count its band picks (the bench checks each)
         assert r["trials"] == 6 and 0 < r["p50_ms"] <= r["p95_ms"] <= r["max_ms"]
+        assert r["overhead_p50_ms"] <= r["overhead_p95_ms"] < r["max_ms"]
     assert {c["heads"] for c in report["candidates"]} <= {3, 6, 12} and len(report["candidates"]) >= 2
     table = (out / "switch_latency_digits.md").read_text()
     assert report["host"] in table and "| compact | prefetch |" in table and "| full | no prefetch |" in table
