@@ -7,10 +7,10 @@ with ``prefetch``, the neighbours of the current head count (one up, one down in
 in the background (queued after the first result of a new head count, so they never slow it
 down): a switch to a neighbour costs a cache hit instead of a model load, and for a compact bundle
 instead of a rebuild too. With prefetch the cache holds the current head count and its neighbours
-only (at most three engines); without, the ``cache_size`` most recently used. A neighbour that
-will not load (a tampered recipe, a missing file) is logged in one line and the current model runs
-on; a switch to it tries again and falls back to the fastest if it still fails. Every switch is
-logged in ``events``, with its reason.
+only (at most three engines, once the new head count's first result is out); without, the
+``cache_size`` most recently used. A neighbour that will not load (a tampered recipe, a missing
+file) is logged in one line and the current model runs on; a switch to it tries again and falls
+back to the fastest if it still fails. Every switch is logged in ``events``, with its reason.
 
 A sensor that fails never buys heads (``failsafe``): its last good reading is held for the
 profile's ``stale_after_s``, then the worst band is assumed; the head count rises only on a
@@ -204,7 +204,6 @@ class Switcher:
         log.info("heads %s -> %d (%s) at poll %d: %s", event.from_heads, heads, reason, self.polls, reading)
         self.heads, self._switched_at = heads, now
         self._prefetch_due = self.prefetch
-        self._evict()
 
     def _prefetch_neighbours(self) -> None:
         """Queue the neighbours' loads: after the first result, so they never compete with it for a core."""
@@ -212,6 +211,7 @@ class Switcher:
             if not self._prefetch_due or self.heads is None:
                 return
             self._prefetch_due = False
+            self._evict()  # after the first result: freeing the old engines never delays it
             for neighbour in self._neighbours(self.heads):
                 self._engine_future(neighbour, background=True)
 
