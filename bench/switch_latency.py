@@ -1,23 +1,28 @@
-"""Switch latency of the on-device switcher: state change -> first result from the new subnetwork.
+"""Switch latency of the on-device switcher, compact against full bundles: state change -> first result.
 
-Converts the digits preset (random weights) for the target, times each artefact here to make a
-real calibration, builds a lookup table whose thermal bands pick one candidate each (hottest:
-fastest), then walks the temperature of a fake sysfs tree between neighbouring bands. Each trial
-times, from the moment the new temperature can be read: ``poll()`` (reads the tree, selects) ->
-``predict()`` returns from the new head count (writing the fake file stands in for the kernel and
-is not timed: on this machine's disk it alone takes ~1 ms). Steady state before each trial (prefetch finished, a result from the
-current head count); dwell skipped by a fake clock. Two modes: prefetch (cache of 3: current and
-neighbours) and no prefetch (cache of 1: every switch loads its artefact).
-Writes bench/results/switch_latency.{json,md}.
+Converts a preset model (random weights) for one target variant as a full bundle and as its
+compacted copy (``bench/one_weight_set.py``'s ``bundles``: the same verified artefacts, sha256
+equal), times each artefact here to make a real calibration (``hydra-edge calibrate --local`` on
+the full bundle; the compact bundle's table uses the same measurements, bound to its manifest),
+builds a lookup table whose thermal bands pick one candidate each (hottest: fastest), then walks
+the temperature of a fake sysfs tree between neighbouring bands. Each trial times, from the moment
+the new temperature can be read: ``poll()`` (reads the tree, selects) -> ``predict()`` returns
+from the new head count (writing the fake file stands in for the kernel and is not timed). The next
+result from the same head count is timed too: the switch's overhead is the first result's time
+minus that one's (what the switch adds to an inference). Steady state before each trial (prefetch
+finished, a result from the current head count); dwell skipped by a fake clock. Four rows, in one
+run on one host: {full, compact} x {prefetch (the current head count and its neighbours cached), no
+prefetch (cache of 1: every switch loads, and for a compact bundle rebuilds, its artefact)}.
+Writes switch_latency_<preset>.{json,md,png} under ``--out``.
 
-    .venv/bin/python bench/switch_latency.py --target rpi --heads 3,6,9,12 --trials 200
+    .venv/bin/python bench/switch_latency.py --preset digits --heads 3,6,9,12 --trials 200
+    .venv/bin/python bench/switch_latency.py --preset b16 --heads 3,6,12 --trials 40 --runs 10
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import platform
 import random
 import statistics
 import sys
@@ -31,43 +36,38 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hydra_edge.atomic import write_json, write_text  # noqa: E402
-from hydra_edge.calibrate.record import Calibration  # noqa: E402
-from hydra_edge.calibrate.session import CalibrateOptions, Session  # noqa: E402
+from bench.convert import host_cpu, save_report  # noqa: E402
+from bench.one_weight_set import bundles  # noqa: E402
+from hydra_edge.atomic import atomic_path  # noqa: E402
+from hydra_edge.calibrate.record import Calibration, read_calibration  # noqa: E402
+from hydra_edge.calibrate.session import CalibrateOptions, Session, bundle_record  # noqa: E402
 from hydra_edge.config import parse_heads, preset  # noqa: E402
 from hydra_edge.convert.manifest import read_manifest  # noqa: E402
-from hydra_edge.convert.pipeline import ConvertOptions, convert  # noqa: E402
 from hydra_edge.lut.command import make_lut  # noqa: E402
 from hydra_edge.lut.table import Point, pareto  # noqa: E402
-from hydra_edge.model import HydraViT  # noqa: E402
 from hydra_edge.runtime.signals import percentile  # noqa: E402
 from hydra_edge.runtime.switcher import Switcher  # noqa: E402
 from hydra_edge.transport import open_transport  # noqa: E402
 
-RESULTS = ROOT / "bench" / "results"
 EDGE0_C, BAND_C = 50.0, 10.0  # thermal bands <50, 50-60, 60-70, ... °C
+LAYOUTS = ("full", "compact")
 
 
-def bundle(work: Path, target: str, heads: str) -> Path:
-    ckpt = work / "digits_random.pt"
-    if not ckpt.is_file():
-        torch.manual_seed(0)
-        cfg = preset("digits")
-        HydraViT(preset("digits", heads=parse_heads(heads, cfg.num_heads))).save(ckpt)
-    out = work / f"bundle_{target}"
-    convert(ConvertOptions(checkpoint=ckpt, target=target, out=out, heads=heads))  # incremental
-    return out
-
-
-def calibrate_here(out: Path, runs: int, threads: int, work: Path) -> Calibration:
+def calibrate_here(out: Path, runs: int, threads: int, work: Path) -> Path:
     """This machine calibrated as the device, by the calibrator itself (``hydra-edge calibrate --local``)."""
+    record = work / "calibration-full.json"
     opts = CalibrateOptions(bundle=out, runs=runs, warmup=5, threads=threads, python=sys.executable, force=True)
     with open_transport(local=True, workdir=str(work / "device")) as transport:
-        return Session(transport, opts, work / "calibration.json").run()
+        Session(transport, opts, record).run()
+    return record
 
 
-def _input_shape(model: dict[str, Any]) -> tuple[int, int, int]:
-    return (model["in_chans"], model["img_size"], model["img_size"])
+def rebound(calibration: Path, bundle: Path, work: Path) -> Path:
+    """The calibration bound to ``bundle``'s manifest: its artefacts are the measured ones (same sha256)."""
+    cal = read_calibration(calibration)
+    cal.bundle = bundle_record(bundle, read_manifest(bundle))
+    cal.write(work / "calibration-compact.json")
+    return work / "calibration-compact.json"
 
 
 def policy_text(cal: Calibration) -> str:
@@ -85,8 +85,9 @@ def band_temp(band: int) -> float:
     return EDGE0_C - BAND_C / 2 + BAND_C * band
 
 
-def trials(out: Path, shape: tuple[int, int, int], prefetch: bool, n: int, seed: int, threads: int) -> dict[str, Any]:
-    board = out.parent / "board"
+def trials(bundle: Path, shape: tuple[int, ...], prefetch: bool, n: int, seed: int, threads: int) -> dict[str, Any]:
+    """``n`` switches between neighbouring bands (the same walk for every row: one seed)."""
+    board = bundle.parent / f"board-{bundle.name}"
     zone = board / "sys/class/thermal/thermal_zone0"
     zone.mkdir(parents=True, exist_ok=True)
     (zone / "type").write_text("cpu-thermal\n")
@@ -94,13 +95,13 @@ def trials(out: Path, shape: tuple[int, int, int], prefetch: bool, n: int, seed:
     temp.write_text(f"{int(band_temp(0) * 1000)}\n")
     now = [0.0]
     # raise_after_s = 0: every poll's reading counts as persisted, so a switch up is timed like a switch down
-    sw = Switcher(out, signals={"thermal": "sysfs", "raise_after_s": 0}, root=str(board), prefetch=prefetch,
+    sw = Switcher(bundle, signals={"thermal": "sysfs", "raise_after_s": 0}, root=str(board), prefetch=prefetch,
                   cache_size=3 if prefetch else 1, threads=threads, clock=lambda: now[0])
     bands = len(sw.table.thermal_edges) + 1
     x = np.zeros((1, *shape), np.float32)
-    rng, band, times, polls = random.Random(seed), 0, [], []
-    sw.poll()
+    rng, band, times, polls, overheads = random.Random(seed), 0, [], [], []
     with sw:
+        sw.poll()
         for _ in range(n):
             sw.wait_prefetch()
             sw.predict(x)
@@ -112,50 +113,109 @@ def trials(out: Path, shape: tuple[int, int, int], prefetch: bool, n: int, seed:
             polled = time.perf_counter()
             result = sw.predict(x)
             times.append((time.perf_counter() - t) * 1e3)
+            sw.wait_prefetch()  # the reference inference runs alone, as the switch's did
+            again = time.perf_counter()
+            sw.predict(x)  # the same head count again: an inference without the switch
+            overheads.append(times[-1] - (time.perf_counter() - again) * 1e3)
             polls.append((polled - t) * 1e3)
             assert result.heads == sw.table.candidates[bands - 1 - band].heads, (result.heads, band)
     times.sort()
-    return {"prefetch": prefetch, "cache_size": sw.cache_size, "trials": n, "p50_ms": percentile(times, 50),
-            "p95_ms": percentile(times, 95), "max_ms": times[-1], "poll_p50_ms": statistics.median(polls)}
+    overheads.sort()
+    return {"prefetch": prefetch, "cache": "current + neighbours" if prefetch else "1", "trials": n,
+            "p50_ms": round(percentile(times, 50), 3), "p95_ms": round(percentile(times, 95), 3),
+            "max_ms": round(times[-1], 3), "poll_p50_ms": round(statistics.median(polls), 3),
+            "overhead_p50_ms": round(percentile(overheads, 50), 3),
+            "overhead_p95_ms": round(percentile(overheads, 95), 3)}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--target", default="rpi")
-    ap.add_argument("--heads", default="3,6,9,12")
-    ap.add_argument("--trials", type=int, default=200)
-    ap.add_argument("--runs", type=int, default=50, help="timed runs per artefact for the calibration")
-    ap.add_argument("--threads", type=int, default=1, help="engine threads (tiny models: 1 is fastest)")
-    ap.add_argument("--work", default="/tmp/hydra-edge-bench-switch")
-    args = ap.parse_args()
-    torch.set_num_threads(1)
-    work = Path(args.work)
-    work.mkdir(parents=True, exist_ok=True)
-    out = bundle(work, args.target, args.heads)
+def bench(args: argparse.Namespace) -> dict[str, Any]:
+    torch.set_num_threads(args.threads)
+    heads = parse_heads(args.heads, preset(args.preset).num_heads)
+    full, compact = bundles(args, heads)
+    work = full.parent
     load_before = os.getloadavg()[0]
-    cal = calibrate_here(out, args.runs, args.threads, work)
-    (work / "policy.toml").write_text(policy_text(cal))
-    doc = make_lut(out, work / "calibration.json", out, policy=work / "policy.toml")
-    shape = _input_shape(read_manifest(out).model)
-    rows = [trials(out, shape, prefetch, args.trials, 0, args.threads) for prefetch in (True, False)]
-    report = {"target": args.target, "model": "digits preset, random weights", "machine": platform.machine(),
-              "cpus": os.cpu_count(), "threads": args.threads,
-              "load_average_1min": [load_before, os.getloadavg()[0]],
-              "candidates": [{"heads": c["heads"], "latency_ms": c["latency_ms"]} for c in doc["candidates"]],
-              "rows": rows}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    write_json(RESULTS / "switch_latency.json", report)
-    lines = [f"# Switch latency ({args.target}, {report['model']}, {report['cpus']} CPUs, {args.threads} engine "
-             f"thread(s), load average {load_before:.1f} -> {os.getloadavg()[0]:.1f})", "",
-             "New temperature readable -> poll -> first result from the new head count; "
-             f"{args.trials} switches between neighbouring candidates each.", "",
-             "Inference per candidate here: " + ", ".join(f"{c['heads']} heads {c['latency_ms']:.3f} ms"
-                                                           for c in report["candidates"]), "",
-             "| mode | cache | p50 ms | p95 ms | max ms | of which poll, p50 ms |", "|---|---:|---:|---:|---:|---:|"]
-    lines += [f"| {'prefetch' if r['prefetch'] else 'no prefetch'} | {r['cache_size']} | {r['p50_ms']:.3f} | "
-              f"{r['p95_ms']:.3f} | {r['max_ms']:.3f} | {r['poll_p50_ms']:.3f} |" for r in rows]
-    write_text(RESULTS / "switch_latency.md", "\n".join(lines) + "\n")
-    print("\n".join(lines))
+    calibrations = {"full": calibrate_here(full, args.runs, args.threads, work)}
+    calibrations["compact"] = rebound(calibrations["full"], compact, work)
+    policy = work / "policy.toml"
+    policy.write_text(policy_text(read_calibration(calibrations["full"])))
+    folders = {"full": full, "compact": compact}
+    docs = {layout: make_lut(folders[layout], calibrations[layout], folders[layout], policy=policy)
+            for layout in LAYOUTS}
+    manifest = read_manifest(compact)
+    shape = (manifest.model["in_chans"], manifest.model["img_size"], manifest.model["img_size"])
+    rows = []
+    for layout in LAYOUTS:  # one host, one run: the rows differ only in layout and cache
+        for prefetch in (True, False):
+            rows.append({"layout": layout, **trials(folders[layout], shape, prefetch, args.trials, 0, args.threads)})
+            print(rows[-1], flush=True)
+    return {"model": f"{args.preset} preset, random weights", "target": args.target, "quant": args.quant,
+            "format": manifest.artefacts[-1].format, "heads": list(heads), "host": host_cpu(),
+            "threads": args.threads, "trials": args.trials,
+            "compact_heads": [a.heads for a in manifest.artefacts if a.compact is not None],
+            "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+            "candidates": [{"heads": c["heads"], "latency_ms": c["latency_ms"]} for c in docs["full"]["candidates"]],
+            "rows": rows}
+
+
+def markdown(report: dict[str, Any]) -> str:
+    rows = "".join(f"| {r['layout']} | {'prefetch' if r['prefetch'] else 'no prefetch'} | {r['cache']} | "
+                   f"{r['p50_ms']:.3f} | {r['p95_ms']:.3f} | {r['max_ms']:.3f} | {r['overhead_p50_ms']:.3f} | "
+                   f"{r['overhead_p95_ms']:.3f} | {r['poll_p50_ms']:.3f} |\n" for r in report["rows"])
+    load = report["load_average_1min"]
+    return (f"# Switch latency: {report['model']}, {report['target']} {report['format']} {report['quant']}, "
+            f"heads {','.join(map(str, report['heads']))}\n\n"
+            f"Host: {report['host']}; {report['threads']} engine thread(s); load average {load[0]:.1f} -> "
+            f"{load[1]:.1f}. Compact bundle: heads {', '.join(map(str, report['compact_heads']))} rebuilt from "
+            f"the largest artefact.\n\n"
+            "New temperature readable -> poll -> first result from the new head count; "
+            f"{report['trials']} switches between neighbouring candidates per row, the same walk in every row.\n\n"
+            "Inference per candidate here: " + ", ".join(f"{c['heads']} heads {c['latency_ms']:.3f} ms"
+                                                          for c in report["candidates"]) + "\n\n"
+            "Overhead: the first result's time minus the next result's from the same head count (what the "
+            "switch adds to an inference).\n\n"
+            "| layout | mode | cache | p50 ms | p95 ms | max ms | overhead p50 ms | overhead p95 ms | "
+            "of which poll, p50 ms |\n|---|---|---|---:|---:|---:|---:|---:|---:|\n" + rows)
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    """p50 and p95 per row: what prefetch saves, and what a compact bundle's rebuild adds to a miss."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = report["rows"]
+    labels = [f"{r['layout']}\n{'prefetch' if r['prefetch'] else 'no prefetch'}" for r in rows]
+    at = np.arange(len(rows))
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for offset, key, label in ((-0.3, "p50_ms", "p50"), (-0.1, "p95_ms", "p95"),
+                               (0.1, "overhead_p50_ms", "overhead p50"), (0.3, "overhead_p95_ms", "overhead p95")):
+        ax.bar(at + offset, [r[key] for r in rows], 0.2, label=label)
+    ax.set(xticks=at, xticklabels=labels, ylabel="ms", title="state change -> first result from the new head count")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, axis="y")
+    fig.suptitle(f"{report['model']}, {report['format']} {report['quant']}; {report['host']}", fontsize=8)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--preset", default="digits", help="digits (seconds) or b16 (the paper's model)")
+    p.add_argument("--heads", default="3,6,9,12")
+    p.add_argument("--target", default="jetson")
+    p.add_argument("--quant", default="fp16", help="the variant to switch between")
+    p.add_argument("--trials", type=int, default=200, help="switches per row")
+    p.add_argument("--runs", type=int, default=50, help="timed runs per artefact for the calibration")
+    p.add_argument("--threads", type=int, default=1, help="engine threads (tiny models: 1 is fastest)")
+    p.add_argument("--eval-images", type=int, default=8, help="random inputs each artefact is verified on")
+    p.add_argument("--work", default=str(ROOT / "runs" / "bench-switch-latency"), help="checkpoint and bundles")
+    p.add_argument("--out", default=str(ROOT / "bench" / "results"), help="folder for switch_latency_<preset>.*")
+    args = p.parse_args(argv)
+    if args.trials < 1 or args.runs < 1 or args.threads < 1:
+        p.error("--trials, --runs and --threads must be >= 1")
+    save_report(Path(args.out), f"switch_latency_{args.preset}", bench(args), markdown, plot)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 """``hydra-edge demo``: the whole pipeline on built-in data, no downloads.
 
-train (digits) -> convert (rpi: LiteRT int8) -> calibrate (this machine as the device) ->
-lut (battery x thermal table) -> the board demo app replaying a scripted day on a simulated
-sysfs tree. Each stage is the real command a user would type (invoked with the same options),
-so the demo shows exactly what each command shows; re-running it resumes or skips finished work.
+train (digits) -> convert (rpi: LiteRT int8, or jetson: ONNX fp16; a compact bundle, every head
+count rebuilt on the device from the largest one's weights) -> calibrate (this machine as the
+device) -> lut (battery x thermal table) -> the board demo app replaying a scripted day on a
+simulated sysfs tree. Each stage is the real command a user would type (invoked with the same
+options), so the demo shows exactly what each command shows; re-running it resumes or skips
+finished work.
 """
 
 from __future__ import annotations
@@ -35,6 +37,22 @@ SCENARIO = [
     ("battery low", 18, "Discharging", 50.0),
     ("back on the charger", 20, "Charging", 47.0),
 ]
+
+
+# The boards the demo plays: (what the stage line calls it, the one artefact variant it converts).
+BOARDS = {"rpi": ("the Raspberry Pi profile on a UPS battery (LiteRT, int8)", None),
+          "jetson": ("the Jetson profile on a battery (ONNX fp16)", "fp16")}
+# The scripted day runs on a battery: the shipped profiles name none (boards on mains), so the demo's
+# copy names the power supply the simulated board writes.
+BATTERY = ('battery_capacity = "/sys/class/power_supply/battery/capacity"\n'
+           'battery_status = "/sys/class/power_supply/battery/status"\n')
+
+
+def board_profile(target: str) -> str:
+    """The shipped ``target`` profile with a battery named (as a UPS HAT or a battery carrier board adds)."""
+    from .convert.targets import resolve
+
+    return resolve(target).read_text().replace("[signals.files]\n", "[signals.files]\n" + BATTERY, 1)
 
 
 def scenario_steps(images_per_step: int, seconds: float = 30.0) -> list[dict]:
@@ -88,8 +106,11 @@ def _stage(n: int, title: str) -> None:
 @click.option("--runs", default=30, show_default=True, help="Timed runs per head count in calibration.")
 @click.option("--images", "images_per_step", default=40, show_default=True, help="Images classified per scenario step.")
 @click.option("--jobs", default=2, show_default=True, help="Parallel conversion processes.")
+@click.option("--target", type=click.Choice(sorted(BOARDS)), default="rpi", show_default=True,
+              help="The board the demo converts for and plays.")
 @click.pass_context
-def demo(ctx: click.Context, out: Path, epochs: int, heads: str, runs: int, images_per_step: int, jobs: int) -> None:
+def demo(ctx: click.Context, out: Path, epochs: int, heads: str, runs: int, images_per_step: int, jobs: int,
+         target: str) -> None:
     """Train, convert, calibrate, build the lookup table and run the board app: all on built-in data.
 
     Example: hydra-edge demo
@@ -97,7 +118,6 @@ def demo(ctx: click.Context, out: Path, epochs: int, heads: str, runs: int, imag
     from .calibrate.command import calibrate
     from .train_command import train
     from .convert.command import convert
-    from .convert.targets import resolve
     from .lut.command import lut
 
     start = time.perf_counter()
@@ -107,10 +127,11 @@ def demo(ctx: click.Context, out: Path, epochs: int, heads: str, runs: int, imag
     _stage(1, f"train HydraViT on digits, heads {heads}, {epochs} epochs")
     ctx.invoke(train, data="digits", out=run, heads=heads, epochs=epochs, threads=1, resume=True)
 
-    _stage(2, "convert every subnetwork for the Raspberry Pi profile on a UPS battery (LiteRT, int8), verified")
-    profile = out / "rpi-ups.toml"  # the shipped Pi profile with its battery lines on: the scripted day has one
-    write_text(profile, resolve("rpi").read_text().replace("# battery_", "battery_"))
-    ctx.invoke(convert, checkpoint=checkpoint, target=str(profile), out=bundle, jobs=jobs)
+    board, quant = BOARDS[target]
+    _stage(2, f"convert every subnetwork for {board}, verified; one weight set (compact bundle)")
+    profile = out / f"{target}-battery.toml"
+    write_text(profile, board_profile(target))
+    ctx.invoke(convert, checkpoint=checkpoint, target=str(profile), out=bundle, jobs=jobs, quant=quant)
 
     _stage(3, "calibrate: this machine plays the board (ssh/adb work the same way)")
     record = calibration / "this-machine.json"
@@ -137,7 +158,7 @@ def demo(ctx: click.Context, out: Path, epochs: int, heads: str, runs: int, imag
     click.echo(f"\nDone in {time.perf_counter() - start:.0f} s. Where everything is:")
     for what, where in [
         ("checkpoint, history, accuracy per head count (JSON + PNG)", run),
-        ("bundle: artefacts, golden pairs, manifest.json", bundle),
+        ("bundle: artefacts (or skeletons + recipes), golden pairs, manifest.json", bundle),
         ("calibration of this machine (JSON + Pareto PNG)", record),
         ("lookup table: lut.json, hydra_lut.h, HydraLut.kt, lut.md, lut.png", table),
         ("board app run: images, scenario, switch events", app),

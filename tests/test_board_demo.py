@@ -37,7 +37,7 @@ BOARD_TARGET = HOST_TARGET.replace("[signals.files]\n", "[signals.files]\n"
 def board(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A converted bundle whose held-out accuracy rises with heads, its calibration and table, and images."""
     root = tmp_path_factory.mktemp("board")
-    bundle = make_bundle(root, BOARD_TARGET, "3,6,12")
+    bundle = make_bundle(root, BOARD_TARGET, "3,6,12", layout="compact")  # 3 and 6 heads rebuilt on the board
     manifest_file = bundle / "manifest.json"
     manifest = json.loads(manifest_file.read_text())
     for a in manifest["artefacts"]:  # the tiny model is untrained: give it the accuracy a trained one has
@@ -95,6 +95,11 @@ def test_deploy_over_ssh_pushes_and_runs_the_app(board: dict[str, Path], sshd_se
     ran = f"{start.group(1)} heads: 12 images"
     assert ran in result.output
     assert (remote / "app" / "bundle" / "lut.json").read_bytes() == board["lut"].read_bytes()
+    # one weight set on the board: the 12-head file, skeletons and recipes for 3 and 6, never their files
+    on_board = {p.name for p in (remote / "app" / "bundle").iterdir()}
+    small = [a for a in read_manifest(board["bundle"]).artefacts if a.compact is not None]
+    assert [a.heads for a in small] == [3, 6] and not on_board & {a.file for a in small}
+    assert {a.compact.recipe for a in small} <= on_board and "vit_h12_onnx_fp32.onnx" in on_board
     assert (remote / "app" / "images" / "2" / "3.png").is_file()
     again = CliRunner().invoke(deploy, [str(a) for a in args])
     assert again.exit_code == 0 and "0 of " in again.output  # nothing re-sent

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -44,7 +45,7 @@ throttled = "vcgencmd get_throttled"
 """
 
 
-def make_bundle(root: Path, target: str, heads: str) -> Path:
+def make_bundle(root: Path, target: str, heads: str, layout: str = "full") -> Path:
     """A depth-2 digits HydraViT (untrained) converted for ``target`` ("rpi" or a profile's text)."""
     root.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
@@ -53,7 +54,7 @@ def make_bundle(root: Path, target: str, heads: str) -> Path:
         (root / "host.toml").write_text(target)
         target = str(root / "host.toml")
     pipeline.convert(pipeline.ConvertOptions(checkpoint=root / "tiny.pt", target=target, out=root / "bundle",
-                                             heads=heads, data="digits", eval_limit=60))
+                                             heads=heads, data="digits", eval_limit=60, layout=layout))
     return root / "bundle"
 
 
@@ -349,3 +350,64 @@ def test_native_runner_threads_are_capped_at_the_device_cores(rpi_bundle: Path, 
                 if word.startswith("--num_threads=")]
         assert used == [f"--num_threads={expected}"] * 2
         calls.unlink()
+
+
+# trtexec's real output layout (TensorRT 10), numbers from its own arguments; it notes each model it opens.
+FAKE_TRTEXEC = r"""#!/bin/sh
+onnx=""; iterations=10
+for arg in "$@"; do
+  case "$arg" in
+    --onnx=*) onnx="${arg#--onnx=}" ;;
+    --iterations=*) iterations="${arg#--iterations=}" ;;
+  esac
+done
+echo "&&&& RUNNING TensorRT.trtexec [TensorRT v101600] [b72] # trtexec $*"
+if [ ! -f "$onnx" ]; then
+  echo "[11/23/2026-06:00:00] [E] Failed to parse onnx file"
+  echo "&&&& FAILED TensorRT.trtexec [TensorRT v101600] [b72] # trtexec $*"; exit 1
+fi
+echo "$* $(sha256sum "$onnx" | cut -d' ' -f1)" >> "$CALLS"
+echo "[11/23/2026-06:00:01] [I] Engine built in 3.10201 sec."
+echo "[11/23/2026-06:00:01] [I] Engine deserialized in 0.0033933 sec."
+echo "[11/23/2026-06:00:01] [I] Timing trace has $iterations queries over 0.0420 s"
+echo "[11/23/2026-06:00:01] [I] === Performance summary ==="
+echo "[11/23/2026-06:00:01] [I] Throughput: 18392 qps"
+echo "[11/23/2026-06:00:01] [I] Latency: min = 0.5 ms, max = 0.9 ms, mean = 0.6 ms, median = 0.58 ms, percentile(90%) = 0.7 ms, percentile(95%) = 0.75 ms, percentile(99%) = 0.85 ms"
+echo "[11/23/2026-06:00:01] [I] H2D Latency: min = 0.01 ms, max = 0.02 ms, mean = 0.011 ms, median = 0.011 ms, percentile(90%) = 0.012 ms, percentile(95%) = 0.013 ms, percentile(99%) = 0.015 ms"
+echo "&&&& PASSED TensorRT.trtexec [TensorRT v101600] [b72] # trtexec $*"
+"""
+# A Jetson-like profile: fp16 engines built by trtexec on the device, ONNX fp32 (converts in seconds) on the host.
+TRT_TARGET = HOST_TARGET.replace('runtime_min_version = "1.17"\n', 'runtime_min_version = "1.17"\n'
+                                 'device_build = "trtexec --onnx={file} --saveEngine={engine} --fp16"\n')
+
+
+def test_trtexec_times_a_compact_bundle_from_model_files_rebuilt_on_the_host(tmp_path: Path) -> None:
+    """A native tool opens a model file: each compact artefact is rebuilt on the host, checked and pushed whole."""
+    from hydra_edge.convert.manifest import read_manifest
+
+    bundle = make_bundle(tmp_path / "b", TRT_TARGET, "3,12", layout="compact")
+    small, large = read_manifest(bundle).artefacts
+    assert small.compact is not None and large.compact is None and not (bundle / small.file).exists()
+    calls, binary, device = tmp_path / "calls", tmp_path / "trtexec", tmp_path / "device"
+    binary.write_text(FAKE_TRTEXEC.replace("#!/bin/sh\n", f"#!/bin/sh\nCALLS='{calls}'\n", 1))
+    binary.chmod(0o755)
+    out = tmp_path / "cal.json"
+    result = invoke("--bundle", bundle, "--local", "--remote-dir", device, "--runner", binary, "--out", out,
+                    "--runs", 7)
+    assert result.exit_code == 0, result.output
+    cal = read_calibration(out)
+    assert cal.settings["runner"] == "trtexec"
+    for r in cal.results:
+        assert r.ok and r.runner == "trtexec" and r.golden["checked"] is False
+        assert r.latency["count"] == 7 and r.latency["p50_ms"] == 0.58 and r.latency["p90_ms"] == 0.7
+        assert r.load_s == pytest.approx(0.0033933)
+    assert cal.result(3).rebuild_s is None and not isinstance(cal.result(12).rebuild_s, float)
+    assert json.loads(out.read_text())["results"][0]["rebuild_s"] is None  # no rebuild ran on the device
+    # trtexec opened exactly the verified artefacts, built with the profile's precision, for the runs asked
+    opened = [line.split() for line in calls.read_text().splitlines()]
+    assert [(words[-1], words[1:-1]) for words in opened] == \
+        [(a.sha256, ["--fp16", "--iterations=7", "--duration=0", "--warmUp=200"]) for a in (small, large)]
+    assert [Path(words[0].removeprefix("--onnx=")).name for words in opened] == [small.file, large.file]
+    pushed = {p.name for p in next((device / "bundles").iterdir()).iterdir()}
+    assert pushed == {"manifest.json", small.file, large.file}  # no skeleton, recipe or golden pair
+    assert not list(Path(tempfile.gettempdir()).glob("hydra-rebuilt-*"))  # the host's rebuilt copy is gone

@@ -27,7 +27,8 @@ from hydra_edge.transport import RemoteCommandError, open_transport
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_bundle(tmp_path_factory.mktemp("onnx"), HOST_TARGET, "3,6,12")
+    """Compact, as convert writes by default: 12 heads whole, 3 and 6 rebuilt on the board."""
+    return make_bundle(tmp_path_factory.mktemp("onnx"), HOST_TARGET, "3,6,12", layout="compact")
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +49,10 @@ def test_calibration_over_ssh_into_a_remote_dir_with_spaces_quotes_and_semicolon
     path = tmp_path / "cal" / f"ssh_{sshd_server.user}@127.0.0.1_{sshd_server.port}.json"
     cal = read_calibration(path)
     assert cal.device_id == f"ssh:{sshd_server.spec}" and [r.heads for r in cal.measured()] == [3, 6, 12]
+    # the board rebuilt 3 and 6 heads from the pushed skeletons and recipes: that time is recorded
+    assert [isinstance(r.rebuild_s, float) and 0 < r.rebuild_s < r.load_s for r in cal.results] == [True, True, False]
+    pushed = {p.name for p in (remote / "bundles").glob("*/*")}
+    assert {"vit_h3_onnx_fp32.skeleton", "vit_h12_onnx_fp32.onnx"} <= pushed and "vit_h3_onnx_fp32.onnx" not in pushed
     assert (remote / "runner" / "calibration" / "runner.py").is_file()
     assert not list(tmp_path.rglob("pwned")) and not Path("pwned").exists()
 

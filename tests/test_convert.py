@@ -72,7 +72,7 @@ def _check_bundle(out: Path, n: int, fmt: str) -> Manifest:
 
 def test_rpi_bundle_is_verified_recorded_and_skipped_on_rerun(checkpoint: Path, tmp_path: Path) -> None:
     out = tmp_path / "bundles" / "rpi"
-    code, output = _run("-c", checkpoint, "--target", "rpi", "--out", out, "--heads", "3,12")
+    code, output = _run("-c", checkpoint, "--target", "rpi", "--out", out, "--heads", "3,12", "--layout", "full")
     assert code == 0, output
     manifest = _check_bundle(out, 2, "tflite")
     assert [a.file for a in manifest.artefacts] == ["vit_h3_tflite_int8-dynamic.tflite", "vit_h12_tflite_int8-dynamic.tflite"]
@@ -88,7 +88,7 @@ def test_rpi_bundle_is_verified_recorded_and_skipped_on_rerun(checkpoint: Path, 
     assert (load(out / a.file).run(x).argmax(1) == ref.argmax(1)).mean() >= 0.75
 
     mtimes = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
-    code, output = _run("-c", checkpoint, "--target", "rpi", "--out", out, "--heads", "3,12")
+    code, output = _run("-c", checkpoint, "--target", "rpi", "--out", out, "--heads", "3,12", "--layout", "full")
     assert code == 0 and "0 converted, 2 unchanged" in output
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir() if p.name != "manifest.json"} == \
         {n: t for n, t in mtimes.items() if n != "manifest.json"}
@@ -98,20 +98,21 @@ def test_rpi_bundle_is_verified_recorded_and_skipped_on_rerun(checkpoint: Path, 
     doc = json.loads((out / "manifest.json").read_text())
     doc["artefacts"][0]["accuracy"]["drop_pp"] = 0.9
     (out / "manifest.json").write_text(json.dumps(doc))
-    code, output = _run("-c", checkpoint, "--target", "rpi", "--out", out, "--heads", "3,12", "--max-drop", "0.5")
+    code, output = _run("-c", checkpoint, "--target", "rpi", "--out", out, "--heads", "3,12", "--max-drop", "0.5",
+                        "--layout", "full")
     assert "1 converted, 1 unchanged" in output or "vit_h3_tflite_int8-dynamic.tflite: top-1" in output, output
     assert read_manifest(out).artefacts[0].accuracy["drop_pp"] != 0.9
 
 
 def test_android_bundle_is_an_xnnpack_pte(checkpoint: Path, tmp_path: Path) -> None:
-    code, output = _run("-c", checkpoint, "-t", "android", "-o", tmp_path, "--heads", "6")
+    code, output = _run("-c", checkpoint, "-t", "android", "-o", tmp_path, "--heads", "6", "--layout", "full")
     assert code == 0, output
     (a,) = _check_bundle(tmp_path, 1, "executorch").artefacts
     assert a.file == "vit_h6_executorch_int8-dynamic.pte" and a.notes["delegate"] == "XNNPACK"
 
 
 def test_jetson_bundle_in_parallel_records_trtexec_lines(checkpoint: Path, tmp_path: Path) -> None:
-    code, output = _run("-c", checkpoint, "-t", "jetson", "-o", tmp_path, "--jobs", "2")
+    code, output = _run("-c", checkpoint, "-t", "jetson", "-o", tmp_path, "--jobs", "2", "--layout", "full")
     assert code == 0, output
     manifest = _check_bundle(tmp_path, 6, "onnx")
     builds = {a.file: a.device_build for a in manifest.artefacts}
@@ -226,7 +227,8 @@ def test_ctrl_c_during_parallel_conversion_keeps_every_finished_artefact(checkpo
     """SIGINT the moment the first artefact lands (mid-commit for some worker, mid-export for others):
     every artefact file in the bundle is in the manifest, and a re-run converts only the rest."""
     out = tmp_path / "bundle"
-    args = ("convert", "-c", checkpoint, "-t", host_target, "-o", out, "--heads", "3-8", "--eval-limit", 60)
+    args = ("convert", "-c", checkpoint, "-t", host_target, "-o", out, "--heads", "3-8", "--eval-limit", 60,
+            "--layout", "full")
     proc = subprocess.Popen(_cli(*args, "-j", 2), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 180

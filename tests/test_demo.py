@@ -1,4 +1,5 @@
-"""`hydra-edge demo` end to end (small settings): every stage's files exist and the app switched."""
+"""`hydra-edge demo` end to end (small settings): every stage's files exist, the bundle is compact
+(every head count but the largest rebuilt on the device from a skeleton and a recipe) and the app switched."""
 
 from __future__ import annotations
 
@@ -10,22 +11,34 @@ from click.testing import CliRunner
 from hydra_edge.calibrate.record import read_calibration
 from hydra_edge.cli import main
 from hydra_edge.convert.manifest import read_manifest
+from hydra_edge.records.recipe import read_recipe
 
 
-def test_demo_runs_the_whole_pipeline_and_resumes(tmp_path: Path) -> None:
+def test_demo_runs_the_whole_pipeline_on_a_compact_bundle_and_resumes(tmp_path: Path) -> None:
     args = ["demo", "--out", str(tmp_path), "--epochs", "2", "--heads", "3,12", "--runs", "3", "--images", "2",
-            "--jobs", "1"]
+            "--jobs", "1", "--target", "jetson"]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     assert (tmp_path / "run" / "accuracy.png").is_file()
-    assert [a.heads for a in read_manifest(tmp_path / "bundle").artefacts] == [3, 12]
+    bundle = tmp_path / "bundle"
+    small, large = read_manifest(bundle).artefacts
+    assert (small.heads, large.heads) == (3, 12) and small.format == large.format == "onnx"
+    # one weight set: the 12-head file whole; 3 heads as skeleton + recipe, its own file never written
+    assert large.compact is None and (bundle / large.file).is_file() and not (bundle / small.file).exists()
+    recipe = read_recipe(bundle / small.compact.recipe)
+    assert (bundle / recipe.skeleton.file).is_file() and recipe.source.file == large.file
     calibration = read_calibration(next((tmp_path / "calibration").glob("*.json")))
-    assert [r.heads for r in calibration.measured()] == [3, 12]
+    assert [(r.heads, r.golden["passed"]) for r in calibration.measured()] == [(3, True), (12, True)]
+    assert calibration.result(3).rebuild_s > 0 and not isinstance(calibration.result(12).rebuild_s, float)
     table = json.loads((tmp_path / "lut" / "lut.json").read_text())
     assert table["calibration"]["device_id"] == calibration.device_id
     assert {p.name for p in (tmp_path / "lut").iterdir()} >= {"lut.json", "hydra_lut.h", "HydraLut.kt", "lut.png"}
-    events = json.loads((tmp_path / "app" / "events.json").read_text())["events"]
+    report = json.loads((tmp_path / "app" / "events.json").read_text())
+    events = report["events"]
     assert events[0]["reason"] == "start" and events[0]["reading"]["battery_pct"] == 100
+    # the app ran every head count it switched to from the compact bundle, none fell back for a failed load
+    assert not any(e["reason"].startswith("load failed") for e in events) and report["fallback"] is None
+    assert set(report["per_heads"]) <= {str(e["to"]) for e in events} and report["per_heads"]
     assert "Where everything is:" in result.output and str(tmp_path / "lut") in result.output
 
     before = {p: p.read_bytes() for p in [tmp_path / "run" / "checkpoint.pt", *(tmp_path / "calibration").glob("*.json")]}

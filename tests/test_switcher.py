@@ -10,6 +10,7 @@ import logging
 import math
 import os
 import shutil
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Set
@@ -23,7 +24,9 @@ from hydra_edge.convert import pipeline
 from hydra_edge.errors import HydraEdgeError
 from hydra_edge.lut.command import make_lut
 from hydra_edge.model import HydraViT
-from hydra_edge.runtime.engines import load
+from hydra_edge.records.manifest import read_manifest
+from hydra_edge.runtime import rebuild as rebuild_module
+from hydra_edge.runtime.engines import load, load_bytes
 from hydra_edge.runtime.signals import _text
 from hydra_edge.runtime.switcher import Switcher
 from test_lut import calibration
@@ -49,6 +52,19 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     calibration(out, {3: 10, 6: 20, 9: 30, 12: 40}).write(root / "cal.json")
     (root / "policy.toml").write_text(POLICY)
     make_lut(out, root / "cal.json", out, budget_ms=41, policy=root / "policy.toml")
+    return out
+
+
+@pytest.fixture(scope="module")
+def compact_bundle(bundle: Path) -> Path:
+    """The same model and table as ``bundle``, converted compact: 12 heads whole, 3, 6 and 9 rebuilt."""
+    root = bundle.parent
+    out = root / "compact"
+    pipeline.convert(pipeline.ConvertOptions(checkpoint=root / "m.pt", target=str(root / "host.toml"), out=out,
+                                             layout="compact"))
+    calibration(out, {3: 10, 6: 20, 9: 30, 12: 40}).write(root / "compact-cal.json")
+    make_lut(out, root / "compact-cal.json", out, budget_ms=41, policy=root / "policy.toml")
+    assert [a.compact is not None for a in read_manifest(out).artefacts] == [True, True, True, False]
     return out
 
 
@@ -195,11 +211,76 @@ def test_predict_is_the_artefact_and_neighbours_are_prefetched(bundle: Path, boa
         assert sorted(sw.cached()) == [9, 12]  # 6 loads when first used, its neighbours after that
         assert sw.predict(IMAGE).heads == 6
         sw.wait_prefetch()
-        assert sorted(sw.cached()) == [3, 6, 9]  # least recently used (12) dropped: cache of 3
+        assert sorted(sw.cached()) == [3, 6, 9]  # 12 is no neighbour of 6: dropped
     with switcher(bundle, board, prefetch=False, cache_size=1) as sw:
         sw.predict(IMAGE)
         assert sw.cached() == [6]
     json.dumps(sw.event_log())
+
+
+@pytest.fixture
+def rebuilds(monkeypatch: pytest.MonkeyPatch) -> list:
+    """(head count, thread) of every rebuild a compact bundle's load does, in order."""
+    done: list = []
+    real = rebuild_module.rebuild
+
+    def spy(bundle: Path, record):  # noqa: ANN001, ANN202 - rebuild's own signature
+        done.append((record.heads, threading.current_thread().name))
+        return real(bundle, record)
+
+    monkeypatch.setattr(rebuild_module, "rebuild", spy)
+    return done
+
+
+def expected(bundle: Path, heads: int) -> np.ndarray:
+    record = next(a for a in read_manifest(bundle).artefacts if a.heads == heads)
+    return load_bytes(rebuild_module.rebuild(bundle, record), record.file).run(IMAGE)
+
+
+def test_the_neighbours_are_rebuilt_before_a_switch_needs_them(compact_bundle: Path, board: Board,
+                                                               rebuilds: list) -> None:
+    with switcher(compact_bundle, board) as sw:
+        assert sw.predict(IMAGE).heads == 12  # the largest: its file, nothing rebuilt
+        sw.wait_prefetch()
+        assert sorted(sw.cached()) == [9, 12] and rebuilds == [(9, "hydra-prefetch_0")]
+        board.temp(65)  # 9 heads: a neighbour, already rebuilt and loaded
+        assert sw.poll() == 9
+        out = sw.predict(IMAGE)
+        assert out.heads == 9 and rebuilds == [(9, "hydra-prefetch_0")]  # the switch rebuilt nothing
+        sw.wait_prefetch()
+        assert sorted(sw.cached()) == [6, 9, 12] and rebuilds[1:] == [(6, "hydra-prefetch_0")]
+        board.temp(95)  # 3 heads: not a neighbour of 9, so the switch rebuilds it on the spot, and still works
+        assert sw.poll() == 3
+        missed = sw.predict(IMAGE)
+        assert missed.heads == 3 and rebuilds[2:] == [(3, threading.current_thread().name)]
+        sw.wait_prefetch()
+        assert sorted(sw.cached()) == [3, 6] and len(rebuilds) == 3  # 9 and 12 dropped: at most the neighbours
+    released = [name for name in (t.name for t in threading.enumerate()) if name.startswith("hydra-prefetch")]
+    assert released == []  # closing the switcher stops its prefetch thread
+    # the rebuilt engines compute what the verified artefacts compute
+    assert np.array_equal(out.logits, expected(compact_bundle, 9))
+    assert np.array_equal(missed.logits, expected(compact_bundle, 3))
+
+
+def test_a_tampered_neighbour_is_refused_on_prefetch_and_the_current_model_runs_on(
+        compact_bundle: Path, board: Board, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    bundle = tmp_path / "bundle"
+    shutil.copytree(compact_bundle, bundle)
+    *_, h9, h12 = read_manifest(bundle).artefacts
+    recipe = bundle / h9.compact.recipe
+    recipe.write_text(recipe.read_text().replace('"offset":', '"offset": ', 1))  # same recipe, other bytes
+    with caplog.at_level(logging.WARNING, logger="hydra_edge.switcher"), switcher(bundle, board) as sw:
+        assert sw.predict(IMAGE).heads == 12
+        sw.wait_prefetch()
+        assert sw.cached() == [12]
+        (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert warning.startswith(f"cannot prefetch 9 heads (12 heads run on): {recipe}: recipe sha256 is ")
+        assert "\n" not in warning
+        out = sw.predict(IMAGE)
+        assert out.heads == 12 and np.array_equal(out.logits, load(bundle / h12.file).run(IMAGE))
+        board.temp(65)  # the table picks 9: the switch tries it again, refuses it, runs the fastest
+        assert sw.poll() == 9 and sw.predict(IMAGE).heads == 3
+        assert sw.events[-1].reason.startswith(f"load failed: {recipe}: recipe sha256 is ")
 
 
 @pytest.mark.parametrize("damage", ["other-bundle", "truncated", "unknown-schema", "missing"])

@@ -130,7 +130,8 @@ def _summary(console: Any, calibration: Calibration, path: Path, png: Path) -> N
 @click.option("--setup", is_flag=True, help="Create a venv on the device and pip install numpy and the runtime (reused).")
 @click.option("--pip-arg", "pip_args", multiple=True, help="Extra argument for pip on the device, e.g. --index-url=URL.")
 @click.option("--runner", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
-              help="A native benchmark binary to push instead (benchmark_model for .tflite, executor_runner for .pte).")
+              help="A native benchmark binary to push instead (benchmark_model for .tflite, executor_runner for .pte, "
+                   "trtexec for .onnx); a compact bundle's artefacts go to it rebuilt, as files.")
 @click.option("--soak", default=None, help="Also run the largest head count this long (e.g. 10m) for a derating curve.")
 @click.option("--soak-interval", default=5.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="Seconds per soak sample.")

@@ -1,5 +1,5 @@
-"""Native runners for devices without Python (phones): TFLite ``benchmark_model``, ExecuTorch
-``executor_runner``, supplied by the user with ``--runner``.
+"""Native runners, supplied by the user with ``--runner``: TFLite ``benchmark_model`` and ExecuTorch
+``executor_runner`` for devices without Python (phones), TensorRT's ``trtexec`` for a Jetson's ONNX.
 
 The host runs the binary once per artefact over the transport and parses its output with the
 shared parsers (``runtime.signals``), so a row from a phone looks like a row from the Python
@@ -7,19 +7,27 @@ runner. The device state is read the same way: the profile's commands and ``dump
 the transport and their text goes to the same parsers (sysfs files, which the host cannot
 open on the device, are replaced by the phone's dumpsys report).
 
-What a native runner cannot do: check the golden pair. ``benchmark_model`` feeds random inputs
-and ``executor_runner`` ones, so their results say ``golden.checked = false``.
+What a native runner cannot do: check the golden pair. ``benchmark_model`` and ``trtexec`` feed
+random inputs and ``executor_runner`` ones, so their results say ``golden.checked = false``. Nor can
+it rebuild a compact bundle's artefact: it takes a model file, and a phone has no Python to splice
+one, so the host rebuilds each (``model_files``: numpy only, its sha256 checked against the
+manifest) and pushes the plain file. Its ``rebuild_s`` is then None: no rebuild ran on the device.
 """
 
 from __future__ import annotations
 
+import tempfile
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, Iterator, Mapping, Sequence
 
-from ..convert.manifest import ArtefactRecord
+from ..atomic import write_bytes
+from ..convert.manifest import ArtefactRecord, bundle_files
 from ..errors import HydraEdgeError
+from ..runtime.rebuild import rebuild
 from ..runtime.signals import (DeviceState, NativeBenchmark, android_device_info, parse_benchmark_model,
-                               parse_executor_runner, parse_getprop, read_state, signals_from_profile)
+                               parse_executor_runner, parse_getprop, parse_trtexec, read_state, signals_from_profile)
 from ..transport import ConnectionLostError, Transport
 from .exits import reporting_exit, split_exit
 from .record import HeadResult
@@ -34,25 +42,41 @@ class NativeTool:
 
     name: str
     format: str
-    argv: Callable[[str, str, int, int, int], list[str]]  # (binary, model, runs, warmup, threads)
+    # (binary, model, runs, warmup, threads, the artefact's record)
+    argv: Callable[[str, str, int, int, int, ArtefactRecord], list[str]]
     parse: Callable[[str], NativeBenchmark]
 
 
-def _benchmark_model(binary: str, model: str, runs: int, warmup: int, threads: int) -> list[str]:
+def _benchmark_model(binary: str, model: str, runs: int, warmup: int, threads: int,
+                     artefact: ArtefactRecord) -> list[str]:
     # min_secs / warmup_min_secs 0: exactly the runs asked for, not "at least one second".
     return [binary, f"--graph={model}", f"--num_threads={threads}", f"--num_runs={runs}",
             f"--warmup_runs={warmup}", "--min_secs=0", "--warmup_min_secs=0",
             "--report_peak_memory_footprint=true"]
 
 
-def _executor_runner(binary: str, model: str, runs: int, warmup: int, threads: int) -> list[str]:
+def _executor_runner(binary: str, model: str, runs: int, warmup: int, threads: int,
+                     artefact: ArtefactRecord) -> list[str]:
     # executor_runner has no warm-up or thread flags: its first iteration is the warm-up.
     return [binary, f"--model_path={model}", f"--num_executions={runs}"]
+
+
+TRTEXEC_PRECISION = ("--fp16", "--bf16", "--int8", "--fp8", "--best")
+TRTEXEC_WARMUP_MS = 200  # trtexec warms up for a time, not a number of runs; this is its own default
+
+
+def _trtexec(binary: str, model: str, runs: int, warmup: int, threads: int, artefact: ArtefactRecord) -> list[str]:
+    # The engine is built with the precision of the profile's trtexec line (``device_build``);
+    # --duration=0: exactly the runs asked for, not "at least 3 seconds". The GPU runs it: no thread flag.
+    precision = [word for word in (artefact.device_build or "").split() if word in TRTEXEC_PRECISION]
+    return [binary, f"--onnx={model}", *precision, f"--iterations={runs}", "--duration=0",
+            f"--warmUp={TRTEXEC_WARMUP_MS if warmup else 0}"]
 
 
 TOOLS: dict[str, NativeTool] = {
     "tflite": NativeTool("benchmark_model", "tflite", _benchmark_model, parse_benchmark_model),
     "executorch": NativeTool("executor_runner", "executorch", _executor_runner, parse_executor_runner),
+    "onnx": NativeTool("trtexec", "onnx", _trtexec, parse_trtexec),
 }
 
 
@@ -63,6 +87,27 @@ def tool_for(fmt: str) -> NativeTool:
         raise HydraEdgeError(f"no native runner runs {fmt} artefacts (known: {names}); "
                              "calibrate this bundle with the Python runner instead of --runner")
     return TOOLS[fmt]
+
+
+@contextmanager
+def model_files(bundle: Path, artefacts: Iterable[ArtefactRecord],
+                digests: Dict[str, str]) -> Iterator[Dict[str, Path]]:
+    """``{artefact file name: local file}`` a native tool can open, while the ``with`` lasts.
+
+    A full artefact is its own file (checked against the manifest by ``bundle_files``); a compact
+    one is rebuilt (``runtime.rebuild``: numpy only, the rebuilt bytes' sha256 checked against the
+    manifest) into a temporary folder removed afterwards. ``digests`` receives every sha256, so the
+    push need not hash the files again.
+    """
+    artefacts = list(artefacts)
+    files = bundle_files(bundle, [a for a in artefacts if a.compact is None], golden=False, digests=digests)
+    with tempfile.TemporaryDirectory(prefix="hydra-rebuilt-") as tmp:
+        for a in artefacts:
+            if a.compact is not None:
+                files[a.file] = Path(tmp) / a.file
+                write_bytes(files[a.file], rebuild(bundle, a))
+                digests[a.file] = a.sha256
+        yield files
 
 
 def remote_signals(profile_signals: Mapping[str, Any]) -> dict[str, Any]:
@@ -105,7 +150,8 @@ def run_native(transport: Transport, tool: NativeTool, binary: str, model: str, 
                runs: int, warmup: int, threads: int, profile_signals: Mapping[str, Any]) -> HeadResult:
     """Time one artefact with the native binary at ``binary`` (both paths on the device)."""
     before = remote_state(transport, profile_signals)
-    with transport.stream(reporting_exit(tool.argv(binary, model, runs, warmup, threads)), check=False) as lines:
+    with transport.stream(reporting_exit(tool.argv(binary, model, runs, warmup, threads, artefact)),
+                          check=False) as lines:
         said = list(lines)  # the stream holds the binary's stdin open: when it ends, the binary is stopped
     stdout, returncode = split_exit("\n".join(said))
     stderr = lines.stderr
@@ -117,6 +163,8 @@ def run_native(transport: Transport, tool: NativeTool, binary: str, model: str, 
     head = HeadResult(heads=artefact.heads, artefact=artefact.id, sha256=artefact.sha256, status="ok",
                       runner=tool.name, golden=dict(UNCHECKED), state_before=before.to_dict(),
                       state_after=after.to_dict())
+    if artefact.compact is not None:
+        head.rebuild_s = None  # rebuilt on the host and pushed as a file: no rebuild ran on the device
     if returncode != 0 or not parsed.succeeded or parsed.latency is None:
         last = (stderr.strip() or stdout.strip()).splitlines()
         head.status = "error"

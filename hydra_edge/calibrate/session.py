@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -169,16 +170,23 @@ class Session:
         return self.artefacts[-1]  # the most heads: the one that heats the device most
 
     def _push(self, todo: list[ArtefactRecord]) -> None:
+        """The manifest and what the runner opens: for the Python runner the bundle's own files (a
+        compact artefact's skeleton, recipe and source: it rebuilds them on the device), for a native
+        tool a model file per artefact (a compact one rebuilt here, ``native.model_files``)."""
         self.report("pushing bundle", None)
         needed = todo + ([self._soak_artefact()] if self.soak_pending else [])
         bundle = self.opts.bundle
-        files = {f"{self.bundle_rel}/{MANIFEST}": bundle / MANIFEST}
         digests: dict[str, str] = {}
-        files.update({f"{self.bundle_rel}/{name}": path for name, path in bundle_files(bundle, needed,
-                                                                                        digests=digests).items()})
-        if not self.opts.runner:
-            files.update(runner_files("runner"))
-        push_files(self.t, files, {f"{self.bundle_rel}/{name}": sha for name, sha in digests.items()})
+        with ExitStack() as stack:
+            if self.opts.runner:
+                local = stack.enter_context(native.model_files(bundle, needed, digests))
+            else:
+                local = bundle_files(bundle, needed, digests=digests)
+            files = {f"{self.bundle_rel}/{MANIFEST}": bundle / MANIFEST,
+                     **{f"{self.bundle_rel}/{name}": path for name, path in local.items()}}
+            if not self.opts.runner:
+                files.update(runner_files("runner"))
+            push_files(self.t, files, {f"{self.bundle_rel}/{name}": sha for name, sha in digests.items()})
 
     def _run_python(self, todo: list[ArtefactRecord]) -> None:
         self.report("checking python", None)

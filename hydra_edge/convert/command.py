@@ -10,6 +10,7 @@ import click
 from ..command import Number, command
 from ..ema_option import ema_option
 from ..logs import LOGS, terminal
+from .layout import LAYOUTS
 from .pipeline import ConvertOptions, ConvertResult, convert as run_convert
 
 
@@ -76,8 +77,10 @@ def _summary(result: ConvertResult) -> None:
               help="Held-out images per artefact check.")
 @click.option("--optional", is_flag=True, help="Also convert the profile's optional artefacts.")
 @click.option("--force", is_flag=True, help="Re-convert artefacts even when nothing changed.")
-@click.option("--layout", type=click.Choice(["full", "compact"]), default="full", show_default=True,
-              help="compact: every head count rebuilt from the largest one's weights (ONNX); full: one file each.")
+@click.option("--layout", type=click.Choice(LAYOUTS), default="compact", show_default=True,
+              help="compact: the largest head count's artefact whole, every other one as a skeleton and a recipe "
+                   "that rebuild it from those weights (formats that cannot, full files with a note); "
+                   "full: one file each.")
 @ema_option
 @click.option("--quiet", "-q", is_flag=True, help="No progress display.")
 @click.option("--no-wait", is_flag=True, help="If another run is writing --out, stop (naming it) instead of waiting.")
@@ -92,7 +95,7 @@ def convert(checkpoint: Path, target: str, out: Path, heads: str | None, quant: 
     Example:
       hydra-edge convert -c runs/digits/checkpoint.pt --target rpi --out bundles/rpi
       hydra-edge convert -c model.pt --target jetson --heads 3,6,12 --jobs 2 --out bundles/jetson
-      hydra-edge convert -c model.pt --target jetson --quant fp16 --layout compact --out bundles/jetson
+      hydra-edge convert -c model.pt --target jetson --quant fp16 --layout full --out bundles/jetson-files
     """
     opts = ConvertOptions(checkpoint=checkpoint, target=target, out=out, heads=heads, quant=quant, max_drop=max_drop,
                           jobs=jobs, data=data, eval_limit=eval_limit, optional=optional, force=force,

@@ -2,10 +2,15 @@
 
 ``Switcher(bundle)`` reads ``bundle/lut.json`` and the signals named in the bundle's target
 profile; ``poll()`` (or the background thread of ``start()``) applies the table with hysteresis;
-``predict(image)`` runs the current subnetwork. Artefacts load lazily into a small LRU cache and,
-with ``prefetch``, the neighbours of the current head count load in the background (queued after
-the first result of a new head count, so they never slow it down), so a switch to a neighbour
-costs a cache hit instead of a model load. Every switch is logged in ``events``, with its reason.
+``predict(image)`` runs the current subnetwork. Artefacts load lazily into a small cache and,
+with ``prefetch``, the neighbours of the current head count (one up, one down in the table) load
+in the background (queued after the first result of a new head count, so they never slow it
+down): a switch to a neighbour costs a cache hit instead of a model load, and for a compact bundle
+instead of a rebuild too. With prefetch the cache holds the current head count and its neighbours
+only (at most three engines, once the new head count's first result is out); without, the
+``cache_size`` most recently used. A neighbour that will not load (a tampered recipe, a missing
+file) is logged in one line and the current model runs on; a switch to it tries again and falls
+back to the fastest if it still fails. Every switch is logged in ``events``, with its reason.
 
 A sensor that fails never buys heads (``failsafe``): its last good reading is held for the
 profile's ``stale_after_s``, then the worst band is assumed; the head count rises only on a
@@ -26,7 +31,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple, Union
@@ -83,12 +88,19 @@ def fallback_table(bundle: Path) -> Table:
                  min_dwell_s=0.0, manifest_sha256="")
 
 
+def _failed(future: "Future[Any]") -> bool:
+    """A load that ended without an engine (it raised, or was cancelled before it began)."""
+    return future.done() and (future.cancelled() or future.exception() is not None)
+
+
 class Switcher:
     """Runs the head count the lookup table picks for the device's current battery and thermal state.
 
     ``signals`` is a target profile's ``[signals]`` table (default: the bundle's target); ``root``
     and ``run`` let tests and hosts point the readers at a fake sysfs tree and canned commands.
     ``threads`` overrides the artefacts' thread count (default: the target's, at most one per core).
+    ``prefetch`` loads the current head count's neighbours in the background and caches those three
+    only; without it, ``cache_size`` engines stay loaded (least recently used first out).
     ``clock`` times dwell, sensor holds and events (monotonic by default; tests pass their own).
     ``signals`` also carries the fail-safe settings (``stale_after_s``, ``raise_after_s``,
     ``assumed_hot``), checked by ``records.target.Signals``).
@@ -199,6 +211,7 @@ class Switcher:
             if not self._prefetch_due or self.heads is None:
                 return
             self._prefetch_due = False
+            self._evict()  # after the first result: freeing the old engines never delays it
             for neighbour in self._neighbours(self.heads):
                 self._engine_future(neighbour, background=True)
 
@@ -224,14 +237,15 @@ class Switcher:
         """The cached (or loading) engine for ``heads``; loads it here, or on the prefetch thread."""
         with self._lock:
             future = self._cache.get(heads)
-            if future is not None and not (future.done() and future.exception() is not None):
+            if future is not None and not _failed(future):
                 self._cache.move_to_end(heads)
                 return future
             candidate = self.table.candidate(heads)
             if background:
-                future = self._loader.submit(self._load, candidate, True)
+                future = self._loader.submit(self._prefetch, candidate)
             else:
                 future = Future()
+                future.set_running_or_notify_cancel()  # loaded right here: never cancelled by an eviction
             self._cache[heads] = future
             self._evict()
         if not background:
@@ -241,25 +255,47 @@ class Switcher:
                 future.set_exception(e)
         return future
 
+    def _prefetch(self, candidate: Candidate) -> Engine:
+        """A neighbour's load on the prefetch thread, warmed up; one line if it will not load (the
+        current model is not touched, and a switch to it tries again)."""
+        try:
+            return self._load(candidate, warm=True)
+        except Exception as e:  # noqa: BLE001 - logged here, raised to whoever waits on it
+            said = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            log.warning("cannot prefetch %d heads (%s heads run on): %s", candidate.heads, self.heads, said)
+            raise
+
     def _evict(self) -> None:
-        """Drop the least recently used finished engines beyond ``cache_size``, never the current one."""
-        for heads in list(self._cache):
-            if len(self._cache) <= self.cache_size:
+        """Bound the cache: with prefetch, everything but the current head count and its neighbours
+        goes (a queued load is cancelled); without, the least recently used finished engines beyond
+        ``cache_size``. The current head count's engine is never dropped."""
+        with self._lock:
+            if self.prefetch and self.heads is not None:
+                keep = {self.heads, *self._neighbours(self.heads)}
+                dropped = [self._cache.pop(h) for h in list(self._cache) if h not in keep]
+                for future in dropped:
+                    future.cancel()  # a load already running finishes, unreferenced
+                if dropped and not self._stop.is_set():
+                    # freeing an engine takes milliseconds (b16: ~170 MB): the prefetch thread does it,
+                    # so a switch does not wait for it
+                    self._loader.submit(dropped.clear)
                 return
-            if heads != self.heads and self._cache[heads].done():
-                del self._cache[heads]
+            for heads in list(self._cache):
+                if len(self._cache) <= self.cache_size:
+                    return
+                if heads != self.heads and self._cache[heads].done():
+                    del self._cache[heads]
 
     def cached(self) -> List[int]:
         """Head counts whose engine is loaded (for tests and the bench)."""
         with self._lock:
-            return [h for h, f in self._cache.items() if f.done() and f.exception() is None]
+            return [h for h, f in self._cache.items() if f.done() and not _failed(f)]
 
     def wait_prefetch(self) -> None:
         """Block until every background load has finished (the bench's steady state)."""
         with self._lock:
             pending = list(self._cache.values())
-        for future in pending:
-            future.exception()
+        wait(pending)
 
     # -- running --------------------------------------------------------------------------------
 
@@ -308,7 +344,7 @@ class Switcher:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        self._loader.shutdown(wait=True)
+        self._loader.shutdown(wait=True, cancel_futures=True)
 
     def __enter__(self) -> "Switcher":
         return self

@@ -9,8 +9,8 @@ description together.
 
 from .android import (THERMAL_STATUS_NAMES, AndroidBattery, AndroidThermal, parse_battery,
                       parse_getprop, parse_thermalservice, thermal_status_name)
-from .benchmarks import (LatencyStats, NativeBenchmark, parse_benchmark_model,
-                         parse_executor_runner, percentile, summarize_latencies, trimmed_mean)
+from .benchmarks import (LatencyStats, NativeBenchmark, parse_benchmark_model, parse_executor_runner,
+                         parse_trtexec, percentile, summarize_latencies, trimmed_mean)
 from .info import DeviceInfo, android_device_info, read_device_info
 from .linux import (PowerSupply, TegraStats, ThermalZone, Throttling, TripPoint,
                     parse_get_throttled, parse_measure_temp, parse_tegrastats,
@@ -21,7 +21,7 @@ from .state import (COMMANDS, SIGNALS, THERMAL_SIGNALS, DeviceState, Runner, con
 __all__ = [
     "THERMAL_STATUS_NAMES", "AndroidBattery", "AndroidThermal", "parse_battery", "parse_getprop",
     "parse_thermalservice", "thermal_status_name",
-    "LatencyStats", "NativeBenchmark", "parse_benchmark_model", "parse_executor_runner",
+    "LatencyStats", "NativeBenchmark", "parse_benchmark_model", "parse_executor_runner", "parse_trtexec",
     "percentile", "summarize_latencies", "trimmed_mean",
     "DeviceInfo", "android_device_info", "read_device_info",
     "PowerSupply", "TegraStats", "ThermalZone", "Throttling", "TripPoint", "parse_get_throttled",

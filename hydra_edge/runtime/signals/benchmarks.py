@@ -1,8 +1,9 @@
 """Latency statistics: summarising our own timings, and parsing the native runners' output.
 
 A stock phone has no Python, so there the timings come from TFLite's ``benchmark_model`` or
-ExecuTorch's ``executor_runner``; both are read into the same ``LatencyStats`` (in ms) that the
-Python runner computes, so the lookup table never knows which produced a row.
+ExecuTorch's ``executor_runner``, and a Jetson's TensorRT engines are timed by ``trtexec``; each is
+read into the same ``LatencyStats`` (in ms) that the Python runner computes, so the lookup table
+never knows which produced a row.
 """
 
 import math
@@ -176,3 +177,35 @@ def _executorch_latency(iterations_ms: List[float], done: Optional["re.Match[str
         return None
     count = int(done.group(1))
     return LatencyStats(count=count, mean_ms=float(done.group(2)) / count)
+
+
+# trtexec -------------------------------------------------------------------------------------
+# TensorRT's samples/common/sampleReporting.cpp, after the run ("[I]" log lines):
+#   "Engine deserialized in 0.0033933 sec."
+#   "Timing trace has 55177 queries over 3.00005 s"
+#   "Latency: min = 0.0334 ms, max = 0.88 ms, mean = 0.0432 ms, median = 0.0387 ms,
+#    percentile(90%) = 0.0481 ms, percentile(95%) = 0.0548 ms, percentile(99%) = 0.144 ms"
+#   "&&&& PASSED TensorRT.trtexec [TensorRT v101600] ..."   (FAILED when it did not run)
+# "Latency" is the host's end to end (H2D, GPU compute, D2H): what a caller waits for, as the
+# Python runner times. "H2D Latency" / "D2H Latency" lines are its parts, so the match is anchored.
+_TRT_QUERIES = re.compile(r"Timing trace has (\d+) queries")
+_TRT_LATENCY = re.compile(r"(?:^|\] )Latency: (.*)$", re.MULTILINE)
+_TRT_STAT = re.compile(rf"(min|max|mean|median|percentile\((?:90|99)%\)) = ({NUMBER}) ms")
+_TRT_DESERIALIZED = re.compile(rf"Engine deserialized in ({NUMBER}) sec")
+
+
+def parse_trtexec(text: str) -> NativeBenchmark:
+    """Parse TensorRT ``trtexec`` output: latency from its performance summary, the engine's
+    deserialisation as its load; no std or trimmed mean (it prints neither)."""
+    line = _TRT_LATENCY.search(text)
+    stats = dict(_TRT_STAT.findall(line.group(1))) if line else {}
+    queries = _TRT_QUERIES.search(text)
+    latency = None
+    if queries and "mean" in stats:
+        ms = {key: float(value) for key, value in stats.items()}
+        latency = LatencyStats(count=int(queries.group(1)), mean_ms=ms["mean"], min_ms=ms.get("min"),
+                               max_ms=ms.get("max"), p50_ms=ms.get("median"), p90_ms=ms.get("percentile(90%)"),
+                               p99_ms=ms.get("percentile(99%)"))
+    loaded = _TRT_DESERIALIZED.search(text)
+    return NativeBenchmark(tool="trtexec", succeeded="&&&& PASSED TensorRT.trtexec" in text, latency=latency,
+                           init_ms=float(loaded.group(1)) * 1e3 if loaded else None)
