@@ -225,8 +225,9 @@ def _swap(which: str) -> Callable[[Path], str]:
         h6 = manifest.artefacts[1]
         other = bundle / (h6.compact.recipe if which == "recipe" else read_recipe(bundle / h6.compact.recipe).skeleton.file)
         shutil.copyfile(other, path)
-        return f"{path}: recipe sha256" if which == "recipe" else \
-            f"{path}: {WHAT[which]} is {other.stat().st_size} bytes, the recipe says {size}"
+        if which == "recipe" or other.stat().st_size == size:  # .tflite skeletons: the same size at every k
+            return f"{path}: {WHAT[which]} sha256"
+        return f"{path}: {WHAT[which]} is {other.stat().st_size} bytes, the recipe says {size}"
     tamper.__name__ = f"swap_{which}"
     return tamper
 

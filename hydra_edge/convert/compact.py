@@ -232,6 +232,6 @@ def compact(heads: int, artefact: str, data: bytes, tensors: Sequence[Tensor], s
     skeleton = skeleton_of(data, ranges)
     recipe = Recipe(heads=heads, artefact=artefact, skeleton=_piece(skeleton_file, skeleton),
                     source=_piece(source_file, source_data), ranges=ranges)
-    if splice(skeleton, source_data, recipe.ranges, recipe.rebuilt_bytes()) != data:
+    if splice(skeleton, source_data, recipe.ranges) != data:
         raise ValueError(f"rebuilding {artefact} from its skeleton and {source_file} does not give its bytes")
     return Compacted(skeleton, recipe)
