@@ -141,7 +141,7 @@ def _pieces(skeleton: bytes, source: Union[bytes, mmap.mmap], ranges: List[Range
         gap = r.offset - written
         yield skeleton_view[read:read + gap]
         read += gap
-        yield memoryview(_gather(source, r)).cast("B")
+        yield memoryview(_gather(source, r).reshape(-1).view(np.uint8))
         written = r.offset + r.hole_bytes()
     yield skeleton_view[read:]
 
