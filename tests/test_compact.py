@@ -438,3 +438,20 @@ def test_a_golden_record_names_its_shared_inputs_with_their_sha256(root: Path, c
     change(doc["artefacts"][0]["golden"])
     with pytest.raises(HydraEdgeError, match=r"^manifest\.json: \$\.artefacts\[0\]\." + message.replace(".", r"\.")):
         Manifest.from_dict(doc)
+
+
+def test_a_tflite_over_2_gb_is_refused_in_one_line_naming_the_tensor(converted: Callable[[str, str], Path],
+                                                                       tmp_path: Path) -> None:
+    """Above 2 GB LiteRT keeps buffers after the flatbuffer (Buffer.offset/size): the map refuses it, saying why
+    (conversion catches it and keeps the full files, with the line as the manifest's note)."""
+    from ai_edge_litert.tools import flatbuffer_utils
+
+    bundle = converted("rpi", "fp32") / "full"
+    model = flatbuffer_utils.convert_bytearray_to_object(bytearray((bundle / "vit_h3_tflite_fp32.tflite").read_bytes()))
+    big = max(range(len(model.buffers)), key=lambda i: len(model.buffers[i].data if model.buffers[i].data is not None
+                                                              else []))
+    model.buffers[big].data, model.buffers[big].offset, model.buffers[big].size = None, 2**31, 4096
+    data = bytes(flatbuffer_utils.convert_object_to_bytearray(model))
+    with pytest.raises(ValueError, match=r"^tensor subgraph 0 tensor \d+: its data lies outside the flatbuffer "
+                                         r"\(a model over 2 GB\); hydra-edge compacts only"):
+        exporter("tflite").tensor_map(data)
