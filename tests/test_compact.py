@@ -440,8 +440,7 @@ def test_a_golden_record_names_its_shared_inputs_with_their_sha256(root: Path, c
         Manifest.from_dict(doc)
 
 
-def test_a_tflite_over_2_gb_is_refused_in_one_line_naming_the_tensor(converted: Callable[[str, str], Path],
-                                                                       tmp_path: Path) -> None:
+def test_a_tflite_over_2_gb_is_refused_in_one_line_naming_the_tensor(converted: Callable[[str, str], Path]) -> None:
     """Above 2 GB LiteRT keeps buffers after the flatbuffer (Buffer.offset/size): the map refuses it, saying why
     (conversion catches it and keeps the full files, with the line as the manifest's note)."""
     from ai_edge_litert.tools import flatbuffer_utils
