@@ -1,8 +1,9 @@
 """One weight set on the device: bytes, rebuild time, load time and inference of a compact bundle.
 
 Converts a preset model (random weights) for each target variant (``--variants``: rpi .tflite,
-android .pte, jetson .onnx by default) with ``--layout full``, then compacts a copy of that bundle (``--layout compact``: the same verified artefacts, the largest
-kept whole, the others as skeleton + recipe, the golden inputs stored once) and measures:
+android .pte, jetson .onnx by default) with ``--layout full``, then compacts a copy of that bundle
+(``--layout compact``: the same verified artefacts, the largest kept whole, the others as
+skeleton + recipe, the golden inputs stored once) and measures:
 
 - bytes: every file of the compact bundle (golden pairs and manifest included) against the
   largest artefact alone and against the full bundle;

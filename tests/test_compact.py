@@ -141,8 +141,10 @@ def test_a_compact_bundle_stores_the_golden_inputs_once(root: Path) -> None:
         assert a.golden["tolerance"] == f.golden["tolerance"] and a.golden["inputs"] == f.golden["inputs"]
 
 
-def test_expand_writes_the_manifests_files_and_runs_like_the_dedicated_artefacts(any_root: Path, tmp_path: Path) -> None:
-    result = CliRunner().invoke(main, ["expand", "--bundle", str(any_root / "compact"), "--out", str(tmp_path / "files")])
+def test_expand_writes_the_manifests_files_and_runs_like_the_dedicated_artefacts(any_root: Path,
+                                                                                 tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["expand", "--bundle", str(any_root / "compact"),
+                                       "--out", str(tmp_path / "files")])
     assert result.exit_code == 0, result.output
     manifest = read_manifest(any_root / "compact")
     for a in manifest.artefacts:
@@ -212,7 +214,7 @@ def _truncate(which: str) -> Callable[[Path], str]:
         path, size = _piece(bundle, which)
         path.write_bytes(path.read_bytes()[:-100])
         return f"{path}: {WHAT[which]} sha256" if which == "recipe" else \
-            f"{path}: {WHAT[which]} is {size - 100} bytes, the {'recipe' if which != 'recipe' else 'manifest'} says {size}"
+            f"{path}: {WHAT[which]} is {size - 100} bytes, the recipe says {size}"
     tamper.__name__ = f"truncate_{which}"
     return tamper
 
@@ -223,7 +225,8 @@ def _swap(which: str) -> Callable[[Path], str]:
         manifest, _, _ = _h3(bundle)
         path, size = _piece(bundle, which)
         h6 = manifest.artefacts[1]
-        other = bundle / (h6.compact.recipe if which == "recipe" else read_recipe(bundle / h6.compact.recipe).skeleton.file)
+        h6_recipe = read_recipe(bundle / h6.compact.recipe)
+        other = bundle / (h6.compact.recipe if which == "recipe" else h6_recipe.skeleton.file)
         shutil.copyfile(other, path)
         if which == "recipe" or other.stat().st_size == size:  # .tflite skeletons: the same size at every k
             return f"{path}: {WHAT[which]} sha256"
