@@ -151,16 +151,31 @@ def splice(skeleton: bytes, source: Union[bytes, mmap.mmap], ranges: List[Range]
     return b"".join(_pieces(skeleton, source, ranges))
 
 
+HASH_BATCH = 1 << 20  # bytes handed to the hashing thread at a time: one hand-over costs as much as hashing 20 KB
+
+
+def _hash_all(digest: Any, pieces: List[Any]) -> None:
+    for piece in pieces:
+        digest.update(piece)
+
+
 def _splice_hashed(skeleton: bytes, source: Union[bytes, mmap.mmap], ranges: List[Range]) -> Tuple[bytes, str]:
     """``splice`` and the sha256 of what it returns, hashed piece by piece on a second thread while the
     next slices are gathered (hashlib and numpy's copies release the GIL). The pieces are private and
     never change, so their hash is the hash of the bytes joined from them."""
     digest = hashlib.sha256()
-    pieces = []
+    pieces: List[Any] = []
+    batch: List[Any] = []
+    batched = 0
     with ThreadPoolExecutor(1, thread_name_prefix="rebuild-sha256") as hasher:  # one worker: in order
         for piece in _pieces(skeleton, source, ranges):
             pieces.append(piece)
-            hasher.submit(digest.update, piece)
+            batch.append(piece)
+            batched += piece.nbytes
+            if batched >= HASH_BATCH:
+                hasher.submit(_hash_all, digest, batch)
+                batch, batched = [], 0
+        hasher.submit(_hash_all, digest, batch)
         data = b"".join(pieces)
     return data, digest.hexdigest()
 
