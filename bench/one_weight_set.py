@@ -1,8 +1,9 @@
 """One weight set on the device: bytes, rebuild time, load time and inference of a compact bundle.
 
-Converts a preset model (random weights) for one target variant with ``--layout full``, then
-compacts a copy of that bundle (``--layout compact``: the same verified artefacts, the largest
-kept whole, the others as skeleton + recipe, the golden inputs stored once) and measures:
+Converts a preset model (random weights) for each target variant (``--variants``: rpi .tflite,
+android .pte, jetson .onnx by default) with ``--layout full``, then compacts a copy of that bundle
+(``--layout compact``: the same verified artefacts, the largest kept whole, the others as
+skeleton + recipe, the golden inputs stored once) and measures:
 
 - bytes: every file of the compact bundle (golden pairs and manifest included) against the
   largest artefact alone and against the full bundle;
@@ -16,7 +17,7 @@ kept whole, the others as skeleton + recipe, the golden inputs stored once) and 
 Engines and torch run with ``--threads`` threads. Writes one_weight_set.{json,md,png} under ``--out``.
 
     .venv/bin/python bench/one_weight_set.py --preset b16 --heads 3-12
-    .venv/bin/python bench/one_weight_set.py --preset digits --heads 3,6,12 --out /tmp/ows
+    .venv/bin/python bench/one_weight_set.py --preset digits --heads 3,6,12 --variants jetson:fp16 --out /tmp/ows
 """
 
 from __future__ import annotations
@@ -46,7 +47,10 @@ from hydra_edge.runtime.rebuild import rebuild  # noqa: E402
 from hydra_edge.runtime.signals import percentile  # noqa: E402
 
 
-def bundles(args: argparse.Namespace, heads: tuple[int, ...]) -> tuple[Path, Path]:
+VARIANTS = "rpi:int8-dynamic,android:int8-dynamic,jetson:fp16"  # each target's shipped format
+
+
+def bundles(args: argparse.Namespace, heads: tuple[int, ...], target: str, quant: str) -> tuple[Path, Path]:
     """The full bundle and its compacted copy (conversion reused when unchanged)."""
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -54,10 +58,9 @@ def bundles(args: argparse.Namespace, heads: tuple[int, ...]) -> tuple[Path, Pat
     if not ckpt.is_file():
         torch.manual_seed(0)
         HydraViT(preset(args.preset)).save(ckpt)  # no data spec: verified on random inputs
-    folder = work / f"{args.preset}_{args.target}_{args.quant}_h{'-'.join(map(str, heads))}"
+    folder = work / f"{args.preset}_{target}_{quant}_h{'-'.join(map(str, heads))}"
     full, compact = folder / "full", folder / "compact"  # one pair per setting: a bundle keeps other heads
-    options = dict(checkpoint=ckpt, target=args.target, quant=args.quant, heads=args.heads,
-                   eval_limit=args.eval_images)
+    options = dict(checkpoint=ckpt, target=target, quant=quant, heads=args.heads, eval_limit=args.eval_images)
 
     def say(file: str, stage: str, size: int | None) -> None:
         print(f"  {file}: {stage}", flush=True)
@@ -119,10 +122,10 @@ def inference(compact: Path, full: Path, r: ArtefactRecord, shape: tuple[int, ..
             "ratio": round(ms["rebuilt"] / ms["dedicated"], 3)}
 
 
-def bench(args: argparse.Namespace) -> dict[str, Any]:
-    torch.set_num_threads(args.threads)
-    heads = parse_heads(args.heads, preset(args.preset).num_heads)
-    full, compact = bundles(args, heads)
+def variant(args: argparse.Namespace, heads: tuple[int, ...], target: str, quant: str) -> dict[str, Any]:
+    """Bytes, rebuild, load and inference of one target variant's compact bundle against its full one."""
+    print(f"{target} {quant}:", flush=True)
+    full, compact = bundles(args, heads, target, quant)
     manifest = read_manifest(compact)
     records = manifest.artefacts
     largest = max(records, key=lambda r: r.heads)
@@ -144,14 +147,21 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
              "golden_inputs_files": len(list(compact.glob("golden-inputs.*.npz")))}
     sizes["compact_over_largest"] = round(sizes["compact_bundle"] / largest.bytes, 3)
     sizes["full_over_largest"] = round(sizes["full_bundle"] / largest.bytes, 3)
-    return {"model": f"{args.preset} preset, random weights", "target": args.target, "quant": args.quant,
-            "format": largest.format, "heads": list(heads), "host": host_cpu(), "threads": args.threads,
-            "repeats": args.repeats, "runs": args.runs, "bytes": sizes, "rows": rows, "tools": tool_versions()}
+    return {"target": target, "quant": quant, "format": largest.format, "bytes": sizes, "rows": rows}
 
 
-def aims(report: dict[str, Any]) -> list[str]:
-    """The issue's goals, checked on the rows measured."""
-    b, rows = report["bytes"], report["rows"]
+def bench(args: argparse.Namespace) -> dict[str, Any]:
+    torch.set_num_threads(args.threads)
+    heads = parse_heads(args.heads, preset(args.preset).num_heads)
+    variants = [variant(args, heads, *v.split(":", 1)) for v in args.variants.split(",")]
+    return {"model": f"{args.preset} preset, random weights", "heads": list(heads), "host": host_cpu(),
+            "threads": args.threads, "repeats": args.repeats, "runs": args.runs, "variants": variants,
+            "tools": tool_versions()}
+
+
+def aims(report: dict[str, Any], v: dict[str, Any]) -> list[str]:
+    """The issue's goals, checked on the rows measured for one variant."""
+    b, rows = v["bytes"], v["rows"]
     lines = [f"compact bundle = {b['compact_over_largest']:.3f}x the {max(report['heads'])}-head artefact "
              f"(goal <= 1.15x: {'met' if b['compact_over_largest'] <= 1.15 else 'not met'}); "
              f"full bundle = {b['full_over_largest']:.3f}x"]
@@ -171,57 +181,64 @@ def aims(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def markdown(report: dict[str, Any]) -> str:
-    b = report["bytes"]
+def _section(report: dict[str, Any], v: dict[str, Any]) -> str:
+    b = v["bytes"]
 
-    def ms(v: dict[str, float] | None) -> str:
-        return "-" if v is None else f"{v['p50_ms']:.1f} / {v['p95_ms']:.1f}"
+    def ms(t: dict[str, float] | None) -> str:
+        return "-" if t is None else f"{t['p50_ms']:.1f} / {t['p95_ms']:.1f}"
 
     rows = "".join(
         f"| {r['heads']} | {r['artefact_bytes'] / 2**20:.1f} | {r['stored_bytes'] / 2**20:.2f} | {ms(r['rebuild'])} | "
         f"{ms(r['rebuilt_load'])} | {ms(r['dedicated_load'])} | {r.get('load_ratio', '-')} | "
         f"{r['inference']['rebuilt_ms']:.2f} | {r['inference']['dedicated_ms']:.2f} | {r['inference']['ratio']:.3f} |\n"
-        for r in report["rows"])
-    notes = "\n".join(f"- {line}" for line in aims(report))
-    return (f"# One weight set: {report['model']}, {report['target']} {report['format']} {report['quant']}, "
-            f"heads {','.join(map(str, report['heads']))}\n\n"
-            f"Host: {report['host']}; {report['threads']} thread(s).\n\n"
+        for r in v["rows"])
+    notes = "\n".join(f"- {line}" for line in aims(report, v))
+    return (f"## {v['target']}: {v['format']} {v['quant']}\n\n"
             f"Bytes, every file counted: compact bundle {b['compact_bundle'] / 2**20:.1f} MiB "
             f"({b['golden_inputs_files']} golden inputs file), largest artefact {b['largest_artefact'] / 2**20:.1f} "
             f"MiB, `--layout full` bundle {b['full_bundle'] / 2**20:.1f} MiB.\n\n"
+            "| heads | artefact MiB | stored MiB | rebuild ms | rebuild+load ms | file load ms | load ratio | "
+            "infer rebuilt ms | infer file ms | infer ratio |\n|---|---|---|---|---|---|---|---|---|---|\n"
+            f"{rows}\nGoals:\n\n{notes}\n")
+
+
+def markdown(report: dict[str, Any]) -> str:
+    return (f"# One weight set: {report['model']}, heads {','.join(map(str, report['heads']))}\n\n"
+            f"Host: {report['host']}; {report['threads']} thread(s).\n\n"
             f"ms as p50 / p95 of {report['repeats']} repeats (rebuild, rebuild + load from memory, load of the "
             f"dedicated file, interleaved); inference: median of {report['runs']} single-image runs, rebuilt and "
             "dedicated interleaved. Stored MiB: what the compact bundle keeps for that head count besides the "
             "largest artefact (skeleton + recipe).\n\n"
-            "| heads | artefact MiB | stored MiB | rebuild ms | rebuild+load ms | file load ms | load ratio | "
-            "infer rebuilt ms | infer file ms | infer ratio |\n|---|---|---|---|---|---|---|---|---|---|\n"
-            f"{rows}\n## Goals\n\n{notes}\n")
+            + "\n".join(_section(report, v) for v in report["variants"]))
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
-    """Bytes each head count costs on the device, and what a rebuild adds to a load, against heads."""
+    """Per variant: bytes each head count costs on the device, and what a rebuild adds to a load."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = report["rows"]
-    heads = [r["heads"] for r in rows]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    left.bar([k - 0.2 for k in heads], [r["artefact_bytes"] / 2**20 for r in rows], 0.4, label="--layout full")
-    left.bar([k + 0.2 for k in heads], [r["stored_bytes"] / 2**20 for r in rows], 0.4, label="--layout compact")
-    left.set(title="stored per head count", xlabel="heads", ylabel="MiB", xticks=heads)
-    left.legend(fontsize=8)
-    for key, label in (("dedicated_load", "load the dedicated file"), ("rebuilt_load", "rebuild + load from memory"),
-                       ("rebuild", "rebuild alone")):
-        pts = [(r["heads"], r[key]["p50_ms"]) for r in rows if r.get(key)]
-        if pts:
-            right.plot(*zip(*pts), "-o", label=label)
-    right.set(title="p50 ms", xlabel="heads", ylabel="ms", xticks=heads)
-    right.legend(fontsize=8)
-    for ax in (left, right):
-        ax.grid(alpha=0.3)
-    fig.suptitle(f"one weight set: {report['model']}, {report['format']} {report['quant']}; {report['host']}", fontsize=9)
+    variants = report["variants"]
+    fig, axes = plt.subplots(len(variants), 2, figsize=(11, 3.6 * len(variants)), squeeze=False)
+    for (left, right), v in zip(axes, variants):
+        rows = v["rows"]
+        heads = [r["heads"] for r in rows]
+        name = f"{v['target']} {v['format']} {v['quant']}"
+        left.bar([k - 0.2 for k in heads], [r["artefact_bytes"] / 2**20 for r in rows], 0.4, label="--layout full")
+        left.bar([k + 0.2 for k in heads], [r["stored_bytes"] / 2**20 for r in rows], 0.4, label="--layout compact")
+        left.set(title=f"{name}: stored per head count", xlabel="heads", ylabel="MiB", xticks=heads)
+        left.legend(fontsize=8)
+        for key, label in (("dedicated_load", "load the dedicated file"),
+                           ("rebuilt_load", "rebuild + load from memory"), ("rebuild", "rebuild alone")):
+            pts = [(r["heads"], r[key]["p50_ms"]) for r in rows if r.get(key)]
+            if pts:
+                right.plot(*zip(*pts), "-o", label=label)
+        right.set(title=f"{name}: p50 ms", xlabel="heads", ylabel="ms", xticks=heads)
+        right.legend(fontsize=8)
+        for ax in (left, right):
+            ax.grid(alpha=0.3)
+    fig.suptitle(f"one weight set: {report['model']}; {report['host']}", fontsize=9)
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=120, format="png")
@@ -231,8 +248,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--preset", default="b16", help="b16 (the paper's model) or digits (seconds)")
     p.add_argument("--heads", default="3-12")
-    p.add_argument("--target", default="jetson")
-    p.add_argument("--quant", default="fp16", help="the variant to measure (ONNX is the format compacted so far)")
+    p.add_argument("--variants", default=VARIANTS, help="target:quant pairs to measure, comma-separated")
     p.add_argument("--repeats", type=int, default=10, help="rebuild and load measurements per head count")
     p.add_argument("--runs", type=int, default=20, help="inferences per head count and artefact")
     p.add_argument("--threads", type=int, default=1)

@@ -7,7 +7,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Callable, List
+from typing import Callable, Dict, List, Tuple
 
 import numpy as np
 import pytest
@@ -17,7 +17,8 @@ from click.testing import CliRunner
 from hydra_edge.cli import main
 from hydra_edge.config import preset
 from hydra_edge.convert import pipeline
-from hydra_edge.convert.onnx import tensor_map
+from hydra_edge.convert.compact import Tensor, compact
+from hydra_edge.convert.formats import exporter
 from hydra_edge.errors import HydraEdgeError
 from hydra_edge.lut.command import make_lut
 from hydra_edge.model import HydraViT
@@ -36,6 +37,10 @@ from test_runner import pushed, run_runner  # noqa: F401 - pushed is a fixture
 from test_switcher import IMAGE, POLICY, PROFILE, Board
 
 HEADS = "3,6,12"
+# (target, quant) of every format compacted; a quant with int8 weights compacts only its float tensors until
+# its int8 weights are quantised nested (exact slices of the largest head count's)
+VARIANTS = [("jetson", "fp16"), ("rpi", "fp32"), ("rpi", "int8-dynamic"), ("android", "fp32"),
+            ("android", "int8-dynamic")]
 
 
 def sha256(path: Path) -> str:
@@ -43,46 +48,82 @@ def sha256(path: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A digits model (depth 2, heads 3/6/12, random weights) converted for jetson fp16, compact and full.
+def model_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A digits model (depth 2, heads 3/6/12, random weights).
 
     One weight is below fp16's smallest subnormal, which ONNX's fp16 conversion rounds its own way."""
-    root = tmp_path_factory.mktemp("compact")
+    path = tmp_path_factory.mktemp("model") / "m.pt"
     torch.manual_seed(0)
     model = HydraViT(preset("digits", depth=2, heads=(3, 6, 12)))
     with torch.no_grad():
         model.blocks[0].attn.qkv.weight[0, 0] = 1e-9
-    model.save(root / "m.pt")
-    for layout in ("compact", "full"):
-        pipeline.convert(pipeline.ConvertOptions(checkpoint=root / "m.pt", target="jetson", quant="fp16", heads=HEADS,
-                                                 out=root / layout, eval_limit=16, layout=layout))
-    return root
+    model.save(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def converted(model_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, str], Path]:
+    """The model converted for a target variant, ``full``, and compacted from a copy of it (``compact``):
+    the same verified artefacts, converted once per variant and module."""
+    done: Dict[Tuple[str, str], Path] = {}
+
+    def get(target: str, quant: str) -> Path:
+        if (target, quant) not in done:
+            root = tmp_path_factory.mktemp(f"{target}-{quant}")
+            shutil.copyfile(model_file, root / "m.pt")
+            for layout in ("full", "compact"):
+                if layout == "compact":
+                    shutil.copytree(root / "full", root / "compact")
+                result = pipeline.convert(pipeline.ConvertOptions(
+                    checkpoint=root / "m.pt", target=target, quant=quant, heads=HEADS, out=root / layout,
+                    eval_limit=16, layout=layout))
+                assert not result.failed and len(result.converted) == (3 if layout == "full" else 0)
+            done[target, quant] = root
+        return done[target, quant]
+    return get
+
+
+@pytest.fixture(scope="module", params=VARIANTS, ids=[f"{t}-{q}" for t, q in VARIANTS])
+def any_root(request: pytest.FixtureRequest, converted: Callable[[str, str], Path]) -> Path:
+    """Each compacted variant in turn: what holds for every format."""
+    return converted(*request.param)
+
+
+@pytest.fixture(scope="module")
+def root(converted: Callable[[str, str], Path]) -> Path:
+    """jetson fp16, for what does not depend on the format (golden files, calibration, the switcher)."""
+    return converted("jetson", "fp16")
 
 
 def stored_bytes(bundle: Path) -> int:
     return sum(f.stat().st_size for f in bundle.iterdir() if f.is_file() and not f.name.startswith("."))
 
 
-def test_compact_bundle_keeps_one_weight_set_and_rebuilds_the_verified_bytes(root: Path) -> None:
-    compact, full = read_manifest(root / "compact"), read_manifest(root / "full")
+def test_compact_bundle_keeps_one_weight_set_and_rebuilds_the_verified_bytes(any_root: Path) -> None:
+    compact, full = read_manifest(any_root / "compact"), read_manifest(any_root / "full")
     assert [(a.id, a.file, a.sha256, a.bytes) for a in compact.artefacts] == \
         [(a.id, a.file, a.sha256, a.bytes) for a in full.artefacts]
     largest = compact.artefacts[-1]
-    assert largest.heads == 12 and largest.compact is None and (root / "compact" / largest.file).is_file()
+    assert largest.heads == 12 and largest.compact is None and (any_root / "compact" / largest.file).is_file()
     for a in compact.artefacts[:-1]:
-        assert a.compact is not None and not (root / "compact" / a.file).exists()
-        recipe = read_recipe(root / "compact" / a.compact.recipe)
+        assert a.compact is not None and not (any_root / "compact" / a.file).exists()
+        recipe = read_recipe(any_root / "compact" / a.compact.recipe)
         assert recipe.source.file == largest.file and recipe.source.sha256 == largest.sha256
-        assert recipe.skeleton.bytes < 0.1 * largest.bytes  # the weights come from the 12-head file
         assert a.notes["layout"].startswith("compact:")
-        data = rebuild(root / "compact", a)
+        data = rebuild(any_root / "compact", a)
         assert hashlib.sha256(data).hexdigest() == a.sha256
-        assert len(recipe.ranges) == len(tensor_map(data))  # every weight tensor of the artefact is a slice
-    assert stored_bytes(root / "compact") < 0.85 * stored_bytes(root / "full")
+        holes = {r.offset for r in recipe.ranges}
+        tensors = exporter(a.format).tensor_map(data)
+        # every float tensor but a few scalars (and per-channel scales, until int8 is nested) is a slice
+        assert {t.offset for t in tensors if t.dtype.kind == "f" and t.nbytes >= 64 and t.rows_of is None} <= holes
+        if "int8" not in a.id:  # every weight comes from the 12-head file
+            assert recipe.skeleton.bytes < 0.1 * largest.bytes
+    if "int8" not in largest.id:
+        assert stored_bytes(any_root / "compact") < 0.85 * stored_bytes(any_root / "full")
     # what deploy and calibrate push: the recipe, the skeleton and the source, never a missing full file
-    pushed = set(bundle_files(root / "compact", compact.artefacts[:1]))
+    pushed = set(bundle_files(any_root / "compact", compact.artefacts[:1]))
     h3 = compact.artefacts[0]
-    assert pushed == {h3.compact.recipe, read_recipe(root / "compact" / h3.compact.recipe).skeleton.file,
+    assert pushed == {h3.compact.recipe, read_recipe(any_root / "compact" / h3.compact.recipe).skeleton.file,
                       largest.file, h3.golden["file"], h3.golden["inputs_file"]}
 
 
@@ -100,17 +141,19 @@ def test_a_compact_bundle_stores_the_golden_inputs_once(root: Path) -> None:
         assert a.golden["tolerance"] == f.golden["tolerance"] and a.golden["inputs"] == f.golden["inputs"]
 
 
-def test_expand_writes_the_manifests_files_and_runs_like_the_dedicated_artefacts(root: Path, tmp_path: Path) -> None:
-    result = CliRunner().invoke(main, ["expand", "--bundle", str(root / "compact"), "--out", str(tmp_path / "files")])
+def test_expand_writes_the_manifests_files_and_runs_like_the_dedicated_artefacts(any_root: Path,
+                                                                                 tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["expand", "--bundle", str(any_root / "compact"),
+                                       "--out", str(tmp_path / "files")])
     assert result.exit_code == 0, result.output
-    manifest = read_manifest(root / "compact")
+    manifest = read_manifest(any_root / "compact")
     for a in manifest.artefacts:
         expanded = tmp_path / "files" / a.file
-        assert sha256(expanded) == a.sha256 == sha256(root / "full" / a.file)
-        data = rebuild(root / "compact", a) if a.compact else (root / "compact" / a.file).read_bytes()
+        assert sha256(expanded) == a.sha256 == sha256(any_root / "full" / a.file)
+        data = rebuild(any_root / "compact", a) if a.compact else (any_root / "compact" / a.file).read_bytes()
         assert data == expanded.read_bytes()
-        x = load_golden_pair(root / "compact", a.golden)["inputs"]
-        assert np.array_equal(load_bytes(data, a.file, format="onnx").run(x), load(root / "full" / a.file).run(x))
+        x = load_golden_pair(any_root / "compact", a.golden)["inputs"]
+        assert np.array_equal(load_bytes(data, a.file, format=a.format).run(x), load(any_root / "full" / a.file).run(x))
     expanded = read_manifest(tmp_path / "files")
     assert all(a.compact is None for a in expanded.artefacts)
     assert set(bundle_files(tmp_path / "files", expanded.artefacts)) == \
@@ -142,27 +185,54 @@ def _h3(bundle: Path) -> tuple:
     return manifest, a, read_recipe(bundle / a.compact.recipe)
 
 
-def _flip_skeleton(bundle: Path) -> str:
+def _piece(bundle: Path, which: str) -> Tuple[Path, int]:
+    """The h3 artefact's skeleton, recipe or source: its path and the size the bundle expects."""
     _, a, recipe = _h3(bundle)
-    path = bundle / recipe.skeleton.file
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    path.write_bytes(bytes(data))
-    return f"{path}: skeleton sha256"
+    if which == "recipe":
+        return bundle / a.compact.recipe, (bundle / a.compact.recipe).stat().st_size
+    piece = recipe.skeleton if which == "skeleton" else recipe.source
+    return bundle / piece.file, piece.bytes
 
 
-def _truncate_source(bundle: Path) -> str:
-    _, _, recipe = _h3(bundle)
-    path = bundle / recipe.source.file
-    path.write_bytes(path.read_bytes()[:-100])
-    return f"{path}: source artefact is {recipe.source.bytes - 100} bytes, the recipe says {recipe.source.bytes}"
+WHAT = {"skeleton": "skeleton", "recipe": "recipe", "source": "source artefact"}
 
 
-def _swap_skeleton(bundle: Path) -> str:
-    manifest, _, recipe = _h3(bundle)
-    other = read_recipe(bundle / manifest.artefacts[1].compact.recipe)
-    shutil.copyfile(bundle / other.skeleton.file, bundle / recipe.skeleton.file)
-    return f"{bundle / recipe.skeleton.file}: skeleton is {other.skeleton.bytes} bytes"
+def _flip(which: str) -> Callable[[Path], str]:
+    """One byte of the file changed, its size kept: only its sha256 tells."""
+    def tamper(bundle: Path) -> str:
+        path, _ = _piece(bundle, which)
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0x01
+        path.write_bytes(bytes(data))
+        return f"{path}: {WHAT[which]} sha256"
+    tamper.__name__ = f"flip_{which}"
+    return tamper
+
+
+def _truncate(which: str) -> Callable[[Path], str]:
+    def tamper(bundle: Path) -> str:
+        path, size = _piece(bundle, which)
+        path.write_bytes(path.read_bytes()[:-100])
+        return f"{path}: {WHAT[which]} sha256" if which == "recipe" else \
+            f"{path}: {WHAT[which]} is {size - 100} bytes, the recipe says {size}"
+    tamper.__name__ = f"truncate_{which}"
+    return tamper
+
+
+def _swap(which: str) -> Callable[[Path], str]:
+    """The h3 piece replaced by the h6 artefact's (for the source, which both share: by the h6 skeleton)."""
+    def tamper(bundle: Path) -> str:
+        manifest, _, _ = _h3(bundle)
+        path, size = _piece(bundle, which)
+        h6 = manifest.artefacts[1]
+        h6_recipe = read_recipe(bundle / h6.compact.recipe)
+        other = bundle / (h6.compact.recipe if which == "recipe" else h6_recipe.skeleton.file)
+        shutil.copyfile(other, path)
+        if which == "recipe" or other.stat().st_size == size:  # .tflite skeletons: the same size at every k
+            return f"{path}: {WHAT[which]} sha256"
+        return f"{path}: {WHAT[which]} is {other.stat().st_size} bytes, the recipe says {size}"
+    tamper.__name__ = f"swap_{which}"
+    return tamper
 
 
 def _range_beyond_source(bundle: Path) -> str:
@@ -189,13 +259,16 @@ def _change_manifest_sha(bundle: Path) -> str:
     return f"{bundle / a.compact.recipe}: artefact {a.file} rebuilt by the recipe sha256"
 
 
-@pytest.mark.parametrize("tamper", [_flip_skeleton, _truncate_source, _swap_skeleton, _range_beyond_source,
-                                    _change_manifest_sha])
-def test_tampering_is_one_line_naming_the_file_and_loads_nothing(root: Path, tmp_path: Path,
+TAMPER = [change(which) for change in (_flip, _truncate, _swap) for which in ("skeleton", "recipe", "source")]
+
+
+@pytest.mark.parametrize("tamper", [*TAMPER, _range_beyond_source, _change_manifest_sha],
+                         ids=lambda tamper: tamper.__name__.strip("_"))
+def test_tampering_is_one_line_naming_the_file_and_loads_nothing(any_root: Path, tmp_path: Path,
                                                                   tamper: Callable[[Path], str],
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     bundle = tmp_path / "b"
-    shutil.copytree(root / "compact", bundle)
+    shutil.copytree(any_root / "compact", bundle)
     expected = tamper(bundle)
     loaded: List[object] = []
     monkeypatch.setattr(engines, "load_bytes", lambda *a, **k: loaded.append(a))
@@ -208,6 +281,41 @@ def test_tampering_is_one_line_naming_the_file_and_loads_nothing(root: Path, tmp
     result = CliRunner().invoke(main, ["expand", "--bundle", str(bundle), "--out", str(tmp_path / "files")])
     assert result.exit_code == 1 and result.output.strip().endswith(str(e.value))
     assert not (tmp_path / "files" / read_manifest(bundle).artefacts[0].file).exists()
+
+
+def _quantised(w: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """Symmetric int8 per output row, as the converters quantise a linear weight [out, in]."""
+    scale = (np.abs(w).max(1) / 127).astype("<f4")
+    return np.round(w / scale[:, None]).astype(np.int8), scale
+
+
+@pytest.mark.parametrize("transposed", [False, True], ids=["out-in", "in-out"])
+def test_a_per_channel_scale_is_a_slice_through_the_rows_of_its_weight(transposed: bool) -> None:
+    """Nested int8: subnetwork k's int8 weight is the largest one's at k's rows and columns, and its scale
+    vector the largest one's at k's rows. A scale is no model parameter, so it is matched through the weight
+    it belongs to (on whichever axis the format keeps rows); a subnetwork quantised on its own (its own
+    scales) has no weight to take."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((6, 8)).astype(np.float32)
+    rows, cols = np.array([0, 1, 3, 4]), np.arange(3)  # two row runs, as qkv's three
+    index = lambda name, k: (rows, cols) if k == 2 else (slice(None), slice(None))  # noqa: E731
+    q, scale = _quantised(w)
+    layout = (lambda a: a.T) if transposed else (lambda a: a)  # noqa: E731
+
+    def artefact(q: np.ndarray, scale: np.ndarray) -> Tuple[bytes, List[Tensor]]:
+        stored = np.ascontiguousarray(layout(q))
+        return b"head" + stored.tobytes() + scale.tobytes() + b"tail", [
+            Tensor("w", 4, stored.shape, np.dtype("|i1")),
+            Tensor("w scale", 4 + stored.nbytes, scale.shape, np.dtype("<f4"), rows_of="w", axis=int(transposed))]
+
+    source, source_tensors = artefact(q, scale)
+    nested, tensors = artefact(q[np.ix_(rows, cols)], scale[rows])
+    done = compact(2, "k.bin", nested, tensors, "12.bin", source, source_tensors, 6, {"w": w}, index, "k.skeleton")
+    assert [r.offset for r in done.recipe.ranges] == [t.offset for t in tensors]
+    assert done.skeleton == b"headtail"
+    own, tensors = artefact(*_quantised(w[np.ix_(rows, cols)]))
+    with pytest.raises(ValueError, match="no weight of k.bin is a slice of 12.bin's"):
+        compact(2, "k.bin", own, tensors, "12.bin", source, source_tensors, 6, {"w": w}, index, "k.skeleton")
 
 
 @pytest.fixture(scope="module")
@@ -333,3 +441,19 @@ def test_a_golden_record_names_its_shared_inputs_with_their_sha256(root: Path, c
     change(doc["artefacts"][0]["golden"])
     with pytest.raises(HydraEdgeError, match=r"^manifest\.json: \$\.artefacts\[0\]\." + message.replace(".", r"\.")):
         Manifest.from_dict(doc)
+
+
+def test_a_tflite_over_2_gb_is_refused_in_one_line_naming_the_tensor(converted: Callable[[str, str], Path]) -> None:
+    """Above 2 GB LiteRT keeps buffers after the flatbuffer (Buffer.offset/size): the map refuses it, saying why
+    (conversion catches it and keeps the full files, with the line as the manifest's note)."""
+    from ai_edge_litert.tools import flatbuffer_utils
+
+    bundle = converted("rpi", "fp32") / "full"
+    model = flatbuffer_utils.convert_bytearray_to_object(bytearray((bundle / "vit_h3_tflite_fp32.tflite").read_bytes()))
+    big = max(range(len(model.buffers)), key=lambda i: len(model.buffers[i].data if model.buffers[i].data is not None
+                                                              else []))
+    model.buffers[big].data, model.buffers[big].offset, model.buffers[big].size = None, 2**31, 4096
+    data = bytes(flatbuffer_utils.convert_object_to_bytearray(model))
+    with pytest.raises(ValueError, match=r"^tensor subgraph 0 tensor \d+: its data lies outside the flatbuffer "
+                                         r"\(a model over 2 GB\); hydra-edge compacts only"):
+        exporter("tflite").tensor_map(data)

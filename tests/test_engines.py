@@ -132,3 +132,22 @@ def test_a_device_with_only_tflite_runtime_is_refused_up_front(tmp_path: Path) -
     done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[1])
     assert done.returncode != 0 and "HydraEdgeError: this device lacks the Python package(s) ai-edge-litert" in done.stderr
     assert "tflite-runtime cannot run these artefacts" in done.stderr and "'ai-edge-litert>=2.3.0'" in done.stderr
+
+
+@pytest.mark.parametrize("fmt", ["executorch", "tflite"])
+def test_an_engine_loaded_from_bytes_keeps_them_alive_and_runs_like_the_file(subnet, images, tmp_path: Path,
+                                                                             fmt: str) -> None:
+    """The runtimes read a model given as bytes in place (executorch keeps no copy of its own): the engine
+    must keep them. A fresh process loads a bytearray of the file, drops every reference of its own, churns
+    the heap, then runs; a crash (SIGSEGV) or other outputs than the file's fail here."""
+    path = _export(subnet, fmt, "int8-dynamic", images, tmp_path)
+    np.save(tmp_path / "x.npy", images)
+    code = (
+        "import gc, sys, numpy as np; from hydra_edge.runtime.engines import load, load_bytes;"
+        f"x = np.load(r'{tmp_path / 'x.npy'}'); data = bytearray(open(r'{path}', 'rb').read());"
+        f"engine = load_bytes(data, r'{path.name}'); del data; gc.collect();"
+        "junk = [bytes([i % 251]) * 4096 for i in range(20000)];"
+        f"assert np.array_equal(engine.run(x), load(r'{path}').run(x)); print('same outputs')"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[1])
+    assert done.returncode == 0 and "same outputs" in done.stdout, (done.returncode, done.stderr[-1500:])

@@ -3,15 +3,21 @@
 Format-agnostic: a format only supplies a *tensor map* of its files (where each weight tensor's raw
 bytes start, its shape and numpy dtype; ``<format>.tensor_map``). Which part of a weight subnetwork
 k uses comes from ``slicing.weight_index``; which source tensor holds which model parameter is
-found by value (an exporter may rename weights, e.g. ONNX's ``onnx::MatMul_205``), in either the
-parameter's layout or transposed (ONNX stores MatMul weights as [in, out]). A destination tensor
-becomes a hole only if the slice's bytes equal its bytes, and the whole recipe is kept only if
-``runtime.rebuild`` gives back the artefact byte for byte.
+found by value (an exporter may rename weights, e.g. ONNX's ``onnx::MatMul_205``), in any order of
+the parameter's axes (ONNX stores MatMul weights as [in, out], LiteRT a conv as [O, kh, kw, I]).
+
+Quantised weights are not parameters: an integer tensor with a per-row scale in the map is
+identified by its dequantised values (within half a step of the parameter). A per-row tensor
+(scale, zero point: ``Tensor.rows_of``) is a function of its weight's rows, so it follows the
+weight it belongs to: subnetwork k's scales are the largest artefact's at k's rows when the
+quantisation is nested. A destination tensor becomes a hole only if the slice's bytes equal its
+bytes, and the whole recipe is kept only if ``runtime.rebuild`` gives back the artefact byte for byte.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -29,6 +35,10 @@ class Tensor:
     offset: int
     shape: tuple[int, ...]
     dtype: np.dtype
+    # a 1-D tensor with one value per index of axis ``axis`` of the tensor named ``rows_of``: a per-channel
+    # scale or zero point of a quantised weight
+    rows_of: str | None = None
+    axis: int = 0
 
     @property
     def nbytes(self) -> int:
@@ -43,12 +53,13 @@ class Tensor:
 class Source:
     """A source tensor identified as (a layout of) a model parameter's slice at the largest head count.
 
-    ``positions[a]``: for axis ``a`` of the tensor, the parameter's index along the matching axis.
+    For axis ``a`` of the tensor, ``axes[a]`` is the parameter's axis it runs along and ``positions[a]``
+    the parameter's index at each step (a per-row tensor has one axis: its weight's rows).
     """
 
     tensor: Tensor
-    name: str  # the model parameter it holds
-    transposed: bool
+    name: str  # the model parameter it holds (or whose rows it describes)
+    axes: tuple[int, ...]
     positions: tuple[np.ndarray, ...]
 
 
@@ -67,35 +78,65 @@ def _spans(relative: np.ndarray) -> list[tuple[int, int]]:
     return [(int(run[0]), int(run[-1]) + 1) for run in np.split(relative, breaks)]
 
 
-def _holds(values: np.ndarray, param: np.ndarray) -> bool:
-    """``values`` are ``param`` stored in their dtype: equal up to its rounding.
+def _equal(values: np.ndarray, param: np.ndarray, step: np.ndarray | None) -> bool:
+    """``values`` are ``param`` stored in their dtype: equal up to its rounding (``step``: a quantised
+    tensor's per-element scale, its values dequantised; then within half a step).
 
     Not bitwise: a converter may round its own way (ONNX's fp16 conversion lifts values below fp16's
-    smallest subnormal to it). Only which parameter a tensor holds is decided here; a hole is made
-    only where the artefacts' own bytes agree (``plan_ranges``).
+    smallest subnormal to it; LiteRT rounds ties away from zero). Only which parameter a tensor holds
+    is decided here; a hole is made only where the artefacts' own bytes agree (``plan_ranges``).
     """
-    if values.shape != param.shape:
-        return False
-    corner = tuple(slice(0, 4) for _ in values.shape)  # most candidates differ here: skip the full compare
-    return _equal(values[corner], param[corner]) and _equal(values, param)
-
-
-def _equal(values: np.ndarray, param: np.ndarray) -> bool:
+    if step is not None:
+        return bool((np.abs(values - param) <= 0.5 * step * (1 + 1e-3) + 1e-12).all())
     if not np.issubdtype(values.dtype, np.floating):
         return np.array_equal(param.astype(values.dtype), values)
     return np.allclose(values.astype(np.float32), param, rtol=float(np.finfo(values.dtype).eps), atol=1e-6)
 
 
-def _layouts(values: np.ndarray, sliced: np.ndarray, positions: list[np.ndarray]) -> Iterator[tuple[bool, tuple]]:
-    """(transposed, positions per axis of ``values``) for each layout in which ``values`` hold the slice."""
-    for transposed, view, where in ((False, sliced, positions), (True, sliced.T, positions[::-1])):
-        if _holds(values, view):
-            yield transposed, tuple(where)
+def _holds(values: np.ndarray, param: np.ndarray, step: np.ndarray | None) -> bool:
+    if values.shape != param.shape:
+        return False
+    corner = tuple(slice(0, 4) for _ in values.shape)  # most candidates differ here: skip the full compare
+    return (_equal(values[corner], param[corner], None if step is None else step[corner])
+            and _equal(values, param, step))
+
+
+def _layouts(values: np.ndarray, step: np.ndarray | None, sliced: np.ndarray,
+             positions: list[np.ndarray]) -> Iterator[tuple[tuple[int, ...], tuple]]:
+    """(parameter axis per tensor axis, positions per tensor axis) for each order of the parameter's axes
+    in which ``values`` hold the slice."""
+    for axes in itertools.permutations(range(sliced.ndim)):
+        if tuple(sliced.shape[a] for a in axes) == values.shape and _holds(values, sliced.transpose(axes), step):
+            yield axes, tuple(positions[a] for a in axes)
+
+
+def _per_row(tensor: Tensor, row: Tensor, data: bytes) -> np.ndarray:
+    """``row``'s values shaped to broadcast along its axis of ``tensor``."""
+    shape = [1] * len(tensor.shape)
+    shape[row.axis] = -1
+    return row.array(data).reshape(shape)
+
+
+def _dequantised(t: Tensor, rows: Sequence[Tensor], data: bytes) -> tuple[np.ndarray, np.ndarray | None]:
+    """A tensor's values as the model sees them, and for a quantised one its step per element.
+
+    An integer tensor with a floating per-row tensor (its scale) is dequantised with it, less an
+    integer per-row tensor (its zero point) if the map has one.
+    """
+    values = t.array(data)
+    scales = [r for r in rows if np.issubdtype(r.dtype, np.floating) and r.shape == (t.shape[r.axis],)]
+    if not np.issubdtype(t.dtype, np.integer) or len(scales) != 1:
+        return values, None
+    scale = _per_row(t, scales[0], data).astype(np.float32)
+    zero = [r for r in rows if np.issubdtype(r.dtype, np.integer) and r.shape == (t.shape[r.axis],)]
+    shifted = values.astype(np.float32) - (_per_row(t, zero[0], data) if zero else 0)
+    return shifted * scale, np.broadcast_to(scale, values.shape)
 
 
 def identify(tensors: Iterable[Tensor], data: bytes, params: Mapping[str, np.ndarray],
              index: Callable[[str, int], tuple], heads: int) -> list[Source]:
-    """Every (tensor, parameter, layout) in which a tensor of the ``heads`` artefact equals a parameter's slice.
+    """Every (tensor, parameter, layout) in which a tensor of the ``heads`` artefact equals a parameter's slice,
+    and every per-row tensor of such a tensor (on the parameter's axis its rows run along).
 
     Equal values (zero biases, unit norms of an untrained model) give several sources for one tensor;
     ``plan_ranges`` takes the first whose slice has the destination's bytes.
@@ -104,11 +145,20 @@ def identify(tensors: Iterable[Tensor], data: bytes, params: Mapping[str, np.nda
     for name, p in params.items():
         pos = _positions(index(name, heads), p.shape)
         sliced[name] = (p[np.ix_(*pos)], pos)
+    tensors = list(tensors)
+    rows: dict[str, list[Tensor]] = {}
+    for t in tensors:
+        if t.rows_of is not None:
+            rows.setdefault(t.rows_of, []).append(t)
     found = []
     for t in tensors:
-        values = t.array(data)
-        found += [Source(t, name, transposed, where) for name, (s, pos) in sliced.items()
-                  for transposed, where in _layouts(values, s, pos)]
+        if t.rows_of is not None:
+            continue
+        values, step = _dequantised(t, rows.get(t.name, []), data)
+        for name, (s, pos) in sliced.items():
+            for axes, where in _layouts(values, step, s, pos):
+                found.append(Source(t, name, axes, where))
+                found += [Source(r, name, (axes[r.axis],), (where[r.axis],)) for r in rows.get(t.name, [])]
     return found
 
 
@@ -128,13 +178,15 @@ def plan_ranges(dest: Iterable[Tensor], dest_data: bytes, sources: Sequence[Sour
                 heads: int) -> list[Range]:
     """A range for each destination tensor whose bytes equal a slice of a source tensor, ordered by offset."""
     ranges = []
+    positions: dict[str, list[np.ndarray]] = {}
     for t in dest:
         want = dest_data[t.offset:t.offset + t.nbytes]
         for s in sources:
             if s.tensor.dtype != t.dtype or len(s.tensor.shape) != len(t.shape):
                 continue
-            pos = _positions(index(s.name, heads), params_shape[s.name])
-            spans = _relative(pos[::-1] if s.transposed else pos, s.positions)
+            if s.name not in positions:
+                positions[s.name] = _positions(index(s.name, heads), params_shape[s.name])
+            spans = _relative([positions[s.name][a] for a in s.axes], s.positions)
             if spans is None or tuple(sum(b - a for a, b in ax) for ax in spans) != t.shape:
                 continue
             r = Range(offset=t.offset, source_offset=s.tensor.offset, dtype=t.dtype.str,
@@ -180,6 +232,6 @@ def compact(heads: int, artefact: str, data: bytes, tensors: Sequence[Tensor], s
     skeleton = skeleton_of(data, ranges)
     recipe = Recipe(heads=heads, artefact=artefact, skeleton=_piece(skeleton_file, skeleton),
                     source=_piece(source_file, source_data), ranges=ranges)
-    if splice(skeleton, source_data, recipe.ranges, recipe.rebuilt_bytes()) != data:
+    if splice(skeleton, source_data, recipe.ranges) != data:
         raise ValueError(f"rebuilding {artefact} from its skeleton and {source_file} does not give its bytes")
     return Compacted(skeleton, recipe)

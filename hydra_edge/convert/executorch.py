@@ -58,3 +58,106 @@ def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: d
         "int8-static": "PT2E: int8 per-channel weights, static int8 activations from train-split images",
     }
     return {"scheme": schemes[quant], "delegate": "XNNPACK"}
+
+
+# A .pte keeps the XNNPACK delegates' constants in the program's named data (one segment per unique
+# constant, keyed by its sha256) and the constants left to portable kernels (LayerNorm, cls token,
+# position embedding) in its constant segment. The delegate graphs (XNNGraph flatbuffers) say each
+# named constant's dtype, shape and per-channel scale.
+_SCALAR_TYPES = {0: "|u1", 1: "|i1", 2: "<i2", 3: "<i4", 4: "<i8", 5: "<f2", 6: "<f4", 7: "<f8"}  # exir ScalarType
+_XNN_TYPES = {"fp32": "<f4", "fp16": "<f2", "qint8": "|i1", "quint8": "|u1", "qint32": "<i4", "qcint8": "|i1",
+              "qcint32": "<i4", "int32": "<i4"}  # XNNDatatype without its "xnn_datatype_" prefix
+_NAMED = 2**64 - 1  # ConstantDataOffset.offset of a constant stored in the program's named data
+
+
+def _xnn_graph(blob: bytes) -> Any:
+    """A delegate payload's XNNGraph, read with executorch's own schema, flatc and dataclasses."""
+    import importlib.resources
+    import json
+    import tempfile
+
+    from executorch.backends.xnnpack.serialization.xnnpack_graph_schema import XNNGraph
+    from executorch.backends.xnnpack.serialization.xnnpack_graph_serialize import XNNHeader
+    from executorch.exir._serialize._dataclass import _json_to_dataclass
+    from executorch.exir._serialize._flatbuffer import _flatc_decompile
+
+    header = XNNHeader.from_bytes(blob[:XNNHeader.EXPECTED_LENGTH])
+    schema = importlib.resources.files("executorch.backends.xnnpack.serialization") / "schema.fbs"
+    with tempfile.TemporaryDirectory(prefix="hydra-xnn-") as tmp, importlib.resources.as_file(schema) as fbs:
+        graph = Path(tmp) / "graph.bin"
+        graph.write_bytes(blob[header.flatbuffer_offset:header.flatbuffer_offset + header.flatbuffer_size])
+        _flatc_decompile(tmp, str(fbs), str(graph), ["--raw-binary"])
+        return _json_to_dataclass(json.loads((Path(tmp) / "graph.json").read_text()), XNNGraph), header
+
+
+def _delegate_tensors(data: bytes, blob_at: int, size: int, named: dict[str, int]) -> list[Any]:
+    """The constants one XNNPACK delegate reads: weights, and each per-channel scale as a per-row tensor."""
+    from executorch.backends.xnnpack.serialization.xnnpack_graph_schema import (
+        PerChannelQuant,
+        XNNQuantizedTensorValue,
+    )
+
+    from .compact import Tensor
+
+    graph, header = _xnn_graph(data[blob_at:blob_at + size])
+    constants = graph.constant_data
+
+    def where(idx: int) -> tuple[str, int]:
+        c = constants[idx]
+        if c.offset == _NAMED:
+            return c.named_key, named[c.named_key]
+        return f"{blob_at}+{c.offset}", blob_at + header.constant_data_offset + c.offset
+
+    out = []
+    for value in graph.xvalues:
+        v = value.xvalue_union
+        t = v.tensor_value if isinstance(v, XNNQuantizedTensorValue) else v
+        dtype = _XNN_TYPES.get(t.datatype.name.replace("xnn_datatype_", ""))
+        if not t.constant_buffer_idx or dtype is None:
+            continue
+        name, offset = where(t.constant_buffer_idx)
+        out.append(Tensor(name, offset, tuple(t.dims), np.dtype(dtype)))
+        q = v.quant_params if isinstance(v, XNNQuantizedTensorValue) else None
+        if isinstance(q, PerChannelQuant) and q.scale_buffer_idx > 0:
+            scale, at = where(q.scale_buffer_idx)
+            out.append(Tensor(scale, at, (q.num_scales,), np.dtype("<f4"), rows_of=name, axis=q.channel_dim))
+    return out
+
+
+def tensor_map(data: bytes) -> list[Any]:
+    """Where each constant's raw bytes lie in an XNNPACK ``.pte`` file's bytes (for compaction).
+
+    Read with executorch's own deserialisers: the program flatbuffer gives the segments, the named
+    data and the constant segment; each delegate's XNNGraph gives its constants' dtypes and shapes.
+    A constant shared by several delegates (they are keyed by content) is listed once.
+    """
+    from executorch.exir._serialize._flatbuffer_program import _flatbuffer_to_program
+    from executorch.exir._serialize._program import _get_extended_header
+    from executorch.exir.schema import DataLocation, Tensor as EValueTensor
+
+    from .compact import Tensor
+
+    header = _get_extended_header(data)
+    if header is None or not header.is_valid():
+        raise ValueError("no extended header: the .pte keeps no segments to compact")
+    program = _flatbuffer_to_program(data[:header.program_size])
+    segments = [(header.segment_base_offset + s.offset, s.size) for s in program.segments]
+    named = {n.key: segments[n.segment_index][0] for n in program.named_data or []}
+    tensors = []
+    for plan in program.execution_plan:
+        for delegate in plan.delegates:
+            if delegate.processed.location != DataLocation.SEGMENT:
+                raise ValueError(f"delegate {delegate.id}: payload kept inline, not in a segment")
+            tensors += _delegate_tensors(data, *segments[delegate.processed.index], named)
+        constant = program.constant_segment
+        for value in plan.values:
+            t = value.val
+            if (isinstance(t, EValueTensor) and t.data_buffer_idx > 0 and t.allocation_info is None
+                    and int(t.scalar_type) in _SCALAR_TYPES and list(t.dim_order) == sorted(t.dim_order)):
+                offset = segments[constant.segment_index][0] + constant.offsets[t.data_buffer_idx]
+                tensors.append(Tensor(f"constant{t.data_buffer_idx}", offset, tuple(t.sizes),
+                                      np.dtype(_SCALAR_TYPES[int(t.scalar_type)])))
+    unique: dict[int, Any] = {}
+    for t in tensors:
+        unique.setdefault(t.offset, t)
+    return sorted(unique.values(), key=lambda t: t.offset)

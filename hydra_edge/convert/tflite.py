@@ -51,3 +51,53 @@ def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: d
     edge.export(str(path))
     return {"scheme": "PT2E dynamic-range: int8 per-channel weights, int8 activations per inference"
             if quant != "fp32" else "float32"}
+
+
+# TensorType -> numpy dtype string, for the types a converted ViT stores (schema.fbs)
+_TYPES = {0: "<f4", 1: "<f2", 2: "<i4", 3: "|u1", 4: "<i8", 7: "<i2", 9: "|i1", 10: "<f8"}
+# vtable slots (schema.fbs field id * 2 + 4): Buffer.data, QuantizationParameters.scale / .zero_point
+_DATA, _SCALE, _ZERO_POINT = 4, 8, 10
+
+
+def _vector(table: Any, slot: int) -> tuple[int, int] | None:
+    """(byte offset, length) of a flatbuffer table's vector field, None when absent."""
+    at = table.Offset(slot)
+    return (table.Vector(at), table.VectorLen(at)) if at else None
+
+
+def tensor_map(data: bytes) -> list[Any]:
+    """Where each constant's raw bytes lie in a ``.tflite`` file's bytes (for compaction).
+
+    Read from the flatbuffer with the schema ai-edge-litert ships (no TensorFlow): every tensor
+    whose buffer holds data, and a quantised tensor's per-channel scale and zero-point vectors as
+    per-row tensors of it. A buffer shared by several tensors is listed once.
+    """
+    from ai_edge_litert import schema_py_generated as fb
+
+    from .compact import Tensor
+
+    model = fb.Model.GetRootAs(data, 0)
+    tensors: dict[int, Any] = {}
+    for g in range(model.SubgraphsLength()):
+        graph = model.Subgraphs(g)
+        for i in range(graph.TensorsLength()):
+            t = graph.Tensors(i)
+            buffer = model.Buffers(t.Buffer())
+            name = f"subgraph {g} tensor {i}"  # its own name is the converter's trace, not the weight's
+            if buffer.Offset() > 1:
+                raise ValueError(f"tensor {name}: its data lies outside the flatbuffer (a model over 2 GB); "
+                                 "hydra-edge compacts only models whose buffers are inline")
+            span = _vector(buffer._tab, _DATA)
+            if span is None or not span[1] or t.Type() not in _TYPES or span[0] in tensors:
+                continue
+            shape = tuple(int(d) for d in t.ShapeAsNumpy()) if t.ShapeLength() else ()
+            tensors[span[0]] = Tensor(name, span[0], shape, np.dtype(_TYPES[t.Type()]))
+            q = t.Quantization()
+            if q is None or not shape or q.ScaleLength() != shape[q.QuantizedDimension()]:
+                continue
+            for slot, what, dtype in ((_SCALE, "scale", "<f4"), (_ZERO_POINT, "zero point", "<i8")):
+                rows = _vector(q._tab, slot)
+                if rows is not None and rows[0] not in tensors:
+                    tensors[rows[0]] = Tensor(f"{name} {what}", rows[0], (rows[1],), np.dtype(dtype),
+                                              rows_of=name, axis=q.QuantizedDimension())
+    return sorted(tensors.values(), key=lambda t: t.offset)

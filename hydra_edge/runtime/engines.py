@@ -10,6 +10,7 @@ exporter for a format by the same name (``hydra_edge.convert.<name>``).
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import importlib.util
 import shlex
@@ -81,13 +82,20 @@ def _load_onnx(model: Model, threads: int) -> Step:
 def _load_pte(model: Model, threads: int) -> Step:
     # executorch's Python bindings take and return torch tensors, so this one engine needs torch
     # (executorch.runtime imports it anyway); the conversion to numpy stays at this boundary.
-    import torch
     from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
     from executorch.runtime import Runtime
 
     _unsafe_reset_threadpool(threads)
-    method = Runtime.get().load_program(model if isinstance(model, bytes) else str(model)).load_method("forward")
-    return lambda x: method.execute([torch.from_numpy(x)])[0].numpy()
+    program = Runtime.get().load_program(model if isinstance(model, bytes) else str(model))
+    # A program loaded from bytes reads them in place, and only the Program holds them: the step keeps
+    # it (and so the bytes) for as long as its method runs; a method outliving it crashes the process.
+    return functools.partial(_run_pte, program, program.load_method("forward"))
+
+
+def _run_pte(program: Any, method: Any, x: np.ndarray) -> np.ndarray:
+    import torch
+
+    return method.execute([torch.from_numpy(x)])[0].numpy()
 
 
 # tflite-runtime 2.14.0 is its last release. It refuses the artefacts the PT2E dynamic-range path
@@ -122,9 +130,14 @@ def load(path: str | Path, threads: int = 1, format: str | None = None) -> Engin
     return _engine(path, path, fmt, threads)
 
 
-def load_bytes(data: bytes, name: str | Path, threads: int = 1, format: str | None = None) -> Engine:
-    """Load an artefact's bytes (rebuilt in memory) into its runtime; ``name`` is the file they are."""
-    return _engine(data, Path(name), _format(format, name), threads)
+def load_bytes(data: bytes | bytearray | memoryview, name: str | Path, threads: int = 1,
+               format: str | None = None) -> Engine:
+    """Load an artefact's bytes (rebuilt in memory) into its runtime; ``name`` is the file they are.
+
+    The runtimes take only ``bytes`` (ai-edge-litert's ``model_content`` refuses a bytearray, and
+    executorch copies one), so anything else is made ``bytes`` here, once.
+    """
+    return _engine(data if isinstance(data, bytes) else bytes(data), Path(name), _format(format, name), threads)
 
 
 def _format(name: str | None, path: str | Path) -> Format:

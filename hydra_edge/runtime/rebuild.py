@@ -13,8 +13,9 @@ import hashlib
 import mmap
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -30,10 +31,13 @@ if TYPE_CHECKING:
 FIX = "re-push the bundle or re-run hydra-edge convert"
 
 
-def _checked(data: Any, path: Path, what: str, sha256: str) -> Any:
-    got = hashlib.sha256(data).hexdigest()
+def _same(got: str, path: Path, what: str, sha256: str) -> None:
     if got != sha256:
         raise HydraEdgeError(f"{path}: {what} sha256 is {got[:12]}..., expected {sha256[:12]}...; {FIX}")
+
+
+def _checked(data: Any, path: Path, what: str, sha256: str) -> Any:
+    _same(hashlib.sha256(data).hexdigest(), path, what, sha256)
     return data
 
 
@@ -115,29 +119,65 @@ def _fill(hole: np.ndarray, tensor: np.ndarray, index: List[List[Tuple[int, int]
         at += stop - start
 
 
-def slice_bytes(source: Union[bytes, mmap.mmap], r: Range) -> bytes:
-    """The range's spans of its source tensor, as C-order bytes."""
+def _gather(source: Union[bytes, mmap.mmap], r: Range) -> np.ndarray:
+    """The range's spans of its source tensor, copied into a new C-order array (never a view of the source:
+    a mapped file can change under a view after it was hashed)."""
     hole = np.empty([sum(stop - start for start, stop in spans) for spans in r.index], np.dtype(r.dtype))
     _fill(hole, _source_tensor(source, r), r.index)
-    return hole.tobytes()
+    return hole
 
 
-def splice(skeleton: bytes, source: Union[bytes, mmap.mmap], ranges: List[Range], total: int) -> bytes:
-    """The rebuilt file: skeleton bytes in order, each range's slice written straight into its hole."""
-    out = bytearray(total)
-    view = np.frombuffer(out, np.uint8)
+def slice_bytes(source: Union[bytes, mmap.mmap], r: Range) -> bytes:
+    """The range's spans of its source tensor, as C-order bytes."""
+    return _gather(source, r).tobytes()
+
+
+def _pieces(skeleton: bytes, source: Union[bytes, mmap.mmap], ranges: List[Range]) -> Iterator[Any]:
+    """The rebuilt file in order, as buffers no one else can change: skeleton runs and gathered slices."""
+    skeleton_view = memoryview(skeleton)
     read = 0  # next skeleton byte
     written = 0  # next output byte
     for r in ranges:
         gap = r.offset - written
-        out[written:r.offset] = skeleton[read:read + gap]
+        yield skeleton_view[read:read + gap]
         read += gap
-        shape = [sum(stop - start for start, stop in spans) for spans in r.index]
-        hole = view[r.offset:r.offset + r.hole_bytes()].view(np.dtype(r.dtype)).reshape(shape)
-        _fill(hole, _source_tensor(source, r), r.index)
+        yield memoryview(_gather(source, r).reshape(-1).view(np.uint8))
         written = r.offset + r.hole_bytes()
-    out[written:] = skeleton[read:]
-    return bytes(out)
+    yield skeleton_view[read:]
+
+
+def splice(skeleton: bytes, source: Union[bytes, mmap.mmap], ranges: List[Range]) -> bytes:
+    """The rebuilt file: skeleton bytes in order, each range's slice in its hole."""
+    return b"".join(_pieces(skeleton, source, ranges))
+
+
+HASH_BATCH = 1 << 20  # bytes handed to the hashing thread at a time: one hand-over costs as much as hashing 20 KB
+
+
+def _hash_all(digest: Any, pieces: List[Any]) -> None:
+    for piece in pieces:
+        digest.update(piece)
+
+
+def _splice_hashed(skeleton: bytes, source: Union[bytes, mmap.mmap], ranges: List[Range]) -> Tuple[bytes, str]:
+    """``splice`` and the sha256 of what it returns, hashed piece by piece on a second thread while the
+    next slices are gathered (hashlib and numpy's copies release the GIL). The pieces are private and
+    never change, so their hash is the hash of the bytes joined from them."""
+    digest = hashlib.sha256()
+    pieces: List[Any] = []
+    batch: List[Any] = []
+    batched = 0
+    with ThreadPoolExecutor(1, thread_name_prefix="rebuild-sha256") as hasher:  # one worker: in order
+        for piece in _pieces(skeleton, source, ranges):
+            pieces.append(piece)
+            batch.append(piece)
+            batched += piece.nbytes
+            if batched >= HASH_BATCH:
+                hasher.submit(_hash_all, digest, batch)
+                batch, batched = [], 0
+        hasher.submit(_hash_all, digest, batch)
+        data = b"".join(pieces)
+    return data, digest.hexdigest()
 
 
 def recipe_of(bundle: Union[str, Path], record: ArtefactRecord) -> Recipe:
@@ -158,9 +198,9 @@ def rebuild(bundle: Union[str, Path], record: ArtefactRecord) -> bytes:
     _check_ranges(recipe, bundle / record.compact.recipe)
     skeleton = _read_piece(bundle, recipe.skeleton, "skeleton")
     source = _map_source(bundle, recipe.source)
-    data = splice(skeleton, source, recipe.ranges, recipe.rebuilt_bytes())
-    return _checked(data, bundle / record.compact.recipe, f"artefact {record.file} rebuilt by the recipe",
-                    record.sha256)
+    data, got = _splice_hashed(skeleton, source, recipe.ranges)
+    _same(got, bundle / record.compact.recipe, f"artefact {record.file} rebuilt by the recipe", record.sha256)
+    return data
 
 
 def artefact_bytes(bundle: Union[str, Path], record: ArtefactRecord) -> bytes:
