@@ -44,7 +44,7 @@ from hydra_edge.calibrate.session import CalibrateOptions, Session, bundle_recor
 from hydra_edge.config import parse_heads, preset  # noqa: E402
 from hydra_edge.convert.manifest import read_manifest  # noqa: E402
 from hydra_edge.lut.command import make_lut  # noqa: E402
-from hydra_edge.lut.table import Point, pareto  # noqa: E402
+from hydra_edge.pareto import Point, pareto  # noqa: E402
 from hydra_edge.runtime.signals import percentile  # noqa: E402
 from hydra_edge.runtime.switcher import Switcher  # noqa: E402
 from hydra_edge.transport import open_transport  # noqa: E402
@@ -131,7 +131,7 @@ def trials(bundle: Path, shape: tuple[int, ...], prefetch: bool, n: int, seed: i
 def bench(args: argparse.Namespace) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     heads = parse_heads(args.heads, preset(args.preset).num_heads)
-    full, compact = bundles(args, heads)
+    full, compact = bundles(args, heads, args.target, args.quant)
     work = full.parent
     load_before = os.getloadavg()[0]
     calibrations = {"full": calibrate_here(full, args.runs, args.threads, work)}

@@ -16,13 +16,13 @@ from hydra_edge.records.recipe import read_recipe
 
 def test_demo_runs_the_whole_pipeline_on_a_compact_bundle_and_resumes(tmp_path: Path) -> None:
     args = ["demo", "--out", str(tmp_path), "--epochs", "2", "--heads", "3,12", "--runs", "3", "--images", "2",
-            "--jobs", "1", "--target", "jetson"]
+            "--jobs", "1"]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     assert (tmp_path / "run" / "accuracy.png").is_file()
     bundle = tmp_path / "bundle"
     small, large = read_manifest(bundle).artefacts
-    assert (small.heads, large.heads) == (3, 12) and small.format == large.format == "onnx"
+    assert (small.heads, large.heads) == (3, 12) and small.format == large.format == "tflite"
     # one weight set: the 12-head file whole; 3 heads as skeleton + recipe, its own file never written
     assert large.compact is None and (bundle / large.file).is_file() and not (bundle / small.file).exists()
     recipe = read_recipe(bundle / small.compact.recipe)

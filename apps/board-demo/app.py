@@ -67,12 +67,14 @@ def folder_images(folder: Path, img_size: int, in_chans: int, classes: Optional[
 
 
 def camera_images(index: int, img_size: int, in_chans: int) -> Iterator[Sample]:
-    """Frames from an OpenCV camera, resized and normalised like the folder images."""
+    """Frames from an OpenCV camera, through the same evaluation transform as the folder images."""
     try:
         import cv2
     except ImportError:
         raise HydraEdgeError("--camera needs OpenCV: pip install opencv-python-headless") from None
-    from hydra_edge.runtime.preprocess import normalise
+    from PIL import Image
+
+    from hydra_edge.runtime.preprocess import transform
 
     capture = cv2.VideoCapture(index)
     if not capture.isOpened():
@@ -82,7 +84,7 @@ def camera_images(index: int, img_size: int, in_chans: int) -> Iterator[Sample]:
         if not ok:
             return
         frame = cv2.cvtColor(frame, cv2.COLOR_BGR2GRAY if in_chans == 1 else cv2.COLOR_BGR2RGB)
-        yield normalise(cv2.resize(frame, (img_size, img_size)), in_chans), None
+        yield transform(Image.fromarray(frame), img_size, in_chans), None
 
 
 class SimulatedBoard:

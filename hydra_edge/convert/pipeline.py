@@ -67,7 +67,7 @@ class ConvertOptions:
     optional: bool = False  # also convert the target's optional variants
     force: bool = False  # re-convert even unchanged artefacts
     wait: bool = True  # wait while another run holds the bundle (else stop, naming it)
-    layout: str = "full"  # "compact": one weight set per variant (convert.layout)
+    layout: str = "compact"  # one weight set per variant (convert.layout); "full": a file per artefact
     ema: bool = True  # the checkpoint's EMA weights when it has them (checkpoint.weights_entry)
 
 
