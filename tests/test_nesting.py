@@ -149,8 +149,10 @@ def test_manifest_records_nested_against_per_subnetwork_top1(model: HydraViT, ch
         n = a.nesting
         assert n.nested and n.images == a.accuracy["images"] == 360 and n.max_cost_pp == 0.3
         assert n.cost_pp == round(n.top1_per_subnetwork - n.top1_nested, 4) <= 0.3
+        assert 10 < n.sqnr_db_nested < 100 and 10 < n.sqnr_db_per_subnetwork < 100  # int8 noise: small, not none
         if a.heads == 12:  # the largest head count's scales are its own: nothing to measure
             assert n.top1_nested == n.top1_per_subnetwork and n.cost_pp == 0
+            assert n.sqnr_db_nested == n.sqnr_db_per_subnetwork
     # a stricter bound than nesting can meet: quantised on its own, and the manifest says so
     result = convert(ConvertOptions(checkpoint=checkpoint, target=str(tmp_path / "never.toml"), out=tmp_path / "b",
                                     heads="3"))
@@ -188,3 +190,24 @@ def test_a_classifier_per_head_count_keeps_its_own_ranges(tmp_path: Path) -> Non
                                 model.subnetwork(3)) for flag in (True, False))
     assert nested["head.weight"][1].tobytes() == own["head.weight"][1].tobytes()
     assert nested["blocks.0.attn.qkv.weight"][1].tobytes() != own["blocks.0.attn.qkv.weight"][1].tobytes()
+
+
+def test_without_labels_one_flipped_image_is_resolution_with_labels_it_is_a_cost(
+        model: HydraViT, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On 8 unlabelled inputs one flipped arg-max is 12.5 p.p. of agreement: the measurement's
+    resolution, so it does not veto nesting; the same flip against labels is a top-1 cost and does."""
+    from hydra_edge.convert import nesting
+    from hydra_edge.convert.verify import EvalSet
+
+    sub, images = model.subnetwork(3), _images()
+    ranges = nested_ranges(model.named_parameters(), 3, functools.partial(weight_index, cfg=model.config, k=3))
+    reference = np.eye(10, dtype=np.float32)[np.arange(8)] * 5  # image i's logits point at class i
+    one_flipped = reference.copy()
+    one_flipped[0] = np.roll(one_flipped[0], 1)
+    outputs = iter([reference, one_flipped] * 2)  # per-subnetwork scales first, then nested: per call of measure
+    monkeypatch.setattr(nesting, "fake_quant_logits", lambda *args, **kwargs: next(outputs))
+    unlabelled = nesting.measure(sub, ranges, EvalSet(images, None, "random"), reference, 0.3)
+    assert (unlabelled.cost_pp, unlabelled.nested, unlabelled.top1_nested) == (12.5, True, None)
+    assert unlabelled.sqnr_db_per_subnetwork is None and unlabelled.sqnr_db_nested < 10
+    labelled = nesting.measure(sub, ranges, EvalSet(images, np.arange(8), "held-out"), reference, 0.3)
+    assert (labelled.cost_pp, labelled.nested, labelled.top1_nested) == (12.5, False, 87.5)

@@ -113,7 +113,10 @@ def measure(sub: torch.nn.Module, nested: Ranges, evalset: EvalSet, reference: n
             max_cost_pp: float) -> Nesting:
     """Held-out top-1 of ``sub`` with nested vs its own weight scales, and whether to nest.
 
-    Without labels the measure is agreement with the fp32 subnetwork's top-1.
+    Without labels the measure is agreement with the fp32 subnetwork's top-1, where one image is
+    ``100 / images`` p.p.: a bound tighter than that (0.3 p.p. on 8 random inputs) would turn one
+    flipped arg-max of a near tie into a decision, so the bound is widened by one image there. The
+    logits' SQNR against fp32 under both choices is recorded either way.
     """
     own_scales, nested_scales = both_scales(sub, nested)
     per_logits = fake_quant_logits(sub, own_scales, evalset.images)
@@ -124,8 +127,18 @@ def measure(sub: torch.nn.Module, nested: Ranges, evalset: EvalSet, reference: n
     acc = {key: None if evalset.labels is None else round(top1(out, evalset.labels), 4) for key, out in logits.items()}
     measured, unit = (acc, "top-1") if evalset.labels is not None else (agree, "agreement with fp32")
     cost = round(measured["per"] - measured["nested"], 4)
+    slack = 0.0 if evalset.labels is not None else 100.0 / max(1, len(evalset.images))
     return Nesting(
-        nested=cost <= max_cost_pp, basis=f"{BASIS}; cost in {unit}", images=len(evalset.images),
+        nested=cost <= max_cost_pp + slack, basis=f"{BASIS}; cost in {unit}", images=len(evalset.images),
         top1_nested=acc["nested"], top1_per_subnetwork=acc["per"],
         agreement_nested=agree["nested"], agreement_per_subnetwork=agree["per"], cost_pp=cost, max_cost_pp=max_cost_pp,
+        sqnr_db_nested=sqnr_db(nested_logits, reference), sqnr_db_per_subnetwork=sqnr_db(per_logits, reference),
     )
+
+
+def sqnr_db(out: np.ndarray, reference: np.ndarray) -> float | None:
+    """Signal-to-quantisation-noise ratio of ``out`` against the fp32 ``reference`` logits, in dB
+    (None when they are equal: no noise to measure)."""
+    out, reference = np.asarray(out, np.float64), np.asarray(reference, np.float64)
+    noise = float(np.sum((out - reference) ** 2))
+    return None if noise == 0 else round(float(10 * np.log10(np.sum(reference ** 2) / noise)), 3)

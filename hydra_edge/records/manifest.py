@@ -29,6 +29,7 @@ HINT = "re-run hydra-edge convert into a new folder"
 
 
 PointsPP = Annotated[float, Meta(ge=-100.0, le=100.0)]  # a difference of two percentages
+Decibels = Annotated[float, Meta(ge=-1000.0, le=1000.0)]
 
 
 class Tolerance(msgspec.Struct, forbid_unknown_fields=True):
@@ -107,6 +108,8 @@ class Nesting(msgspec.Struct, forbid_unknown_fields=True):
     agreement_per_subnetwork: Percent
     cost_pp: PointsPP
     max_cost_pp: PointsPP  # the target's ``nest_max_cost_pp`` (default 0.3); below 0, nesting must gain
+    sqnr_db_nested: Optional[Decibels] = None  # logits against fp32, both choices of scales
+    sqnr_db_per_subnetwork: Optional[Decibels] = None
 
 
 class ArtefactRecord(msgspec.Struct, forbid_unknown_fields=True):
