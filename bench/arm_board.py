@@ -60,7 +60,7 @@ BOARD_USER, ALIAS = "pi", "hydra-arm-board"
 BOARD_ETC = "etc/hydra-edge-board"  # the board's sshd config and host key, inside the userland
 EMULATED = ("Timings are of an emulated CPU (qemu-user on this host): evidence that the aarch64 wheels and "
             "the whole path work, not the speed of a Raspberry Pi or any other device.")
-console = Console(highlight=False)
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)  # a log file gets whole table rows
 
 
 def sh(argv: list[str], **kw: Any) -> subprocess.CompletedProcess:
@@ -194,12 +194,16 @@ class Board:
         return f"built {self.userland}"
 
     def mount(self) -> None:
-        """/proc and /dev (with /dev/pts) inside the userland, as a booted board has them."""
-        for kind, source, target in (("proc", "proc", "proc"), ("bind", "/dev", "dev"), ("bind", "/dev/pts", "dev/pts")):
+        """/proc, /sys (read-only) and /dev (with /dev/pts) inside the userland, as a booted board has them.
+
+        Without /sys the runtimes' CPU detection (XNNPACK's cpuinfo) complains on every start.
+        """
+        for argv, target in ((["-t", "proc", "proc"], "proc"), (["-t", "sysfs", "-o", "ro", "sysfs"], "sys"),
+                             (["--bind", "/dev"], "dev"), (["--bind", "/dev/pts"], "dev/pts")):
             path = self.userland / target
             if os.path.ismount(path):
                 continue
-            sh(["mount", "--bind", source, str(path)] if kind == "bind" else ["mount", "-t", "proc", "proc", str(path)])
+            sh(["mount", *argv, str(path)])
             self.later(f"mount {path}", lambda p=path: sh(["umount", str(p)]))
         self.later("every process left in the userland", self.stop_inside)
 
@@ -215,6 +219,7 @@ class Board:
         """A login user, the host's CA bundle for pip (a TLS-intercepting proxy), DNS; idempotent."""
         if subprocess.run(["chroot", str(self.userland), "id", BOARD_USER], capture_output=True).returncode:
             self.chroot("useradd", "-m", "-s", "/bin/bash", BOARD_USER)
+        self.chroot("usermod", "-p", "*", BOARD_USER)  # no password, yet not locked: sshd without PAM refuses locked
         ca = Path("/etc/ssl/certs/ca-certificates.crt")
         if ca.is_file():
             target = self.userland / "etc/ssl/certs/host-ca-certificates.crt"
@@ -302,7 +307,7 @@ class Stages:
             console.print(f"[{'green' if row['ok'] else 'red'}]{name}: {row['result']} ({row['seconds']} s)")
 
     def table(self) -> Table:
-        t = Table(title="hydra-edge on an emulated arm64 board", caption=EMULATED)
+        t = Table(title="hydra-edge on an emulated arm64 board")
         for col in ("stage", "wall s", "result"):
             t.add_column(col, justify="right" if col == "wall s" else "left")
         for r in self.rows:
@@ -335,8 +340,9 @@ def tflite_runtime_probe(board: Board, artefact: str) -> dict[str, str]:
                     "i = Interpreter(model_path=sys.argv[1]); i.allocate_tensors(); "
                     "print('tflite-runtime', tflite_runtime.__version__, 'loaded', sys.argv[1])")
             ran = t.run([f"{venv}/bin/python", "-c", load, artefact], check=False, timeout=1800)
-            said = [x for x in (ran.stdout + ran.stderr).splitlines() if x.strip()]
-            result["load"] = said[-1] if said else f"exit {ran.returncode}"
+            said = [x.strip() for x in (ran.stdout + ran.stderr).splitlines() if x.strip()]
+            # the interpreter's reason, not its closing "Registration failed."
+            result["load"] = next((x for x in said if "Didn't find op" in x), said[-1] if said else f"exit {ran.returncode}")
     return result
 
 
@@ -355,7 +361,8 @@ def main() -> None:
     work = Path(args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
     log = work / "arm_board.log"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+           "COLUMNS": str(console.width - 2)}  # the commands' tables fit in this script's indented output
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # killed: clean up as on Ctrl-C
     stages, report = Stages(), {"emulated": True, "note": EMULATED, "host_cpu": host_cpu(), "host": platform.node()}
     checkpoint, bundle, table = work / "run" / "checkpoint.pt", work / "bundle", work / "lut"
@@ -400,11 +407,7 @@ def main() -> None:
                     raise RuntimeError(f"head counts {bad} did not pass on the board: see {calibration}")
                 row["result"] = ", ".join(f"{r['heads']}h golden ok, p50 {r['latency']['p50_ms']:.1f} ms"
                                           for r in results) + " (emulated)"
-            with stages("board wheels") as row:
-                python = f"/home/{BOARD_USER}/hydra-edge/venv/bin/python"
-                report["board_wheels"] = pip_versions(board, python)
-                row["result"] = ", ".join(f"{n} {report['board_wheels'][n]}" for n in
-                                          ("ai-edge-litert", "numpy", "msgspec") if n in report["board_wheels"])
+            python = f"/home/{BOARD_USER}/hydra-edge/venv/bin/python"  # the venv --setup made
             with stages("lut") as row:
                 budget = demo_budget(bundle, calibration)
                 stream(cli("lut", "--bundle", bundle, "--calibration", calibration, "--budget-ms", budget,
@@ -420,6 +423,10 @@ def main() -> None:
                 if not answered:
                     raise RuntimeError("the app on the board printed no results")
                 row["result"] = "; ".join(x.strip() for x in answered)
+            with stages("board wheels") as row:
+                report["board_wheels"] = pip_versions(board, python)
+                row["result"] = ", ".join(f"{n} {report['board_wheels'][n]}" for n in
+                                          ("ai-edge-litert", "numpy", "msgspec", "pillow") if n in report["board_wheels"])
             with stages("scripted day (board app switches)") as row:
                 report["switches"] = scripted_day(board, python, images_per_step=3)
                 row["result"] = " -> ".join(str(e["to"]) for e in report["switches"]) + " heads"
@@ -471,6 +478,8 @@ def markdown(report: dict[str, Any]) -> str:
             f"Host: {report['host_cpu']}; {report.get('qemu', '')}; board: Debian {report.get('board_os', '?')} "
             f"{report.get('board_machine', '')}, {report.get('board_python', '')}\n\n"
             f"| stage | wall s | result |\n|---|---|---|\n{rows}\n\nBoard wheels: {wheels}\n"
+            + ("".join(f"\ntflite-runtime on the board, {k}: {v}\n" for k, v in report["tflite_runtime"].items())
+               if "tflite_runtime" in report else "")
             + (f"\nFailed: {report['failed']}\n" if report.get("failed") else ""))
 
 
