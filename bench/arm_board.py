@@ -57,9 +57,13 @@ BINFMT = Path("/proc/sys/fs/binfmt_misc")
 QEMU_RULE = Path("/usr/lib/binfmt.d/qemu-aarch64.conf")  # from qemu-user-static; flag F: works inside a chroot
 READY = ".hydra-edge-userland"  # written once debootstrap finished: a half-built userland is rebuilt
 BOARD_USER, ALIAS = "pi", "hydra-arm-board"
+# The CPU qemu emulates: a Raspberry Pi 5's Cortex-A76. qemu's default ("max": SVE2, SME, i8mm, ...) is
+# no Pi, and XNNPACK's kernels for it computed garbage under qemu 7.2 (docs/arm-board.md).
+CPU, CPU_PART = "cortex-a76", "0xd0b"
 BOARD_ETC = "etc/hydra-edge-board"  # the board's sshd config and host key, inside the userland
 EMULATED = ("Timings are of an emulated CPU (qemu-user on this host): evidence that the aarch64 wheels and "
             "the whole path work, not the speed of a Raspberry Pi or any other device.")
+BOARD_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "QEMU_CPU": CPU}  # what runs in the userland from here
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)  # a log file gets whole table rows
 
 
@@ -104,8 +108,9 @@ def stream(argv: list[str], log: Path, env: dict[str, str] | None = None, timeou
         with log.open("a") as f:
             f.write(f"$ {shown}\n" + "\n".join(lines) + "\n")
     if proc.returncode:
-        tail = "\n".join(lines[-15:])
-        raise RuntimeError(f"exit {proc.returncode}: {shown}\n{tail}")
+        said = [x.strip() for x in lines if x.strip()]
+        reason = next((x for x in reversed(said) if x.startswith("Error")), said[-1] if said else "no output")
+        raise RuntimeError(f"{reason} (exit {proc.returncode}; full output in {log})")
     return "\n".join(lines)
 
 
@@ -196,9 +201,18 @@ class Board:
     def mount(self) -> None:
         """/proc, /sys (read-only) and /dev (with /dev/pts) inside the userland, as a booted board has them.
 
-        Without /sys the runtimes' CPU detection (XNNPACK's cpuinfo) complains on every start.
+        qemu-user 7.2 shows the host's own /proc/cpuinfo to aarch64 programs; XNNPACK's CPU detection
+        (cpuinfo) reads it next to /sys and crashes on an x86 one, so the board gets a Cortex-A76's,
+        one entry per host CPU as /sys lists them. Without /sys, XNNPACK is not used at all.
         """
-        for argv, target in ((["-t", "proc", "proc"], "proc"), (["-t", "sysfs", "-o", "ro", "sysfs"], "sys"),
+        cpuinfo = self.keys / "cpuinfo"
+        self.keys.mkdir(parents=True, exist_ok=True)
+        cpuinfo.write_text("".join(
+            f"processor\t: {n}\nBogoMIPS\t: 108.00\nFeatures\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics "
+            f"fphp asimdhp cpuid asimdrdm lrcpc dcpop asimddp\nCPU implementer\t: 0x41\nCPU architecture: 8\n"
+            f"CPU variant\t: 0x4\nCPU part\t: {CPU_PART}\nCPU revision\t: 1\n\n" for n in range(os.cpu_count() or 1)))
+        for argv, target in ((["-t", "proc", "proc"], "proc"), (["--bind", str(cpuinfo)], "proc/cpuinfo"),
+                             (["-t", "sysfs", "-o", "ro", "sysfs"], "sys"),
                              (["--bind", "/dev"], "dev"), (["--bind", "/dev/pts"], "dev/pts")):
             path = self.userland / target
             if os.path.ismount(path):
@@ -213,11 +227,11 @@ class Board:
             stop_pid(pid, grace_s=5)
 
     def chroot(self, *argv: str, timeout: float = 600) -> str:
-        return sh(["chroot", str(self.userland), *argv], timeout=timeout).stdout
+        return sh(["chroot", str(self.userland), *argv], timeout=timeout, env=BOARD_ENV).stdout
 
     def prepare(self) -> None:
         """A login user, the host's CA bundle for pip (a TLS-intercepting proxy), DNS; idempotent."""
-        if subprocess.run(["chroot", str(self.userland), "id", BOARD_USER], capture_output=True).returncode:
+        if subprocess.run(["chroot", str(self.userland), "id", BOARD_USER], capture_output=True, env=BOARD_ENV).returncode:
             self.chroot("useradd", "-m", "-s", "/bin/bash", BOARD_USER)
         self.chroot("usermod", "-p", "*", BOARD_USER)  # no password, yet not locked: sshd without PAM refuses locked
         ca = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -246,7 +260,8 @@ class Board:
             f"Port {port}\nListenAddress 127.0.0.1\nHostKey {host_key}\n"
             f"AuthorizedKeysFile /{BOARD_ETC}/authorized_keys\nPidFile /{BOARD_ETC}/sshd.pid\n"
             "UsePAM no\nStrictModes no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-            "PubkeyAuthentication yes\nSubsystem sftp internal-sftp\nLogLevel VERBOSE\n")
+            "PubkeyAuthentication yes\nSubsystem sftp internal-sftp\nLogLevel VERBOSE\n"
+            f"SetEnv QEMU_CPU={CPU}\n")  # every program started over ssh runs on the same emulated CPU
         (self.userland / "run/sshd").mkdir(parents=True, exist_ok=True)
         host_pub = (self.userland / (host_key.lstrip("/") + ".pub")).read_text().split()
         known_hosts = self.keys / "known_hosts"
@@ -257,7 +272,7 @@ class Board:
         log = (self.keys / "sshd.log").open("wb")
         proc = subprocess.Popen(["chroot", str(self.userland), "/usr/sbin/sshd", "-D", "-e", "-f",
                                  f"/{BOARD_ETC}/sshd_config"], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                start_new_session=True)
+                                start_new_session=True, env=BOARD_ENV)
         self.later(f"the board's sshd (pid {proc.pid})", lambda: (stop_pid(proc.pid), log.close()))
         deadline = time.monotonic() + 300  # an emulated sshd starts in seconds; a loaded host is slower
         while time.monotonic() < deadline:
@@ -383,8 +398,9 @@ def main() -> None:
             with stages("board sshd") as row:
                 sshd = board.start_sshd()
                 report["board_machine"] = board.run(["uname", "-m"]).strip()
+                report["board_cpu"] = f"qemu {board.run(['printenv', 'QEMU_CPU']).strip()}"  # as ssh sessions get it
                 row["result"] = (f"pid {sshd['pid']} on 127.0.0.1:{sshd['port']}, host key {sshd['host_key']} "
-                                 f"checked; uname -m: {report['board_machine']}")
+                                 f"checked; {report['board_machine']}, {report['board_cpu']}")
             with stages("train (host)") as row:
                 stream(cli("train", "--data", "digits", "--out", work / "run", "--epochs", args.epochs,
                            "--threads", "1", "--resume"), log, env)
@@ -476,7 +492,7 @@ def markdown(report: dict[str, Any]) -> str:
     wheels = ", ".join(f"{k} {v}" for k, v in sorted(report.get("board_wheels", {}).items())) or "-"
     return (f"# hydra-edge on an emulated arm64 board\n\n{report['note']}\n\n"
             f"Host: {report['host_cpu']}; {report.get('qemu', '')}; board: Debian {report.get('board_os', '?')} "
-            f"{report.get('board_machine', '')}, {report.get('board_python', '')}\n\n"
+            f"{report.get('board_machine', '')} ({report.get('board_cpu', '?')}), {report.get('board_python', '')}\n\n"
             f"| stage | wall s | result |\n|---|---|---|\n{rows}\n\nBoard wheels: {wheels}\n"
             + ("".join(f"\ntflite-runtime on the board, {k}: {v}\n" for k, v in report["tflite_runtime"].items())
                if "tflite_runtime" in report else "")
