@@ -89,7 +89,7 @@ def stream(argv: list[str], log: Path, env: dict[str, str] | None = None, timeou
         while not done.wait(30):
             if time.monotonic() - start > timeout:
                 lines.append(f"Error: stopped after {timeout:.0f} s")
-                stop_pid(proc.pid)
+                stop_pid(proc.pid, signals=(signal.SIGINT, signal.SIGTERM, signal.SIGKILL))
             elif time.monotonic() - last >= 30:
                 console.print(f"[dim]  ... still running, {time.monotonic() - start:.0f} s[/dim]")
 
@@ -103,8 +103,8 @@ def stream(argv: list[str], log: Path, env: dict[str, str] | None = None, timeou
         proc.wait()
     finally:
         done.set()
-        if proc.poll() is None:
-            stop_pid(proc.pid)
+        if proc.poll() is None:  # Ctrl-C first: hydra-edge then stops what it started on the board itself
+            stop_pid(proc.pid, signals=(signal.SIGINT, signal.SIGTERM, signal.SIGKILL))
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("a") as f:
             f.write(f"$ {shown}\n" + "\n".join(lines) + "\n")
@@ -115,10 +115,11 @@ def stream(argv: list[str], log: Path, env: dict[str, str] | None = None, timeou
     return "\n".join(lines)
 
 
-def stop_pid(pid: int, grace_s: float = 10.0, group: bool = True) -> None:
-    """SIGTERM the process group led by ``pid`` (or with ``group=False`` the process alone), then
-    SIGKILL if ``pid`` outlives ``grace_s``."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+def stop_pid(pid: int, grace_s: float = 10.0, group: bool = True,
+             signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGKILL)) -> None:
+    """Send ``signals`` in turn to the process group led by ``pid`` (or with ``group=False`` the
+    process alone), each after the one before left ``pid`` running for ``grace_s``."""
+    for sig in signals:
         try:
             (os.killpg if group else os.kill)(pid, sig)
         except ProcessLookupError:
