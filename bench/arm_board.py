@@ -403,7 +403,7 @@ def main() -> None:
             with stages("train (host)") as row:
                 stream(cli("train", "--data", "digits", "--out", work / "run", "--epochs", args.epochs,
                            "--threads", "1", "--resume"), log, env)
-                row["result"] = f"{checkpoint}"
+                row["result"] = f"digits, {args.epochs} epochs: {checkpoint.relative_to(work)}"
             with stages("convert rpi (host)") as row:
                 profile = work / "rpi-ups.toml"  # the demo's Pi on a UPS battery: the scripted day has one
                 write_text(profile, resolve("rpi").read_text().replace("# battery_", "battery_"))
@@ -427,7 +427,7 @@ def main() -> None:
                 budget = demo_budget(bundle, calibration)
                 stream(cli("lut", "--bundle", bundle, "--calibration", calibration, "--budget-ms", budget,
                            "--out", table), log, env)
-                row["result"] = f"budget {budget} ms -> {table / 'lut.json'}"
+                row["result"] = f"budget {budget} ms: {(table / 'lut.json').relative_to(work)}"
             with stages("deploy --setup (board app answers)") as row:
                 images = work / "images"
                 if not images.is_dir():
