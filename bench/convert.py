@@ -25,7 +25,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hydra_edge.atomic import atomic_path, write_json, write_text  # noqa: E402
+from bench.report import save_report, subplots  # noqa: E402
 from hydra_edge.config import parse_heads  # noqa: E402
 from hydra_edge.convert.manifest import read_manifest  # noqa: E402
 from hydra_edge.convert.pipeline import ConvertOptions, convert, tool_versions  # noqa: E402
@@ -84,7 +84,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         start = time.perf_counter()
         try:
             result = convert(ConvertOptions(checkpoint=ckpt, target=target, out=out, heads=args.heads,
-                                            eval_limit=args.eval_images),
+                                            eval_limit=args.eval_images, layout="full"),  # times each file
                              lambda f, s, n: print(f"  {target}: {f}: {s}", flush=True))
             failed = result.failed
         except Exception as e:  # the table still gets a row for this target
@@ -166,13 +166,8 @@ def markdown(report: dict[str, Any]) -> str:
             f"{head}{''.join(_md_row(r) for r in report['rows'])}\n## Aims\n\n{notes}\n")
 
 
-def plot(report: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+def plot(report: dict[str, Any]) -> Any:
+    fig, axes = subplots(1, 2, figsize=(11, 4.2), sharey=True)
     ok = [r for r in report["rows"] if r.get("status") == "ok"]
     for ax, t in zip(axes, (1, 2)):
         heads = report["heads"]
@@ -187,19 +182,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
     axes[0].set_ylabel("host latency, ms (batch 1)")
     axes[1].legend(fontsize=8)
     fig.suptitle("b16 subnetworks: artefact latency against heads")
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
-
-
-def save_report(out: Path, name: str, report: dict[str, Any], markdown: Callable[[dict[str, Any]], str],
-                plot: Callable[[dict[str, Any], Path], None]) -> None:
-    """``name``.json, .md and .png under ``out``, and the table on the terminal: every bench's ending."""
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / f"{name}.json", report)
-    write_text(out / f"{name}.md", markdown(report))
-    plot(report, out / f"{name}.png")
-    print(markdown(report))
+    return fig
 
 
 def main() -> None:

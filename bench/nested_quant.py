@@ -27,8 +27,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.convert import host_cpu, save_report  # noqa: E402
-from hydra_edge.atomic import atomic_path  # noqa: E402
+from bench.report import save_report, subplots  # noqa: E402
+from bench.convert import host_cpu  # noqa: E402
 from hydra_edge.config import parse_heads  # noqa: E402
 from hydra_edge.convert.nesting import both_scales, fake_quant_logits, nested_ranges  # noqa: E402
 from hydra_edge.convert.pipeline import tool_versions  # noqa: E402
@@ -87,21 +87,14 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(report: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def plot(report: dict[str, Any]) -> Any:
     heads = [r["heads"] for r in report["rows"]]
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    fig, ax = subplots(figsize=(6, 3.5))
     ax.plot(heads, [r["sqnr_db_per_subnetwork"] for r in report["rows"]], "o-", label="per-subnetwork scales")
     ax.plot(heads, [r["sqnr_db_nested"] for r in report["rows"]], "s--", label="nested (12-head) scales")
     ax.set(xlabel="heads", ylabel="logit SQNR vs fp32 (dB)", title=f"int8 weights, {report['preset']} random")
     ax.legend()
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
+    return fig
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -36,8 +36,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.convert import host_cpu, paired_ms, save_report  # noqa: E402
-from hydra_edge.atomic import atomic_path  # noqa: E402
+from bench.report import save_report, subplots  # noqa: E402
+from bench.convert import host_cpu, paired_ms  # noqa: E402
 from hydra_edge.config import parse_heads, preset  # noqa: E402
 from hydra_edge.convert.pipeline import LOCK, ConvertOptions, convert, tool_versions  # noqa: E402
 from hydra_edge.model import HydraViT  # noqa: E402
@@ -212,15 +212,10 @@ def markdown(report: dict[str, Any]) -> str:
             + "\n".join(_section(report, v) for v in report["variants"]))
 
 
-def plot(report: dict[str, Any], path: Path) -> None:
+def plot(report: dict[str, Any]) -> Any:
     """Per variant: bytes each head count costs on the device, and what a rebuild adds to a load."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     variants = report["variants"]
-    fig, axes = plt.subplots(len(variants), 2, figsize=(11, 3.6 * len(variants)), squeeze=False)
+    fig, axes = subplots(len(variants), 2, figsize=(11, 3.6 * len(variants)), squeeze=False)
     for (left, right), v in zip(axes, variants):
         rows = v["rows"]
         heads = [r["heads"] for r in rows]
@@ -239,9 +234,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
         for ax in (left, right):
             ax.grid(alpha=0.3)
     fig.suptitle(f"one weight set: {report['model']}; {report['host']}", fontsize=9)
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
+    return fig
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -36,9 +36,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.convert import host_cpu, save_report  # noqa: E402
+from bench.report import save_report, subplots  # noqa: E402
+from bench.convert import host_cpu  # noqa: E402
 from bench.one_weight_set import bundles  # noqa: E402
-from hydra_edge.atomic import atomic_path  # noqa: E402
 from hydra_edge.calibrate.record import Calibration, read_calibration  # noqa: E402
 from hydra_edge.calibrate.session import CalibrateOptions, Session, bundle_record  # noqa: E402
 from hydra_edge.config import parse_heads, preset  # noqa: E402
@@ -177,17 +177,12 @@ def markdown(report: dict[str, Any]) -> str:
             "of which poll, p50 ms |\n|---|---|---|---:|---:|---:|---:|---:|---:|\n" + rows)
 
 
-def plot(report: dict[str, Any], path: Path) -> None:
+def plot(report: dict[str, Any]) -> Any:
     """p50 and p95 per row: what prefetch saves, and what a compact bundle's rebuild adds to a miss."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     rows = report["rows"]
     labels = [f"{r['layout']}\n{'prefetch' if r['prefetch'] else 'no prefetch'}" for r in rows]
     at = np.arange(len(rows))
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = subplots(figsize=(7, 4))
     for offset, key, label in ((-0.3, "p50_ms", "p50"), (-0.1, "p95_ms", "p95"),
                                (0.1, "overhead_p50_ms", "overhead p50"), (0.3, "overhead_p95_ms", "overhead p95")):
         ax.bar(at + offset, [r[key] for r in rows], 0.2, label=label)
@@ -195,9 +190,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, axis="y")
     fig.suptitle(f"{report['model']}, {report['format']} {report['quant']}; {report['host']}", fontsize=8)
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
+    return fig
 
 
 def main(argv: list[str] | None = None) -> None:

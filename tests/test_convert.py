@@ -136,7 +136,7 @@ def test_interrupted_run_resumes(checkpoint: Path, host_target: Path, tmp_path: 
         return real(*args, **kwargs)
 
     out = tmp_path / "out"
-    opts = pipeline.ConvertOptions(checkpoint=checkpoint, target=str(host_target), out=out)
+    opts = pipeline.ConvertOptions(checkpoint=checkpoint, target=str(host_target), out=out, layout="full")
     monkeypatch.setattr(onnx_exporter, "export", interrupted)
     with pytest.raises(KeyboardInterrupt):
         pipeline.convert(opts)
@@ -245,7 +245,7 @@ def test_ctrl_c_during_parallel_conversion_keeps_every_finished_artefact(checkpo
     assert files == listed and 1 <= len(files) < 6, output
     assert not list(out.glob(".*.tmp"))
     result = pipeline.convert(pipeline.ConvertOptions(checkpoint=checkpoint, target=str(host_target), out=out,
-                                                      heads="3-8", eval_limit=60))
+                                                      heads="3-8", eval_limit=60, layout="full"))
     assert set(result.skipped) == listed and len(result.converted) == 6 - len(listed) and not result.failed
     _check_bundle(out, 6, "onnx")
 

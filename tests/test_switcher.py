@@ -42,13 +42,14 @@ IMAGE = np.random.default_rng(0).standard_normal((1, 1, 8, 8)).astype(np.float32
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A random-weight depth-1 digits model converted to ONNX for 3, 6, 9, 12 heads, with its lut.json."""
+    """A random-weight depth-1 digits model converted to ONNX for 3, 6, 9, 12 heads (a file each), with its lut.json."""
     root = tmp_path_factory.mktemp("switcher")
     torch.manual_seed(0)
     HydraViT(preset("digits", depth=1, heads=(3, 6, 9, 12))).save(root / "m.pt")
     (root / "host.toml").write_text(PROFILE)
     out = root / "bundle"
-    pipeline.convert(pipeline.ConvertOptions(checkpoint=root / "m.pt", target=str(root / "host.toml"), out=out))
+    pipeline.convert(pipeline.ConvertOptions(checkpoint=root / "m.pt", target=str(root / "host.toml"), out=out,
+                                             layout="full"))
     calibration(out, {3: 10, 6: 20, 9: 30, 12: 40}).write(root / "cal.json")
     (root / "policy.toml").write_text(POLICY)
     make_lut(out, root / "cal.json", out, budget_ms=41, policy=root / "policy.toml")
