@@ -129,8 +129,8 @@ def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: d
 
 
 MIN_TENSOR_BYTES = 64  # smaller initialisers stay in the skeleton: too small to matter
-# protobuf field numbers (onnx.proto): ModelProto.graph, GraphProto.initializer, TensorProto.raw_data
-_GRAPH, _INITIALIZER, _RAW_DATA = 7, 5, 9
+# protobuf field numbers (onnx.proto): ModelProto.graph, GraphProto.initializer, TensorProto.raw_data and float_data
+_GRAPH, _INITIALIZER, _RAW_DATA, _FLOAT_DATA = 7, 5, 9, 4
 
 
 def _varint(data: bytes, i: int) -> tuple[int, int]:
@@ -167,8 +167,10 @@ def _fields(data: bytes, start: int, end: int, wanted: int) -> list[tuple[int, i
 def tensor_map(data: bytes) -> list[Any]:
     """Where each initialiser's raw bytes lie in an ``.onnx`` file's bytes (for compaction).
 
-    ONNX keeps an initialiser's values as one contiguous ``raw_data`` field; its offset is read
-    from the protobuf wire format (graph -> initializer -> raw_data), not searched for.
+    ONNX keeps an initialiser's values as one contiguous ``raw_data`` field, or (onnxruntime's
+    quantisation scales) as a packed ``float_data`` field, whose little-endian floats are just as
+    contiguous; the offset is read from the protobuf wire format (graph -> initializer -> field),
+    not searched for.
     """
     import onnx
     from onnx.helper import tensor_dtype_to_np_dtype
@@ -176,17 +178,40 @@ def tensor_map(data: bytes) -> list[Any]:
     from .compact import Tensor
 
     (graph,) = _fields(data, 0, len(data), _GRAPH)[-1:]  # protobuf: the last occurrence wins
-    spans = [_fields(data, a, b, _RAW_DATA)[-1:] for a, b in _fields(data, *graph, _INITIALIZER)]
-    initializers = onnx.load_from_string(data).graph.initializer
+    spans = [_fields(data, a, b, _RAW_DATA)[-1:] or _fields(data, a, b, _FLOAT_DATA)[-1:]
+             for a, b in _fields(data, *graph, _INITIALIZER)]
+    model = onnx.load_from_string(data).graph
+    initializers = model.initializer
     if len(spans) != len(initializers):
         raise ValueError(f"{len(initializers)} initialisers, {len(spans)} found in the file's bytes")
+    per_channel = _per_channel(model)
     tensors = []
     for init, span in zip(initializers, spans):
         if not span or span[0][1] - span[0][0] < MIN_TENSOR_BYTES:
             continue
         (start, end), = span
-        if data[start:end] != init.raw_data:
-            raise ValueError(f"initialiser {init.name}: raw bytes not where the wire format puts them")
         dtype = np.dtype(tensor_dtype_to_np_dtype(init.data_type)).newbyteorder("<")
-        tensors.append(Tensor(init.name, start, tuple(int(d) for d in init.dims), dtype))
+        values = init.raw_data or np.asarray(init.float_data, dtype).tobytes()
+        if data[start:end] != values:
+            raise ValueError(f"initialiser {init.name}: its bytes are not where the wire format puts them")
+        rows_of, axis = per_channel.get(init.name, (None, 0))
+        tensors.append(Tensor(init.name, start, tuple(int(d) for d in init.dims), dtype, rows_of=rows_of, axis=axis))
     return tensors
+
+
+def _per_channel(graph: Any) -> dict[str, tuple[str, int]]:
+    """``{scale or zero-point initialiser: (the quantised weight it describes, its channel axis)}``.
+
+    A QDQ artefact dequantises each int8 weight initialiser with a DequantizeLinear node whose
+    scale (and zero point) has one value per channel along ``axis`` (default 1).
+    """
+    constant = {init.name for init in graph.initializer}
+    out: dict[str, tuple[str, int]] = {}
+    for node in graph.node:
+        if node.op_type != "DequantizeLinear" or node.input[0] not in constant:
+            continue
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 1)
+        for name in node.input[1:]:
+            if name in constant:
+                out[name] = (node.input[0], axis)
+    return out
