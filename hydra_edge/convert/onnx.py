@@ -187,8 +187,8 @@ def tensor_map(data: bytes) -> list[Any]:
     per_channel = _per_channel(model)
     tensors = []
     for init, span in zip(initializers, spans):
-        if not span or span[0][1] - span[0][0] < MIN_TENSOR_BYTES:
-            continue
+        if not span or (span[0][1] - span[0][0] < MIN_TENSOR_BYTES and init.name not in per_channel):
+            continue  # (a per-channel scale is kept however small: its weight is matched through it)
         (start, end), = span
         dtype = np.dtype(tensor_dtype_to_np_dtype(init.data_type)).newbyteorder("<")
         values = init.raw_data or np.asarray(init.float_data, dtype).tobytes()
@@ -205,13 +205,17 @@ def _per_channel(graph: Any) -> dict[str, tuple[str, int]]:
     A QDQ artefact dequantises each int8 weight initialiser with a DequantizeLinear node whose
     scale (and zero point) has one value per channel along ``axis`` (default 1).
     """
-    constant = {init.name for init in graph.initializer}
+    dims = {init.name: tuple(init.dims) for init in graph.initializer}
     out: dict[str, tuple[str, int]] = {}
     for node in graph.node:
-        if node.op_type != "DequantizeLinear" or node.input[0] not in constant:
+        if node.op_type != "DequantizeLinear" or node.input[0] not in dims:
             continue
+        rank = len(dims[node.input[0]])
         axis = next((a.i for a in node.attribute if a.name == "axis"), 1)
+        axis = axis + rank if axis < 0 else axis
+        if not 0 <= axis < rank:
+            continue
         for name in node.input[1:]:
-            if name in constant:
+            if len(dims.get(name, ())) == 1:  # a scalar is a per-tensor scale: not a function of the rows
                 out[name] = (node.input[0], axis)
     return out
