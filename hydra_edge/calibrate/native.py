@@ -25,6 +25,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, Mapping, Sequence
 from ..atomic import write_bytes
 from ..convert.manifest import ArtefactRecord, bundle_files
 from ..errors import HydraEdgeError
+from ..runtime.engines import FORMATS
 from ..runtime.rebuild import rebuild
 from ..runtime.signals import (DeviceState, NativeBenchmark, android_device_info, parse_benchmark_model,
                                parse_executor_runner, parse_getprop, parse_trtexec, read_state, signals_from_profile)
@@ -38,10 +39,10 @@ UNCHECKED = {"checked": False, "passed": None,
 
 @dataclass(frozen=True)
 class NativeTool:
-    """One native benchmark program: the format it runs, its command line, its output parser."""
+    """One native benchmark program: its command line and its output parser (which format it runs
+    is the format table's ``native``)."""
 
     name: str
-    format: str
     # (binary, model, runs, warmup, threads, the artefact's record)
     argv: Callable[[str, str, int, int, int, ArtefactRecord], list[str]]
     parse: Callable[[str], NativeBenchmark]
@@ -73,20 +74,21 @@ def _trtexec(binary: str, model: str, runs: int, warmup: int, threads: int, arte
             f"--warmUp={TRTEXEC_WARMUP_MS if warmup else 0}"]
 
 
-TOOLS: dict[str, NativeTool] = {
-    "tflite": NativeTool("benchmark_model", "tflite", _benchmark_model, parse_benchmark_model),
-    "executorch": NativeTool("executor_runner", "executorch", _executor_runner, parse_executor_runner),
-    "onnx": NativeTool("trtexec", "onnx", _trtexec, parse_trtexec),
-}
+TOOLS: dict[str, NativeTool] = {tool.name: tool for tool in (
+    NativeTool("benchmark_model", _benchmark_model, parse_benchmark_model),
+    NativeTool("executor_runner", _executor_runner, parse_executor_runner),
+    NativeTool("trtexec", _trtexec, parse_trtexec),
+)}
 
 
 def tool_for(fmt: str) -> NativeTool:
-    """The native runner kind for an artefact format; one clear line for formats without one."""
-    if fmt not in TOOLS:
-        names = ", ".join(f"{t.name} for {t.format}" for t in TOOLS.values())
+    """The native runner of an artefact format (``FORMATS[fmt].native``); one clear line for formats without one."""
+    native = FORMATS[fmt].native if fmt in FORMATS else None
+    if native not in TOOLS:
+        names = ", ".join(f"{f.native} for {f.name}" for f in FORMATS.values() if f.native in TOOLS)
         raise HydraEdgeError(f"no native runner runs {fmt} artefacts (known: {names}); "
                              "calibrate this bundle with the Python runner instead of --runner")
-    return TOOLS[fmt]
+    return TOOLS[native]
 
 
 @contextmanager

@@ -1,8 +1,9 @@
-"""Dispatch from a format name (a key of ``runtime.engines.FORMATS``) to its exporter module.
+"""Dispatch from a format name (a key of ``runtime.engines.FORMATS``) to the exporter module it names.
 
-Each exporter module is named after its format and exposes ``QUANTS`` (schemes it implements),
-``TOOLS`` (pip packages whose versions decide its output) and ``export(...)``. Importing one is
-cheap: the heavy converter is imported inside ``export``.
+Each exporter module exposes ``QUANTS`` (schemes it implements), ``NESTED`` (those it can quantise
+with the largest head count's weight ranges), ``TOOLS`` (pip packages whose versions decide its
+output), ``export(...)`` and ``tensor_map(...)``. Importing one is cheap: the heavy converter is
+imported inside ``export``.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from ..runtime.engines import FORMATS
 
 
 def exporter(name: str) -> ModuleType:
-    """The module ``hydra_edge.convert.<name>`` that converts to format ``name``."""
+    """The module that converts to format ``name`` (``FORMATS[name].exporter``)."""
     if name not in FORMATS:
         raise HydraEdgeError(f"unknown format {name!r}; choose one of {sorted(FORMATS)}")
-    return import_module(f"{__package__}.{name}")
+    return import_module(FORMATS[name].exporter)
 
 
 def quants(name: str) -> tuple[str, ...]:
@@ -27,3 +28,8 @@ def quants(name: str) -> tuple[str, ...]:
 
 def tools(name: str) -> tuple[str, ...]:
     return exporter(name).TOOLS
+
+
+def all_tools() -> tuple[str, ...]:
+    """Every format's tools, once each, in table order: what a manifest records the versions of."""
+    return tuple(dict.fromkeys(tool for name in FORMATS for tool in tools(name)))

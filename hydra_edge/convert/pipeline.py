@@ -35,7 +35,7 @@ from ..lock import exclusive
 from ..logs import artefact_log, capture
 from ..runtime.engines import FORMATS, load, runtime_version
 from ..slicing import weight_index
-from .formats import exporter, tools
+from .formats import all_tools, exporter, tools
 from .golden import golden_name
 from .layout import LAYOUTS, apply_layout
 from .manifest import MANIFEST, ArtefactRecord, Manifest, intact, read_manifest, sha256_file
@@ -44,7 +44,6 @@ from .targets import Target, Variant, load_target
 from .verify import EvalSet, eager_logits, golden_tolerance, verify, write_golden
 
 Report = Callable[[str, str, "int | None"], None]  # (artefact file, stage, bytes when done)
-TOOLS = ("torch", "executorch", "litert-torch", "ai-edge-litert", "onnx", "onnxruntime", "onnxscript")
 RANDOM_BASIS = "random inputs (agreement with fp32 only; no labelled data)"
 CALIBRATION_IMAGES = 256  # train-split images handed to static quantisers (they take what they need)
 RANDOM_EVAL_IMAGES = 64
@@ -105,9 +104,10 @@ def artefact_name(k: int, variant: Variant) -> str:
     return f"vit_h{k}_{variant.format}_{variant.quant}{FORMATS[variant.format].suffix}"
 
 
-def tool_versions(names: tuple[str, ...] = TOOLS) -> dict[str, str | None]:
+def tool_versions(names: tuple[str, ...] | None = None) -> dict[str, str | None]:
+    """Installed versions of ``names`` (default: every format's tools), with hydra-edge's own."""
     out: dict[str, str | None] = {"hydra-edge": __version__}
-    for name in names:
+    for name in all_tools() if names is None else names:
         try:
             out[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:

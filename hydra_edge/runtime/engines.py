@@ -4,8 +4,8 @@ This module is what a board or phone runs, so it imports numpy only; each runtim
 lazily when its format is loaded. The host's conversion check (``hydra_edge.convert.verify``)
 loads artefacts through these same engines, so what was verified is what the device runs.
 
-``FORMATS`` is the one table of artefact formats, keyed by name; the converter finds its
-exporter for a format by the same name (``hydra_edge.convert.<name>``).
+``FORMATS`` is the one table of artefact formats, keyed by name: each entry also names the
+host module that converts to it and the native program that times it (``Format``).
 """
 
 from __future__ import annotations
@@ -29,13 +29,21 @@ Model = Union[Path, bytes]  # an artefact file, or its bytes (rebuilt in memory 
 
 @dataclass(frozen=True)
 class Format:
-    """An artefact format as data: its file suffix and the runtime (pip name, import name) that runs it."""
+    """An artefact format as data: its file suffix, the runtime (pip name, import name) that runs it,
+    and by name the host module that converts to it and the native benchmark program that times it.
+
+    This table is the one place a format is added: the converter imports ``exporter`` (a module
+    exposing ``QUANTS``, ``TOOLS``, ``export`` and ``tensor_map``), calibrate's ``--runner`` runs
+    ``native`` (``hydra_edge.calibrate.native``). Named, not imported: a device has neither.
+    """
 
     name: str
     suffix: str
     runtime: str  # the pip distribution a device installs
     module: str  # what the engine imports
     loader: Callable[[Model, int], Step]
+    exporter: str  # the host module that writes these artefacts
+    native: str  # the native benchmark program for phones and boards without Python
     # (import name, why it is not enough): a runtime a device may have instead that cannot run
     # these artefacts, named when a device has it but lacks ``module``
     impostor: tuple[str, str] | None = None
@@ -105,9 +113,12 @@ TFLITE_RUNTIME_WHY = "its tflite-runtime cannot run these artefacts: 2.14, the l
 
 FORMATS: dict[str, Format] = {
     "tflite": Format("tflite", ".tflite", runtime="ai-edge-litert", module="ai_edge_litert", loader=_load_tflite,
+                     exporter="hydra_edge.convert.tflite", native="benchmark_model",
                      impostor=("tflite_runtime", TFLITE_RUNTIME_WHY)),
-    "executorch": Format("executorch", ".pte", runtime="executorch", module="executorch", loader=_load_pte),
-    "onnx": Format("onnx", ".onnx", runtime="onnxruntime", module="onnxruntime", loader=_load_onnx),
+    "executorch": Format("executorch", ".pte", runtime="executorch", module="executorch", loader=_load_pte,
+                         exporter="hydra_edge.convert.executorch", native="executor_runner"),
+    "onnx": Format("onnx", ".onnx", runtime="onnxruntime", module="onnxruntime", loader=_load_onnx,
+                   exporter="hydra_edge.convert.onnx", native="trtexec"),
 }
 
 
