@@ -39,8 +39,8 @@ sys.path.insert(0, str(ROOT))
 from bench.report import save_report, subplots  # noqa: E402
 from bench.convert import host_cpu  # noqa: E402
 from bench.one_weight_set import bundles  # noqa: E402
-from hydra_edge.calibrate.record import Calibration, read_calibration  # noqa: E402
-from hydra_edge.calibrate.session import CalibrateOptions, Session, bundle_record  # noqa: E402
+from hydra_edge.measure.record import Calibration, read_calibration  # noqa: E402
+from hydra_edge.measure.session import CalibrateOptions, Session, bundle_record  # noqa: E402
 from hydra_edge.config import parse_heads, preset  # noqa: E402
 from hydra_edge.convert.manifest import read_manifest  # noqa: E402
 from hydra_edge.lut.command import make_lut  # noqa: E402

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .calibrate.command import calibrate
+from .measure.command import calibrate
 from .command import CONTEXT, Group
 from .convert.command import convert
 from .convert.targets_command import targets

@@ -83,7 +83,7 @@ def demo_budget(bundle: Path, calibration: Path) -> float:
 
     The most accurate is the top of this device's Pareto front (ties go to fewer heads).
     """
-    from .calibrate.record import read_calibration
+    from .measure.record import read_calibration
     from .convert.manifest import read_manifest
     from .lut.table import points
     from .pareto import pareto
@@ -115,7 +115,7 @@ def demo(ctx: click.Context, out: Path, epochs: int, heads: str, runs: int, imag
 
     Example: hydra-edge demo
     """
-    from .calibrate.command import calibrate
+    from .measure.command import calibrate
     from .train_command import train
     from .convert.command import convert
     from .lut.command import lut

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import click
 
-from .calibrate.command import DeviceArg
-from .calibrate.device import ensure_python, package_files, push_files, runtime_requirements
+from .measure.command import DeviceArg
+from .measure.device import ensure_python, package_files, push_files, runtime_requirements
 from .convert.manifest import MANIFEST, bundle_files, read_manifest
 from .command import command
 from .errors import HydraEdgeError

@@ -19,8 +19,8 @@ from standins.sshd import SshServer, sshd_server  # noqa: F401  (fixture)
 from test_calibrate import HOST_TARGET, make_bundle, torch_free_python
 from test_calibrate_ssh import start_host, stop_host_and_check_the_board
 
-from hydra_edge.calibrate.record import Calibration, HeadResult
-from hydra_edge.calibrate.session import bundle_record
+from hydra_edge.measure.record import Calibration, HeadResult
+from hydra_edge.measure.session import bundle_record
 from hydra_edge.convert.manifest import read_manifest
 from hydra_edge.demo import scenario_steps
 from hydra_edge.deploy import APP

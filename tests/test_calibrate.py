@@ -20,10 +20,10 @@ from click.testing import CliRunner, Result
 from standins.adbd import AdbDevice, adb_device, adb_server  # noqa: F401  (fixtures)
 from test_lut import fake_bundle
 
-from hydra_edge.calibrate.command import calibrate
-from hydra_edge.calibrate.device import RuntimeMissingError, ensure_python
-from hydra_edge.calibrate.journal import journal_path
-from hydra_edge.calibrate.record import read_calibration
+from hydra_edge.measure.command import calibrate
+from hydra_edge.measure.device import RuntimeMissingError, ensure_python
+from hydra_edge.measure.journal import journal_path
+from hydra_edge.measure.record import read_calibration
 from hydra_edge.config import preset
 from hydra_edge.convert import pipeline
 from hydra_edge.model import HydraViT

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from test_calibrate import HOST_TARGET, invoke, make_bundle, torch_free_python
 
-from hydra_edge.calibrate.record import read_calibration
-from hydra_edge.calibrate.soak import derate, parse_duration
+from hydra_edge.measure.record import read_calibration
+from hydra_edge.measure.soak import derate, parse_duration
 from hydra_edge.errors import HydraEdgeError
 
 

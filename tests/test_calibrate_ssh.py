@@ -19,9 +19,9 @@ from standins import free_port, stop_process, wait_for_port
 from standins.sshd import SshServer, sshd_server, start_sshd  # noqa: F401  (fixture)
 from test_calibrate import HOST_TARGET, invoke, make_bundle, one_line_error, torch_free_python
 
-from hydra_edge.calibrate.device import push_files
-from hydra_edge.calibrate.record import read_calibration
-from hydra_edge.calibrate.session import runner_files
+from hydra_edge.measure.device import push_files
+from hydra_edge.measure.record import read_calibration
+from hydra_edge.measure.session import runner_files
 from hydra_edge.transport import RemoteCommandError, open_transport
 
 
@@ -169,7 +169,7 @@ def test_ctrl_c_mid_calibration_keeps_what_was_measured(bundle: Path, device_pyt
     out = tmp_path / "here.json"
     args = ["--bundle", str(bundle), "--local", "--python", str(device_python), "--out", str(out),
             "--runs", "4000", "--warmup", "0"]
-    code = f"from hydra_edge.calibrate.command import calibrate; calibrate({args!r})"
+    code = f"from hydra_edge.measure.command import calibrate; calibrate({args!r})"
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 120
@@ -191,7 +191,7 @@ def test_ctrl_c_mid_calibration_keeps_what_was_measured(bundle: Path, device_pyt
 
 def start_host(command: str, *args: object) -> subprocess.Popen:
     """``hydra-edge COMMAND ARGS`` in a process of its own, as a user runs it; output in ``stdout``."""
-    module = {"calibrate": "hydra_edge.calibrate.command", "deploy": "hydra_edge.deploy"}[command]
+    module = {"calibrate": "hydra_edge.measure.command", "deploy": "hydra_edge.deploy"}[command]
     code = f"from {module} import {command}; {command}({[str(a) for a in args]!r})"
     return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -254,7 +254,7 @@ def test_stopping_the_host_stops_a_native_runner_that_ignores_its_stdin(how: str
     """A native benchmark binary (benchmark_model, executor_runner) cannot watch for its host as the
     Python runner does: the device's shell that reports its exit status stops it instead."""
     seconds = 900 + uuid.uuid4().int % 99  # `sleep N` with an N no other test uses: the board-side marker
-    code = ("import sys\nfrom hydra_edge.calibrate.exits import reporting_exit\n"
+    code = ("import sys\nfrom hydra_edge.measure.exits import reporting_exit\n"
             "from hydra_edge.transport import open_transport\n"
             f"with open_transport(host={sshd_server.spec!r}, **{ {k: str(v) for k, v in sshd_server.options.items()}!r}) as t:\n"
             f"    with t.stream(reporting_exit(['sleep', '{seconds}']), check=False) as lines:\n"

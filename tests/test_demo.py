@@ -8,7 +8,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from hydra_edge.calibrate.record import read_calibration
+from hydra_edge.measure.record import read_calibration
 from hydra_edge.cli import main
 from hydra_edge.convert.manifest import read_manifest
 from hydra_edge.records.recipe import read_recipe

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from hydra_edge.calibrate.device import RuntimeMissingError, ensure_python
+from hydra_edge.measure.device import RuntimeMissingError, ensure_python
 from hydra_edge.config import preset
 from hydra_edge.convert.formats import exporter
 from hydra_edge.convert.targets import load_target

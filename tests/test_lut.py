@@ -16,7 +16,7 @@ import msgspec
 import pytest
 from click.testing import CliRunner
 
-from hydra_edge.calibrate.record import Calibration, Derating, HeadResult
+from hydra_edge.measure.record import Calibration, Derating, HeadResult
 from hydra_edge.convert.manifest import ArtefactRecord, Manifest, read_manifest, sha256_file
 from hydra_edge.convert.targets import load_target
 from hydra_edge.errors import HydraEdgeError

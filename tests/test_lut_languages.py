@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from hydra_edge.calibrate.record import Derating
+from hydra_edge.measure.record import Derating
 from hydra_edge.lut.emit_c import emit_c
 from hydra_edge.lut.emit_kotlin import emit_kotlin
 from hydra_edge.runtime.lut import table_from_dict

@@ -23,7 +23,7 @@ import pytest
 from click.testing import CliRunner
 from test_lut import calibration, fake_bundle
 
-from hydra_edge.calibrate.record import Derating, read_calibration
+from hydra_edge.measure.record import Derating, read_calibration
 from hydra_edge.config import HydraConfig, parse_heads
 from hydra_edge.atomic import sha256_file
 from hydra_edge.convert.manifest import MANIFEST, bundle_files, read_manifest
@@ -445,7 +445,7 @@ def test_schemas_import_without_torch_or_host_modules() -> None:
     code = ("import sys; import hydra_edge.records.manifest, hydra_edge.records.calibration, hydra_edge.records.lut,"
             "hydra_edge.runtime.lut;"
             "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'click') or m.startswith('hydra_edge.convert')"
-            " or m.startswith('hydra_edge.calibrate') or m.startswith('hydra_edge.lut')]; assert not bad, bad")
+            " or m.startswith('hydra_edge.measure') or m.startswith('hydra_edge.lut')]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
@@ -467,7 +467,7 @@ def error_lines(output: str) -> list[str]:
 
 def test_calibrate_never_copies_a_file_outside_the_bundle(tmp_path: Path, bundle: Path) -> None:
     """A manifest entry once made calibrate copy /etc/hostname to the device."""
-    from hydra_edge.calibrate.command import calibrate
+    from hydra_edge.measure.command import calibrate
 
     doc = json.loads((bundle / MANIFEST).read_text())
     doc["artefacts"][0]["file"] = "/etc/hostname"
@@ -480,7 +480,7 @@ def test_calibrate_never_copies_a_file_outside_the_bundle(tmp_path: Path, bundle
 
 def test_an_artefact_format_no_runtime_loads_is_one_line_naming_the_field(tmp_path: Path, bundle: Path) -> None:
     """A manifest saying ``"format": "six"`` once crashed calibrate with a KeyError."""
-    from hydra_edge.calibrate.command import calibrate
+    from hydra_edge.measure.command import calibrate
 
     doc = json.loads((bundle / MANIFEST).read_text())
     doc["artefacts"][0]["format"] = "six"
@@ -513,7 +513,7 @@ def bundle_with_files(folder: Path, name: str, sha256: str) -> Path:
 def test_a_bundle_link_leading_outside_is_never_pushed(tmp_path: Path, link: str) -> None:
     """An artefact that is a link to a file outside the bundle (``-> /etc/hostname``), or lies in a
     folder link (``sub -> /etc``), is refused by calibrate and deploy even with the right sha256."""
-    from hydra_edge.calibrate.command import calibrate
+    from hydra_edge.measure.command import calibrate
 
     outside = tmp_path / "etc"
     outside.mkdir()
@@ -552,7 +552,7 @@ def test_a_bundle_file_is_pushed_only_with_the_manifest_sha256(tmp_path: Path) -
 
 
 def test_calibrate_names_a_missing_artefact_in_one_line(tmp_path: Path, bundle: Path) -> None:
-    from hydra_edge.calibrate.command import calibrate
+    from hydra_edge.measure.command import calibrate
 
     result = CliRunner().invoke(calibrate, ["--bundle", str(bundle), "--local", "--out", str(tmp_path / "cal")])
     assert result.exit_code == 1 and "Traceback" not in result.output, result.output

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from test_calibrate import HOST_TARGET, make_bundle
 
-from hydra_edge.calibrate.session import runner_files
+from hydra_edge.measure.session import runner_files
 from hydra_edge.convert.manifest import read_manifest, sha256_file
 
 # Blocks torch, runs the runner as __main__, then reports where every hydra_edge module came from.

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from ..atomic import write_bytes, write_text
-from ..calibrate.record import read_calibration
+from ..measure.record import read_calibration
 from ..command import Number, command
 from ..convert.manifest import read_manifest
 from ..records import lut as record

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..calibrate.record import Calibration, Derating
+from ..measure.record import Calibration, Derating
 from ..convert.manifest import MANIFEST, Manifest, sha256_file
 from ..errors import HydraEdgeError
 from ..pareto import Point, pareto

@@ -34,7 +34,7 @@ class Format:
 
     This table is the one place a format is added: the converter imports ``exporter`` (a module
     exposing ``QUANTS``, ``TOOLS``, ``export`` and ``tensor_map``), calibrate's ``--runner`` runs
-    ``native`` (``hydra_edge.calibrate.native``). Named, not imported: a device has neither.
+    ``native`` (``hydra_edge.measure.native``). Named, not imported: a device has neither.
     """
 
     name: str

@@ -1,1 +1,0 @@
-"""Calibration: measure each artefact of a bundle on a device (over ssh, adb or locally)."""
