@@ -83,3 +83,6 @@ def finite(value: Any, field: str) -> None:
         elif isinstance(v, (list, tuple)):
             stack.extend((item, f"{where}[{i}]") for i, item in enumerate(v))
 
+# Android's PowerManager.THERMAL_STATUS_* names, by value: what a policy's derating is indexed by and
+# what the device's thermal service reports.
+ANDROID_THERMAL_STATUSES = ("NONE", "LIGHT", "MODERATE", "SEVERE", "CRITICAL", "EMERGENCY", "SHUTDOWN")

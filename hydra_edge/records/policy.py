@@ -11,8 +11,7 @@ from typing import Annotated, Literal, Optional, Tuple
 import msgspec
 from msgspec import Meta
 
-from ..runtime.signals.android import THERMAL_STATUS_NAMES as ANDROID_STATUSES
-from .fields import Percent, PosFloat
+from .fields import ANDROID_THERMAL_STATUSES as ANDROID_STATUSES, Percent, PosFloat
 
 Celsius = Annotated[float, Meta(ge=-273.15, le=1000.0)]
 Multiplier = Annotated[float, Meta(ge=1.0, le=1000.0)]  # below 1.0 would plan for a hot device being faster

@@ -8,10 +8,10 @@ import re
 from dataclasses import dataclass
 from typing import Dict, Optional
 
+from ...records.fields import ANDROID_THERMAL_STATUSES
 from ._text import COLON_LINES, integer, number, pairs
 
-# PowerManager.THERMAL_STATUS_* by value.
-THERMAL_STATUS_NAMES = ("NONE", "LIGHT", "MODERATE", "SEVERE", "CRITICAL", "EMERGENCY", "SHUTDOWN")
+THERMAL_STATUS_NAMES = ANDROID_THERMAL_STATUSES  # PowerManager.THERMAL_STATUS_* by value
 
 # BatteryManager.BATTERY_STATUS_* by value, spelt as sysfs spells them so both sources agree.
 _BATTERY_STATUS = {1: "Unknown", 2: "Charging", 3: "Discharging", 4: "Not charging", 5: "Full"}
