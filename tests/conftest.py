@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 import torch
 import pytest
 
@@ -9,6 +11,10 @@ from hydra_edge import HydraViT
 from hydra_edge.config import HydraConfig
 
 torch.set_num_threads(1)  # tiny models: one thread is fastest and keeps the shared machine usable
+# Tests send Ctrl-C (SIGINT) to the commands they start. A shell without job control starts a
+# background job with SIGINT ignored, and an ignored signal stays ignored in every child: restore it,
+# so the suite means the same however it is launched (a handler, unlike SIG_IGN, is reset at exec).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
