@@ -45,6 +45,16 @@ def _options(fmt: str, quant: str, target: str) -> dict[str, Any]:
     return next(dict(v.options) for v in load_target(target).artefacts if (v.format, v.quant) == (fmt, quant))
 
 
+def cpu_family() -> str:
+    """Vendor, family and model numbers from /proc/cpuinfo: "AMD EPYC" alone does not say which generation."""
+    try:
+        fields = dict(line.split(":", 1) for line in Path("/proc/cpuinfo").read_text().splitlines() if ":" in line)
+    except OSError:
+        return "unknown"
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    return f"{fields.get('vendor_id', '?')} family {fields.get('cpu family', '?')} model {fields.get('model', '?')}"
+
+
 def fc_artefacts(tokens: int, width_in: int, width_out: int, work: Path) -> tuple[dict[str, Path], torch.nn.Module, np.ndarray]:
     """One ``Linear(width_in, width_out)`` fed (1, tokens, width_in), exported per recipe; with the module and an input."""
     torch.manual_seed(0)
@@ -119,7 +129,6 @@ def _report(args: argparse.Namespace, fc_macs: int, rows: list[dict[str, Any]],
         for t, ms in by_thread.items():
             latency = ms[f"artefact {r['bundle']} {r['heads']}"]
             eager = ms[f"eager {r['checkpoint']} {r['heads']}"]
-            smallest = min((o for o in rows if o["bundle"] == r["bundle"]), key=lambda o: o["heads"])
             largest = max((o for o in rows if o["bundle"] == r["bundle"]), key=lambda o: o["heads"])
             runtime_rate = rate[f"{r['format']} {r['quant']}", t]
             artefacts.append({
@@ -130,27 +139,42 @@ def _report(args: argparse.Namespace, fc_macs: int, rows: list[dict[str, Any]],
                 "eager_fp32_ms": round(eager, 2), "eager_over_artefact": round(eager / latency, 2),
                 "over_largest_latency": round(latency / ms[f"artefact {r['bundle']} {largest['heads']}"], 3),
                 "over_largest_macs": round(r["gmacs"] / largest["gmacs"], 3),
-                "smallest_heads": smallest["heads"], "largest_heads": largest["heads"],
+                "largest_heads": largest["heads"],
             })
     measured = {(a["format"], a["quant"]) for a in artefacts}
     missing = [f"{f} {q} ({target})" for f, q, target in RECIPES if (f, q) not in measured]
     return {
-        "host": host_cpu(), "fc": {"shape": args.fc, "macs": fc_macs}, "runs": args.runs, "threads": args.threads,
+        "host": host_cpu(), "cpu_family": cpu_family(), "fc": {"shape": args.fc, "macs": fc_macs}, "runs": args.runs, "threads": args.threads,
         "batch": 1, "fc_rates": rates, "artefacts": artefacts,
         "not_measured": [f"{m}: no bundle of these artefacts was given (--bundles)" for m in missing],
         "tools": tool_versions(),
     }
 
 
+def summary(report: dict[str, Any]) -> list[str]:
+    """The issue's table: per artefact kind and thread count, FC rate, efficiency per head count, smallest / largest latency."""
+    heads = sorted({a["heads"] for a in report["artefacts"]})
+    rate = {(r["runtime"], r["threads"]): r["gmac_per_s"] for r in report["fc_rates"]}
+    lines = ["| target: format quant | threads | FC rate GMAC/s | " + " | ".join(f"k={k} efficiency" for k in heads)
+             + " | k_min / k_max latency | k_min / k_max MACs |", "|---" * (len(heads) + 5) + "|"]
+    for key in sorted({(a["target"], a["format"], a["quant"], a["threads"]) for a in report["artefacts"]}):
+        by_k = {a["heads"]: a for a in report["artefacts"] if (a["target"], a["format"], a["quant"], a["threads"]) == key}
+        low = by_k[min(by_k)]
+        cells = [f"{by_k[k]['efficiency']:.2f}" if k in by_k else "" for k in heads]
+        lines.append(f"| {key[0]}: {key[1]} {key[2]} | {key[3]} | {rate[f'{key[1]} {key[2]}', key[3]]:.1f} | "
+                     + " | ".join(cells) + f" | {low['over_largest_latency']:.3f} | {low['over_largest_macs']:.3f} |")
+    return lines
+
+
 def markdown(report: dict[str, Any]) -> str:
     fc = report["fc"]["shape"]
     lines = [f"# int8 efficiency: each artefact against its runtime's FC rate\n",
-             f"Host: {report['host']}.\n",
+             f"Host: {report['host']}; {report['cpu_family']}.\n",
              f"FC rate: one fully-connected layer {fc} (tokens x in x out) exported with each artefact kind's recipe; "
              f"batch 1; medians of {report['runs']} single inferences after 3 warm-up runs, every FC layer, artefact and "
              f"eager fp32 subnetwork interleaved in the same run. Efficiency = subnetwork MACs / latency / FC rate. "
              f"eager/artefact is reported, not a goal: it depends on the CPU's int8 instructions.\n",
-             "| runtime | threads | FC ms | FC GMAC/s |", "|---|---|---|---|"]
+             *summary(report), "", "| runtime | threads | FC ms | FC GMAC/s |", "|---|---|---|---|"]
     lines += [f"| {r['runtime']} | {r['threads']} | {r['ms']:.2f} | {r['gmac_per_s']:.1f} |" for r in report["fc_rates"]]
     lines += ["", "| target | format | quant | threads | heads | GMAC | ms | GMAC/s | efficiency | latency / largest | "
               "MACs / largest | eager fp32 ms | eager / artefact |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
