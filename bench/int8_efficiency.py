@@ -14,6 +14,7 @@ Writes bench/results/int8_efficiency.{json,md,png}.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 from pathlib import Path
@@ -75,6 +76,29 @@ def fc_artefacts(tokens: int, width_in: int, width_out: int, work: Path) -> tupl
     return paths, fc, x
 
 
+def ort_profile(path: Path, x: np.ndarray, runs: int, top: int = 10) -> list[dict[str, Any]]:
+    """onnxruntime's own per-node profile of one artefact, 1 thread: mean ms per inference by op type, largest first."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = 1, 1
+    options.enable_profiling = True
+    with tempfile.TemporaryDirectory(prefix="hydra-ort-") as tmp:
+        options.profile_file_prefix = str(Path(tmp) / "profile")
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        name = session.get_inputs()[0].name
+        for _ in range(runs):
+            session.run(None, {name: x})
+        events = json.loads(Path(session.end_profiling()).read_text())
+    per_op: dict[str, float] = {}
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            per_op[e["args"]["op_name"]] = per_op.get(e["args"]["op_name"], 0.0) + e["dur"] / 1e3 / runs
+    total = sum(per_op.values())
+    return [{"op": op, "ms": round(ms, 3), "share": round(ms / total, 3)}
+            for op, ms in sorted(per_op.items(), key=lambda kv: -kv[1])[:top]]
+
+
 def bench(args: argparse.Namespace) -> dict[str, Any]:
     tokens, width_in, width_out = (int(n) for n in args.fc.split("x"))
     fc_macs = tokens * width_in * width_out
@@ -92,7 +116,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
                 models[ckpt["path"]] = load_checkpoint(ckpt["path"], ema=ckpt.get("weights") != "state_dict")
         rows = [{"bundle": str(folder), "target": m.target["name"], "heads": a.heads, "format": a.format,
                  "quant": a.quant, "file": a.file, "gmacs": subnet_size(cfg, a.heads).gmacs, "checkpoint": m.checkpoint["path"]}
-                for folder, m, cfg in bundles for a in m.artefacts]
+                for folder, m, cfg in bundles for a in m.artefacts if (a.format, a.quant) in {r[:2] for r in RECIPES}]
         subnets = {(r["checkpoint"], r["heads"]): models[r["checkpoint"]].subnetwork(r["heads"]).eval() for r in rows}
         rng = np.random.default_rng(1)
         images = {m.checkpoint["path"]: rng.standard_normal((1, cfg.in_chans, cfg.img_size, cfg.img_size), dtype=np.float32)
@@ -114,7 +138,12 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             print(f"{t} thread(s): timing {len(fns)} programs, {args.runs} interleaved runs", flush=True)
             with torch.no_grad():
                 by_thread[t] = paired_ms(fns, args.runs)
-        return _report(args, fc_macs, rows, by_thread)
+        report = _report(args, fc_macs, rows, by_thread)
+    ends = [r for r in rows if r["format"] == "onnx" and r["heads"] in
+            {f(o["heads"] for o in rows if o["bundle"] == r["bundle"]) for f in (min, max)}]
+    report["profiles"] = {f"{r['target']} {r['file']}": ort_profile(Path(r["bundle"]) / r["file"], images[r["checkpoint"]],
+                                                                     args.runs) for r in ends}
+    return report
 
 
 def _report(args: argparse.Namespace, fc_macs: int, rows: list[dict[str, Any]],
@@ -182,6 +211,9 @@ def markdown(report: dict[str, Any]) -> str:
               f"{a['ms']:.2f} | {a['gmac_per_s']:.1f} | {a['efficiency']:.2f} | {a['over_largest_latency']:.3f} | "
               f"{a['over_largest_macs']:.3f} | {a['eager_fp32_ms']:.1f} | {a['eager_over_artefact']:.2f} |"
               for a in report["artefacts"]]
+    for name, ops in report["profiles"].items():
+        lines += ["", f"onnxruntime profile of {name}, 1 thread (mean per inference, by op type):", "",
+                  "| op | ms | share |", "|---|---|---|", *(f"| {o['op']} | {o['ms']:.2f} | {o['share']:.2f} |" for o in ops)]
     lines += ["", *(f"- Not measured: {m}" for m in report["not_measured"]),
               "- Batch 8 not measured: the artefacts are exported for batch 1."]
     return "\n".join(lines) + "\n"
@@ -196,7 +228,8 @@ def plot(report: dict[str, Any]) -> Any:
                          if (a["target"], a["format"], a["quant"]) == key and a["threads"] == t)
             ax.plot(*zip(*pts), "-o", label=" ".join(key))
         ax.axhline(1.0, color="k", lw=0.8, ls="--")
-        ax.set(title=f"{t} thread{'s' if t > 1 else ''}", xlabel="heads", ylim=(0, None))
+        ax.set(title=f"{t} thread{'s' if t > 1 else ''}", xlabel="heads", xticks=sorted({a["heads"] for a in report["artefacts"]}),
+               ylim=(0, max([1.05, *(1.1 * a["efficiency"] for a in report["artefacts"])])))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     axes[0][0].set_ylabel("efficiency (MAC rate / runtime's FC rate)")
