@@ -149,8 +149,8 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
 def _report(args: argparse.Namespace, fc_macs: int, rows: list[dict[str, Any]],
             by_thread: dict[int, dict[str, float]]) -> dict[str, Any]:
     """Rates, efficiencies and ratios from the medians (ms) of every timed program, per thread count."""
-    rates = [{"runtime": name, "threads": t, "ms": round(ms[f"fc {name}"], 3),
-              "gmac_per_s": round(fc_macs / (ms[f"fc {name}"] / 1e3) / 1e9, 1)}
+    rates = [{"runtime": name, "threads": t, "ms": round(ms[f"fc {name}"], 4),
+              "gmac_per_s": round(fc_macs / (ms[f"fc {name}"] / 1e3) / 1e9, 3)}
              for t, ms in by_thread.items() for name in ["torch fp32", *(f"{f} {q}" for f, q, _ in RECIPES)]]
     rate = {(r["runtime"], r["threads"]): r["gmac_per_s"] for r in rates}
     artefacts = []
@@ -162,10 +162,10 @@ def _report(args: argparse.Namespace, fc_macs: int, rows: list[dict[str, Any]],
             runtime_rate = rate[f"{r['format']} {r['quant']}", t]
             artefacts.append({
                 **{k: r[k] for k in ("bundle", "target", "heads", "format", "quant", "file")},
-                "threads": t, "gmacs": round(r["gmacs"], 6), "ms": round(latency, 2),
-                "gmac_per_s": round(r["gmacs"] / (latency / 1e3), 1),
+                "threads": t, "gmacs": round(r["gmacs"], 6), "ms": round(latency, 4),
+                "gmac_per_s": round(r["gmacs"] / (latency / 1e3), 3),
                 "efficiency": round(r["gmacs"] / (latency / 1e3) / runtime_rate, 3),
-                "eager_fp32_ms": round(eager, 2), "eager_over_artefact": round(eager / latency, 2),
+                "eager_fp32_ms": round(eager, 4), "eager_over_artefact": round(eager / latency, 2),
                 "over_largest_latency": round(latency / ms[f"artefact {r['bundle']} {largest['heads']}"], 3),
                 "over_largest_macs": round(r["gmacs"] / largest["gmacs"], 3),
                 "largest_heads": largest["heads"],

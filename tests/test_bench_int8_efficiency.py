@@ -32,14 +32,14 @@ def test_the_bench_rates_every_runtime_and_each_artefact_against_its_runtime(tmp
     rates = {r["runtime"]: r for r in report["fc_rates"]}
     assert sorted(rates) == ["executorch int8-dynamic", "onnx int8-qdq", "tflite int8-dynamic", "torch fp32"]
     for r in rates.values():  # the rate is the layer's MACs over its median time
-        assert r["gmac_per_s"] > 0 and abs(r["gmac_per_s"] - 17 * 64 * 64 / r["ms"] / 1e6) <= 0.05 + 0.01 * r["gmac_per_s"]
+        assert r["gmac_per_s"] > 0 and abs(r["gmac_per_s"] - 17 * 64 * 64 / r["ms"] / 1e6) <= 0.01 * r["gmac_per_s"]
     assert [(a["target"], a["format"], a["quant"], a["heads"], a["threads"]) for a in report["artefacts"]] == \
         [("rpi", "tflite", "int8-dynamic", 3, 1), ("rpi", "tflite", "int8-dynamic", 12, 1),
          ("jetson", "onnx", "int8-qdq", 3, 1), ("jetson", "onnx", "int8-qdq", 12, 1)]
     for a in report["artefacts"]:
         assert a["ms"] > 0 and a["eager_fp32_ms"] > 0
         rate = rates[f"{a['format']} {a['quant']}"]["gmac_per_s"]
-        assert abs(a["efficiency"] - a["gmacs"] / (a["ms"] / 1e3) / rate) <= 0.01 * a["efficiency"] + 1e-3
+        assert abs(a["efficiency"] - a["gmacs"] / (a["ms"] / 1e3) / rate) <= 0.01 * a["efficiency"]
         assert (a["over_largest_latency"] == 1.0) == (a["heads"] == 12) and (a["over_largest_macs"] < 1.0) == (a["heads"] == 3)
     assert report["not_measured"] == ["executorch int8-dynamic (android): no bundle of these artefacts was given (--bundles)"]
     assert sorted(report["profiles"]) == ["jetson vit_h12_onnx_int8-qdq.onnx", "jetson vit_h3_onnx_int8-qdq.onnx"]
