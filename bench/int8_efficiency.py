@@ -33,6 +33,7 @@ from hydra_edge.config import HydraConfig  # noqa: E402
 from hydra_edge.convert.manifest import read_manifest  # noqa: E402
 from hydra_edge.convert.pipeline import tool_versions  # noqa: E402
 from hydra_edge.convert.targets import load_target  # noqa: E402
+from hydra_edge.errors import HydraEdgeError  # noqa: E402
 from hydra_edge.runtime.engines import FORMATS, load  # noqa: E402
 from hydra_edge.sizes import subnet_size  # noqa: E402
 
@@ -241,15 +242,27 @@ def plot(report: dict[str, Any]) -> Any:
     return fig
 
 
+def _fc_shape(text: str) -> str:
+    """``TOKENSxINxOUT``, three positive integers (checked, so a typo fails before minutes of export)."""
+    parts = text.split("x")
+    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError(f"{text!r} is not TOKENSxINxOUT, e.g. 197x3072x3072")
+    return text
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--bundles", nargs="+", required=True, help="converted bundle folders (with manifest.json)")
-    p.add_argument("--fc", default="197x3072x3072", help="FC layer tokens x in x out")
+    p.add_argument("--fc", default="197x3072x3072", type=_fc_shape, help="FC layer tokens x in x out")
     p.add_argument("--threads", default="1", type=lambda s: [int(t) for t in s.split(",")], help="e.g. 1,2")
     p.add_argument("--runs", type=int, default=15)
     p.add_argument("--out", default=str(RESULTS))
     args = p.parse_args()
-    save_report(Path(args.out), "int8_efficiency", bench(args), markdown, plot)
+    try:
+        report = bench(args)
+    except HydraEdgeError as e:  # a bundle that is missing or damaged: one line, nothing written
+        sys.exit(f"error: {e}")
+    save_report(Path(args.out), "int8_efficiency", report, markdown, plot)
 
 
 if __name__ == "__main__":

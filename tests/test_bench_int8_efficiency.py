@@ -47,3 +47,13 @@ def test_the_bench_rates_every_runtime_and_each_artefact_against_its_runtime(tmp
         assert {"QGemm", "QLinearMatMul"} <= {o["op"] for o in ops} and all(o["ms"] > 0 for o in ops)
     assert report["host"] in (out / "int8_efficiency.md").read_text()
     assert (out / "int8_efficiency.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_folder_without_a_bundle_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "int8_efficiency.py"), "--bundles", str(tmp_path / "none"),
+                           "--fc", "17x64x64", "--out", str(out)],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines()[-1] == f"error: no manifest at {tmp_path / 'none'}; run hydra-edge convert first"
+    assert not out.exists()
