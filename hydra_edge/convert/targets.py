@@ -62,7 +62,9 @@ class Target:
         if quant is None:
             return tuple(chosen)
         out: list[Variant] = []
-        for v in chosen:
+        # a variant of that quant already in the profile comes first: its options (e.g. which ops QDQ
+        # quantises) win over another variant's rewritten to the same format and quant without them
+        for v in sorted(chosen, key=lambda v: v.quant != quant):
             check_quant(v.format, quant, f"--quant for target {self.name!r}")
             options = v.options if quant == v.quant else {}
             nv = msgspec.structs.replace(v, quant=quant, options=options)
