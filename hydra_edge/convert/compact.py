@@ -217,21 +217,33 @@ class Compacted:
     recipe: Recipe
 
 
-def compact(heads: int, artefact: str, data: bytes, tensors: Sequence[Tensor], source_file: str,
-            source_data: bytes, source_tensors: Sequence[Tensor], source_heads: int,
+@dataclass(frozen=True)
+class Largest:
+    """The largest artefact of a variant, read, hashed and identified once for all its smaller head counts."""
+
+    piece: Piece
+    data: bytes
+    sources: list[Source]
+
+
+def largest(file: str, data: bytes, tensors: Sequence[Tensor], heads: int, params: Mapping[str, np.ndarray],
+            index: Callable[[str, int], tuple]) -> Largest:
+    return Largest(_piece(file, data), data, identify(tensors, data, params, index, heads))
+
+
+def compact(heads: int, artefact: str, data: bytes, tensors: Sequence[Tensor], source: Largest,
             params: Mapping[str, np.ndarray], index: Callable[[str, int], tuple], skeleton_file: str) -> Compacted:
-    """Skeleton and recipe of ``data`` (the ``heads`` artefact) over ``source_data``; verified by rebuilding.
+    """Skeleton and recipe of ``data`` (the ``heads`` artefact) over ``source``; verified by rebuilding.
 
     Raises ValueError (saying why) when no weight is a slice or the rebuild differs from ``data``.
     """
-    sources = identify(source_tensors, source_data, params, index, source_heads)
     shapes = {name: p.shape for name, p in params.items()}
-    ranges = plan_ranges(tensors, data, sources, source_data, shapes, index, heads)
+    ranges = plan_ranges(tensors, data, source.sources, source.data, shapes, index, heads)
     if not ranges:
-        raise ValueError(f"no weight of {artefact} is a slice of {source_file}'s")
+        raise ValueError(f"no weight of {artefact} is a slice of {source.piece.file}'s")
     skeleton = skeleton_of(data, ranges)
     recipe = Recipe(heads=heads, artefact=artefact, skeleton=_piece(skeleton_file, skeleton),
-                    source=_piece(source_file, source_data), ranges=ranges)
-    if splice(skeleton, source_data, recipe.ranges) != data:
-        raise ValueError(f"rebuilding {artefact} from its skeleton and {source_file} does not give its bytes")
+                    source=source.piece, ranges=ranges)
+    if splice(skeleton, source.data, recipe.ranges) != data:
+        raise ValueError(f"rebuilding {artefact} from its skeleton and {source.piece.file} does not give its bytes")
     return Compacted(skeleton, recipe)

@@ -21,7 +21,7 @@ from ..errors import HydraEdgeError
 from ..records.manifest import ArtefactRecord, Compact, Manifest
 from ..records.recipe import read_recipe
 from ..runtime.rebuild import rebuild
-from .compact import Tensor, compact
+from .compact import Largest, Tensor, compact, largest
 from .formats import exporter
 from .golden import share_inputs, unshare_inputs
 
@@ -56,13 +56,13 @@ def _expand(out: Path, manifest: Manifest, record: ArtefactRecord) -> None:
         (out / name).unlink(missing_ok=True)
 
 
-def _compact(out: Path, manifest: Manifest, record: ArtefactRecord, source: ArtefactRecord,
+def _compact(out: Path, manifest: Manifest, record: ArtefactRecord, source: Callable[[], Largest],
              tensor_map: Callable[[bytes], List[Tensor]], params: Dict[str, np.ndarray], index: Any) -> None:
     data = (out / record.file).read_bytes()
-    source_data = (out / source.file).read_bytes()
     try:
-        done = compact(record.heads, record.file, data, tensor_map(data), source.file, source_data,
-                       tensor_map(source_data), source.heads, params, index, skeleton_name(record.file))
+        # the largest artefact is read on first use, inside the try: a map it cannot give is a note too
+        done = compact(record.heads, record.file, data, tensor_map(data), source(), params, index,
+                       skeleton_name(record.file))
     except ValueError as e:
         _replace(manifest, out, record, f"full: {e}")
         return
@@ -71,7 +71,7 @@ def _compact(out: Path, manifest: Manifest, record: ArtefactRecord, source: Arte
     write_bytes(recipe, done.recipe.encode(str(recipe)))
     stored = len(done.skeleton)
     _replace(manifest, out, record, f"compact: {stored} of {record.bytes} bytes in {done.recipe.skeleton.file}, "
-                                    f"{len(done.recipe.ranges)} weight ranges from {source.file}",
+                                    f"{len(done.recipe.ranges)} weight ranges from {done.recipe.source.file}",
              compact=Compact(recipe=recipe.name, sha256=sha256_file(recipe)))
     (out / record.file).unlink()
 
@@ -104,6 +104,14 @@ def apply_layout(out: Path, manifest: Manifest, layout: str, checkpoint: str, re
         unshare_inputs(out, manifest)
         return
     model: tuple[Dict[str, np.ndarray], Any] | None = None
+    read: Dict[str, Largest] = {}  # each variant's largest artefact, read and identified once
+
+    def largest_of(source: ArtefactRecord, tensor_map: Callable[[bytes], List[Tensor]]) -> Largest:
+        if source.id not in read:
+            data = (out / source.file).read_bytes()
+            read[source.id] = largest(source.file, data, tensor_map(data), source.heads, *model)
+        return read[source.id]
+
     for record in list(manifest.artefacts):
         source = manifest.by_id()[sources[_variant(record)].id]
         if record.compact is not None or record.heads == source.heads:
@@ -114,6 +122,6 @@ def apply_layout(out: Path, manifest: Manifest, layout: str, checkpoint: str, re
             continue
         report(record.file, "compact", None)
         model = model or _model_params(checkpoint, ema)
-        _compact(out, manifest, record, source, tensor_map, *model)
+        _compact(out, manifest, record, lambda: largest_of(source, tensor_map), tensor_map, *model)
         report(record.file, "done", manifest.by_id()[record.id].bytes)
     share_inputs(out, manifest)
