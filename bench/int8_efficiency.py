@@ -14,7 +14,6 @@ Writes bench/results/int8_efficiency.{json,md,png}.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -27,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.convert import host_cpu, paired_ms  # noqa: E402
+from bench.op_profile_onnxruntime import op_times as ort_op_times  # noqa: E402
 from bench.report import save_report, subplots  # noqa: E402
 from hydra_edge.checkpoint import load_checkpoint  # noqa: E402
 from hydra_edge.config import HydraConfig  # noqa: E402
@@ -77,24 +77,8 @@ def fc_artefacts(tokens: int, width_in: int, width_out: int, work: Path) -> tupl
     return paths, fc, x
 
 
-def ort_profile(path: Path, x: np.ndarray, runs: int, top: int = 10) -> list[dict[str, Any]]:
-    """onnxruntime's own per-node profile of one artefact, 1 thread: mean ms per inference by op type, largest first."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = 1, 1
-    options.enable_profiling = True
-    with tempfile.TemporaryDirectory(prefix="hydra-ort-") as tmp:
-        options.profile_file_prefix = str(Path(tmp) / "profile")
-        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        name = session.get_inputs()[0].name
-        for _ in range(runs):
-            session.run(None, {name: x})
-        events = json.loads(Path(session.end_profiling()).read_text())
-    per_op: dict[str, float] = {}
-    for e in events:
-        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
-            per_op[e["args"]["op_name"]] = per_op.get(e["args"]["op_name"], 0.0) + e["dur"] / 1e3 / runs
+def top_ops(per_op: dict[str, float], top: int = 10) -> list[dict[str, Any]]:
+    """The ``top`` op types by time, with their share of all profiled time."""
     total = sum(per_op.values())
     return [{"op": op, "ms": round(ms, 3), "share": round(ms / total, 3)}
             for op, ms in sorted(per_op.items(), key=lambda kv: -kv[1])[:top]]
@@ -142,8 +126,8 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         report = _report(args, fc_macs, rows, by_thread)
     ends = [r for r in rows if r["format"] == "onnx" and r["heads"] in
             {f(o["heads"] for o in rows if o["bundle"] == r["bundle"]) for f in (min, max)}]
-    report["profiles"] = {f"{r['target']} {r['file']}": ort_profile(Path(r["bundle"]) / r["file"], images[r["checkpoint"]],
-                                                                     args.runs) for r in ends}
+    report["profiles"] = {f"{r['target']} {r['file']}": top_ops(ort_op_times(Path(r["bundle"]) / r["file"],
+                                                                                 images[r["checkpoint"]], 1, args.runs)) for r in ends}
     return report
 
 
