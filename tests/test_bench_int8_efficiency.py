@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from hydra_edge import HydraViT
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,27 +26,35 @@ def test_the_bench_rates_every_runtime_and_each_artefact_against_its_runtime(tmp
         assert done.returncode == 0, done.stderr[-2000:]
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "int8_efficiency.py"), "--bundles", str(tmp_path / "rpi"),
                            str(tmp_path / "jetson"),
-                           "--fc", "17x64x64", "--runs", "3", "--out", str(out)],
+                           "--fc", "17x64x64", "--runs", "3", "--threads", "1", "--batch", "1,2", "--out", str(out)],
                           capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads((out / "int8_efficiency.json").read_text())
     assert report["fc"] == {"shape": "17x64x64", "macs": 17 * 64 * 64} and "int8-relevant flags" in report["host"]
     rates = {r["runtime"]: r for r in report["fc_rates"]}
-    assert sorted(rates) == ["executorch int8-dynamic", "onnx int8-qdq", "tflite int8-dynamic", "torch fp32"]
-    for r in rates.values():  # the rate is the layer's MACs over its median time
-        assert r["gmac_per_s"] > 0 and abs(r["gmac_per_s"] - 17 * 64 * 64 / r["ms"] / 1e6) <= 0.01 * r["gmac_per_s"]
-    assert [(a["target"], a["format"], a["quant"], a["heads"], a["threads"]) for a in report["artefacts"]] == \
-        [("rpi", "tflite", "int8-dynamic", 3, 1), ("rpi", "tflite", "int8-dynamic", 12, 1),
-         ("jetson", "onnx", "int8-qdq", 3, 1), ("jetson", "onnx", "int8-qdq", 12, 1)]
+    rates = {(r["runtime"], r["batch"]): r for r in report["fc_rates"]}
+    assert sorted(rates) == [(name, b) for name in ("executorch int8-dynamic", "onnx int8-qdq", "tflite int8-dynamic",
+                                                    "torch fp32") for b in (1, 2)]
+    for (_, batch), r in rates.items():  # the rate is the layer's MACs (batch x tokens rows) over its median time
+        assert r["gmac_per_s"] > 0 and abs(r["gmac_per_s"] - batch * 17 * 64 * 64 / r["ms"] / 1e6) <= 0.01 * r["gmac_per_s"]
+    assert [(a["target"], a["format"], a["quant"], a["heads"], a["batch"]) for a in report["artefacts"]] == \
+        [(t, f, q, k, b) for b in (1, 2) for t, f, q in (("rpi", "tflite", "int8-dynamic"), ("jetson", "onnx", "int8-qdq"))
+         for k in (3, 12)]
+    one = {(a["target"], a["heads"]): a["gmacs"] for a in report["artefacts"] if a["batch"] == 1}
     for a in report["artefacts"]:
-        assert a["ms"] > 0 and a["eager_fp32_ms"] > 0
-        rate = rates[f"{a['format']} {a['quant']}"]["gmac_per_s"]
+        assert a["ms"] > 0 and a["eager_fp32_ms"] > 0 and a["threads"] == 1
+        assert a["gmacs"] == pytest.approx(a["batch"] * one[a["target"], a["heads"]], rel=1e-4)
+        rate = rates[f"{a['format']} {a['quant']}", a["batch"]]["gmac_per_s"]
         assert abs(a["efficiency"] - a["gmacs"] / (a["ms"] / 1e3) / rate) <= 0.01 * a["efficiency"]
         assert (a["over_largest_latency"] == 1.0) == (a["heads"] == 12) and (a["over_largest_macs"] < 1.0) == (a["heads"] == 3)
     assert report["not_measured"] == ["executorch int8-dynamic (android): no bundle of these artefacts was given (--bundles)"]
-    assert sorted(report["profiles"]) == ["jetson vit_h12_onnx_int8-qdq.onnx", "jetson vit_h3_onnx_int8-qdq.onnx"]
-    for ops in report["profiles"].values():  # onnxruntime's own profile: the int8 matrix products are in it
-        assert {"QGemm", "QLinearMatMul"} <= {o["op"] for o in ops} and all(o["ms"] > 0 for o in ops)
+    assert sorted(report["profiles"]) == sorted(f"{t} vit_h{k}_{f}_{q}.{s}" for k in (3, 12) for t, f, q, s in
+                                                (("rpi", "tflite", "int8-dynamic", "tflite"), ("jetson", "onnx", "int8-qdq", "onnx")))
+    for name, ops in report["profiles"].items():  # each runtime's own profile: its op types, with time in them
+        assert ops and all(o["ms"] > 0 for o in ops)
+        assert len(ops) == 10 or abs(sum(o["share"] for o in ops) - 1) < 0.02  # the top 10, else every op type
+        if name.startswith("jetson"):  # onnxruntime: the int8 matrix products are in it
+            assert {"QGemm", "QLinearMatMul"} <= {o["op"] for o in ops}
     assert report["host"] in (out / "int8_efficiency.md").read_text()
     assert (out / "int8_efficiency.png").read_bytes().startswith(b"\x89PNG")
 
