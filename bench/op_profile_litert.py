@@ -2,16 +2,15 @@
 
 ai-edge-litert's Python ``Interpreter`` and ``CompiledModel`` expose no profiler, and the wheel ships
 no ``benchmark_model`` binary; its ``libLiteRt.so`` does export the C profiler API
-(``LiteRtCompiledModelGetProfiler``, ``LiteRtGetProfileSummary``), so this drives that through
-ctypes: a CPU compiled model (XNNPACK) with the runtime option ``enable_profiling``, whose
-summary is TFLite's profile summarizer: XNNPACK reports each of its own operators
-("Fully Connected (NC, QD8, F32, QC8W)"), so time inside the delegate is broken down too.
+(``LiteRtCompiledModelGetProfiler``, ``LiteRtGetProfilerEvents``), so this drives that through
+ctypes: a CPU compiled model (XNNPACK) with the runtime option ``enable_profiling``. XNNPACK
+reports each of its own operators ("Fully Connected (NC, QDU8, F32, QC8W) GEMM"), so the time
+inside the delegate is broken down too; an op left outside it appears under its TFLite name.
 """
 
 from __future__ import annotations
 
 import ctypes
-import re
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,6 @@ def _library() -> Any:
     import ai_edge_litert
 
     lib = ctypes.CDLL(str(Path(ai_edge_litert.__file__).parent / "libLiteRt.so"))
-    lib.LiteRtGetProfileSummary.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p)]
     lib.LiteRtCreateOpaqueOptions.argtypes = [ctypes.c_char_p, ctypes.c_void_p, _DESTRUCTOR, ctypes.c_void_p]
     lib.LiteRtCreateModelFromFile.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
     for name in ("LiteRtSetOptionsHardwareAccelerators", "LiteRtAddOpaqueOptions", "LiteRtCreateCompiledModel",
@@ -39,7 +37,7 @@ def _library() -> Any:
                  "LiteRtGetCompiledModelOutputBufferRequirements", "LiteRtCreateManagedTensorBufferFromRequirements",
                  "LiteRtLockTensorBuffer", "LiteRtUnlockTensorBuffer", "LiteRtRunCompiledModel",
                  "LiteRtCompiledModelGetProfiler", "LiteRtStartProfiler", "LiteRtResetProfiler",
-                 "LiteRtCreateEnvironment", "LiteRtCreateOptions"):
+                 "LiteRtCreateEnvironment", "LiteRtCreateOptions", "LiteRtGetNumProfilerEvents", "LiteRtGetProfilerEvents"):
         getattr(lib, name).argtypes = None  # c_void_p / c_size_t arguments are passed explicitly
     return lib
 
@@ -87,8 +85,22 @@ def _write(lib: Any, buffer: ctypes.c_void_p, x: np.ndarray) -> None:
     _check(lib.LiteRtUnlockTensorBuffer(buffer), "unlock input")
 
 
-def profile_summary(path: Path, x: np.ndarray, threads: int, runs: int) -> str:
-    """TFLite's profile summary text of ``runs`` inferences of ``x`` (after one unprofiled warm-up run)."""
+class _Event(ctypes.Structure):
+    """``ProfiledEventData`` (litert/c/litert_profiler_event.h)."""
+
+    _fields_ = [("tag", ctypes.c_char_p), ("event_type", ctypes.c_int), ("start_us", ctypes.c_uint64),
+                ("elapsed_us", ctypes.c_uint64), ("begin_mem", ctypes.c_size_t * 3), ("end_mem", ctypes.c_size_t * 3),
+                ("metadata1", ctypes.c_uint64), ("metadata2", ctypes.c_uint64), ("source", ctypes.c_int)]
+
+
+# Event types of one op's invocation (LiteRtProfilerEventType): an op LiteRT runs itself, and an
+# XNNPACK operator inside the delegate (metadata1: its node index)
+_OP_EVENTS = (1 << 1, 1 << 2, 1 << 3)
+
+
+def op_events(path: Path, x: np.ndarray, threads: int, runs: int) -> list[tuple[str, int, float]]:
+    """Every op invocation of ``runs`` profiled inferences of ``x`` (after one unprofiled warm-up run),
+    as (op type, node index, ms), in the order they ran."""
     lib, keep = _library(), []
     env, model, options, compiled = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
     _check(lib.LiteRtCreateEnvironment(0, None, ctypes.byref(env)), "environment")
@@ -99,46 +111,53 @@ def profile_summary(path: Path, x: np.ndarray, threads: int, runs: int) -> str:
                              (b"xnnpack", f"num_threads = {threads}\n".encode())):
         _check(lib.LiteRtAddOpaqueOptions(options, _opaque(lib, identifier, toml, keep)), identifier.decode())
     _check(lib.LiteRtCreateCompiledModel(env, model, options, ctypes.byref(compiled)), "compiled model")
-    inputs, outputs = (_buffers(lib, env, model, compiled, side) for side in ("Input", "Output"))
-    _write(lib, inputs[0], x.astype(np.float32))
-    arrays = [(ctypes.c_void_p * len(b))(*b) for b in (inputs, outputs)]
+    lib.LiteRtDestroyOptions(options)
+    buffers: list[ctypes.c_void_p] = []
+    try:
+        inputs, outputs = (_buffers(lib, env, model, compiled, side) for side in ("Input", "Output"))
+        buffers += inputs + outputs
+        _write(lib, inputs[0], x.astype(np.float32))
+        arrays = [(ctypes.c_void_p * len(b))(*b) for b in (inputs, outputs)]
 
-    def run() -> None:
-        _check(lib.LiteRtRunCompiledModel(compiled, ctypes.c_size_t(0), ctypes.c_size_t(len(inputs)), arrays[0],
-                                          ctypes.c_size_t(len(outputs)), arrays[1]), "run")
+        def run() -> None:
+            _check(lib.LiteRtRunCompiledModel(compiled, ctypes.c_size_t(0), ctypes.c_size_t(len(inputs)), arrays[0],
+                                              ctypes.c_size_t(len(outputs)), arrays[1]), "run")
 
-    profiler = ctypes.c_void_p()
-    _check(lib.LiteRtCompiledModelGetProfiler(compiled, ctypes.byref(profiler)), "profiler")
-    if not profiler:
-        raise RuntimeError("LiteRT gave no profiler although enable_profiling was set")
-    run()  # warm-up: XNNPACK packs weights on the first run
-    _check(lib.LiteRtResetProfiler(profiler), "reset profiler")
-    _check(lib.LiteRtStartProfiler(profiler), "start profiler")
-    for _ in range(runs):
-        run()
-    summary = ctypes.c_char_p()
-    _check(lib.LiteRtGetProfileSummary(profiler, compiled, ctypes.byref(summary)), "profile summary")
-    return (summary.value or b"").decode()
+        profiler = ctypes.c_void_p()
+        _check(lib.LiteRtCompiledModelGetProfiler(compiled, ctypes.byref(profiler)), "profiler")
+        if not profiler:
+            raise RuntimeError("LiteRT gave no profiler although enable_profiling was set")
+        run()  # warm-up: XNNPACK packs weights on the first run
+        _check(lib.LiteRtResetProfiler(profiler), "reset profiler")
+        _check(lib.LiteRtStartProfiler(profiler), "start profiler")
+        for _ in range(runs):
+            run()
+        count = ctypes.c_int()
+        _check(lib.LiteRtGetNumProfilerEvents(profiler, ctypes.byref(count)), "event count")
+        events = (_Event * count.value)()
+        _check(lib.LiteRtGetProfilerEvents(profiler, count, events), "events")
+        # The delegate's own node, when reported, spans its operators: counting it would count them twice.
+        return [(e.tag.decode(), e.metadata1, e.elapsed_us / 1e3) for e in events
+                if e.event_type in _OP_EVENTS and b"Delegate" not in e.tag]
+    finally:
+        for buffer in buffers:
+            lib.LiteRtDestroyTensorBuffer(buffer)
+        lib.LiteRtDestroyCompiledModel(compiled)
+        lib.LiteRtDestroyModel(model)
+        lib.LiteRtDestroyEnvironment(env)
 
 
-def by_type(summary: str, runs: int) -> dict[str, float]:
-    """``{op type: mean ms per inference}`` from the summary's "by node type" table.
+def op_times(path: Path, x: np.ndarray, threads: int, runs: int, statistic: str = "mean") -> dict[str, float]:
+    """ms per inference spent in each op type, ``threads`` XNNPACK threads, by LiteRT's own profiler.
 
-    Its ``[avg ms]`` is per call, so each row is scaled by ``[times called] / runs``; delegated
-    ops are listed by XNNPACK's own operator names ("Delegate/Fully Connected (NC, QDU8, F32, QC8W) GEMM").
+    ``statistic="median"`` takes each node's median over the runs before summing by type: on a
+    busy host one preempted run otherwise dominates a mean.
     """
-    tables = summary.split("Summary by node type")
-    if len(tables) < 2:
-        raise RuntimeError("LiteRT's profile summary has no 'Summary by node type' table:\n" + summary[:2000])
+    per_node: dict[tuple[str, int], list[float]] = {}
+    for op, node, ms in op_events(path, x, threads, runs):
+        per_node.setdefault((op, node), []).append(ms)
+    reduce = {"mean": lambda v: sum(v) / runs, "median": lambda v: float(np.median(v))}[statistic]
     out: dict[str, float] = {}
-    for line in tables[-1].split("\n\n")[0].splitlines():
-        # [node type] [count] [avg ms] [avg %] [cdf %] [mem KB] [times called]
-        m = re.match(r"\s*(.+?)\s+(\d+)\s+([\d.]+)\s+[\d.]+%\s+[\d.]+%\s+[\d.]+\s+(\d+)\s*$", line)
-        if m:
-            out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(3)) * int(m.group(4)) / runs
+    for (op, _), times in per_node.items():
+        out[op] = out.get(op, 0.0) + reduce(times)
     return out
-
-
-def op_times(path: Path, x: np.ndarray, threads: int, runs: int) -> dict[str, float]:
-    """Mean ms per inference spent in each op type, ``threads`` XNNPACK threads, by LiteRT's own profiler."""
-    return by_type(profile_summary(path, x, threads, runs), runs)

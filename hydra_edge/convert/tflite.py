@@ -32,7 +32,7 @@ def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: d
     stage("import litert-torch")
     import litert_torch
 
-    model = linear_patch_embed(model)
+    model = for_xnnpack(model)
     kwargs: dict[str, Any] = {}
     if quant == "int8-dynamic":
         from litert_torch.quantize import pt2e_quantizer as pq
@@ -55,43 +55,53 @@ def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: d
             if quant != "fp32" else "float32"}
 
 
-def linear_patch_embed(model: torch.nn.Module) -> torch.nn.Module:
-    """A copy of ``model`` whose ViT patch embeddings are a patchify reshape and a ``Linear``; same outputs.
+def for_xnnpack(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy of ``model`` with the same parameters and outputs, written as XNNPACK runs fastest.
 
-    A 16x16 stride-16 convolution of a 3-channel image is a matrix product of the image's patches
-    (196 x 768) with its weight, but XNNPACK runs it as an int8 IGEMM at a small fraction of its
-    fully-connected rate (LiteRT's op profile: 1.7 ms of a 3-head depth-2 b16's inference, more
-    than all its attention FCs). As ``Linear(C*p*p, D)`` it runs at the FC rate. The weight
-    keeps its name (``patch_embed.proj.weight``) and its rows, so nested ranges and the (C, p, p)
-    order of each row are unchanged.
+    LiteRT's op profile of a 3-head b16 (bench/op_profile_litert.py) showed two fixed costs:
+
+    - the 16x16 stride-16 patch convolution of the 3-channel image ran as an int8 IGEMM at a
+      small fraction of XNNPACK's fully-connected rate. It is a matrix product of the image's
+      patches with the weight, so it becomes a patchify reshape and a ``Linear``, which runs at
+      the FC rate. The weight keeps its name (``patch_embed.proj.weight``), its rows and each
+      row's (C, p, p) order, so nested ranges and compaction see the same rows.
+    - attention transposed K on its own after splitting Q, K, V. Multiplying by K's transpose
+      inside ``bmm`` lets the converter fold it into the batch matmul (``adj_y``): one transpose
+      and several reshapes fewer per block.
     """
     import torch
     from torch import nn
 
-    from ..vit import PatchEmbed
+    from ..vit import Attention, PatchEmbed
 
-    class LinearPatchEmbed(nn.Module):
-        def __init__(self, conv: nn.Conv2d) -> None:
-            super().__init__()
-            self.patch = conv.kernel_size[0]
-            self.proj = nn.Linear(conv.in_channels * self.patch ** 2, conv.out_channels)
-            with torch.no_grad():
-                self.proj.weight.copy_(conv.weight.flatten(1))
-                self.proj.bias.copy_(conv.bias)
-
+    class LinearPatchEmbed(PatchEmbed):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             B, C, H, W = x.shape
             p = self.patch
             patches = x.reshape(B, C, H // p, p, W // p, p).permute(0, 2, 4, 1, 3, 5)
             return self.proj(patches.reshape(B, (H // p) * (W // p), C * p * p))  # (B, patches, D)
 
-    if not any(isinstance(m, PatchEmbed) for m in model.modules()):
-        return model
+    class BmmAttention(Attention):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            B, N, D = x.shape
+            h, d = self.num_heads, self.head_dim
+            qkv = self.qkv(x).reshape(B, N, 3, h, d).permute(2, 0, 3, 1, 4).reshape(3, B * h, N, d)
+            q, k, v = qkv.unbind(0)  # (B * heads, N, head_dim)
+            attn = torch.bmm(q * d**-0.5, k.transpose(1, 2)).softmax(dim=-1)
+            return self.proj(torch.bmm(attn, v).reshape(B, h, N, d).transpose(1, 2).reshape(B, N, D))
+
     model = copy.deepcopy(model)
-    for m in list(model.modules()):
-        for name, child in m.named_children():
-            if isinstance(child, PatchEmbed):
-                setattr(m, name, LinearPatchEmbed(child.proj))
+    for m in model.modules():
+        if type(m) is PatchEmbed:
+            conv = m.proj
+            m.patch = conv.kernel_size[0]
+            m.proj = nn.Linear(conv.in_channels * m.patch**2, conv.out_channels)
+            with torch.no_grad():
+                m.proj.weight.copy_(conv.weight.flatten(1))
+                m.proj.bias.copy_(conv.bias)
+            m.__class__ = LinearPatchEmbed
+        elif type(m) is Attention:
+            m.__class__ = BmmAttention
     return model
 
 
