@@ -60,26 +60,29 @@ def for_xnnpack(model: torch.nn.Module) -> torch.nn.Module:
 
     LiteRT's op profile of a 3-head b16 (bench/op_profile_litert.py) showed two fixed costs:
 
-    - the 16x16 stride-16 patch convolution of the 3-channel image ran as an int8 IGEMM at a
-      small fraction of XNNPACK's fully-connected rate. It is a matrix product of the image's
-      patches with the weight, so it becomes a patchify reshape and a ``Linear``, which runs at
-      the FC rate. The weight keeps its name (``patch_embed.proj.weight``), its rows and each
-      row's (C, p, p) order, so nested ranges and compaction see the same rows.
+    - the 16x16 stride-16 patch convolution read the 3-channel image as 3 contiguous int8 values
+      per kernel tap, so XNNPACK's int8 IGEMM ran at a fraction of its fully-connected rate. The
+      same convolution over the patches laid out as p channels (one row of a patch) by C x p
+      pixels, with a (C, p) kernel and stride, runs near the FC rate, and LiteRT stores its weight
+      as (D, C, p, p): the parameter's own layout and rows, so nested ranges and compaction see
+      the same weight.
     - attention transposed K on its own after splitting Q, K, V. Multiplying by K's transpose
       inside ``bmm`` lets the converter fold it into the batch matmul (``adj_y``): one transpose
       and several reshapes fewer per block.
     """
     import torch
-    from torch import nn
+    import torch.nn.functional as F
 
     from ..vit import Attention, PatchEmbed
 
-    class LinearPatchEmbed(PatchEmbed):
+    class PatchRowsEmbed(PatchEmbed):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             B, C, H, W = x.shape
-            p = self.patch
-            patches = x.reshape(B, C, H // p, p, W // p, p).permute(0, 2, 4, 1, 3, 5)
-            return self.proj(patches.reshape(B, (H // p) * (W // p), C * p * p))  # (B, patches, D)
+            p = self.proj.kernel_size[0]
+            # NCHW (B, j, (patch, c), i): pixel (patch, c, i) of channel j is image pixel (c, i, j) of the patch
+            rows = x.reshape(B, C, H // p, p, W // p, p).permute(0, 5, 2, 4, 1, 3).reshape(B, p, -1, p)
+            out = F.conv2d(rows, self.proj.weight.permute(0, 3, 1, 2), self.proj.bias, stride=(C, p))
+            return out.flatten(2).transpose(1, 2)  # (B, patches, D)
 
     class BmmAttention(Attention):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -91,15 +94,9 @@ def for_xnnpack(model: torch.nn.Module) -> torch.nn.Module:
             return self.proj(torch.bmm(attn, v).reshape(B, h, N, d).transpose(1, 2).reshape(B, N, D))
 
     model = copy.deepcopy(model)
-    for m in model.modules():
+    for m in model.modules():  # the classes change, the modules and their parameters stay
         if type(m) is PatchEmbed:
-            conv = m.proj
-            m.patch = conv.kernel_size[0]
-            m.proj = nn.Linear(conv.in_channels * m.patch**2, conv.out_channels)
-            with torch.no_grad():
-                m.proj.weight.copy_(conv.weight.flatten(1))
-                m.proj.bias.copy_(conv.bias)
-            m.__class__ = LinearPatchEmbed
+            m.__class__ = PatchRowsEmbed
         elif type(m) is Attention:
             m.__class__ = BmmAttention
     return model
