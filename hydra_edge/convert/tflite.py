@@ -79,10 +79,11 @@ def for_xnnpack(model: torch.nn.Module) -> torch.nn.Module:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             B, C, H, W = x.shape
             p = self.proj.kernel_size[0]
-            # NCHW (B, j, (patch, c), i): pixel (patch, c, i) of channel j is image pixel (c, i, j) of the patch
-            rows = x.reshape(B, C, H // p, p, W // p, p).permute(0, 5, 2, 4, 1, 3).reshape(B, p, -1, p)
+            patches = x.reshape(B, C, H // p, p, W // p, p).permute(0, 2, 4, 1, 3, 5)  # (B, h, w, C, p, p)
+            # NHWC (B, (patch, c), i, j) seen as NCHW: the converter's own NCHW -> NHWC transposes cancel these
+            rows = patches.reshape(B, -1, p, p).permute(0, 3, 1, 2)
             out = F.conv2d(rows, self.proj.weight.permute(0, 3, 1, 2), self.proj.bias, stride=(C, p))
-            return out.flatten(2).transpose(1, 2)  # (B, patches, D)
+            return out.permute(0, 2, 3, 1).reshape(B, -1, out.shape[1])  # (B, patches, D)
 
     class BmmAttention(Attention):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
