@@ -1,0 +1,102 @@
+"""The rpi int8 artefact is written as XNNPACK runs fastest, and keeps the eager model's outputs.
+
+LiteRT's own op profiler (bench/op_profile_litert.py) reads what the runtime executed: every op
+inside XNNPACK and attention with K's transpose folded into the batch matmul; the file holds the
+patch convolution over patch rows with the weight in the model's own layout.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from hydra_edge.config import preset
+from hydra_edge.convert.targets import load_target
+from hydra_edge.convert.tflite import export, for_xnnpack
+from hydra_edge.model import HydraViT
+from hydra_edge.runtime.engines import load
+from hydra_edge.vit import PatchEmbed
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.op_profile_litert import op_events, op_times  # noqa: E402
+
+DEPTH = 2
+
+
+@pytest.fixture(scope="module")
+def subnet() -> torch.nn.Module:
+    """Subnetwork 3 of a depth-2 ViT on 3-channel 8x8 images (so a patch row's (C, p, p) order matters)."""
+    torch.manual_seed(0)
+    model = HydraViT(preset("digits", depth=DEPTH, in_chans=3), init_scheme="torch-default")
+    return model.subnetwork(3).eval()
+
+
+@pytest.fixture(scope="module")
+def images() -> np.ndarray:
+    return np.random.default_rng(0).standard_normal((4, 3, 8, 8), dtype=np.float32)
+
+
+@pytest.fixture(scope="module")
+def artefact(subnet: torch.nn.Module, images: np.ndarray, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The subnetwork exported as the rpi profile's int8-dynamic artefact."""
+    variant = next(v for v in load_target("rpi").artefacts if (v.format, v.quant) == ("tflite", "int8-dynamic"))
+    path = tmp_path_factory.mktemp("rpi") / "vit_h3.tflite"
+    export(subnet, torch.from_numpy(images[:1]), variant.quant, dict(variant.options), images, path, lambda s: None)
+    return path
+
+
+def test_the_rewrite_keeps_every_parameter_and_the_outputs(subnet: torch.nn.Module, images: np.ndarray) -> None:
+    rewritten = for_xnnpack(subnet)
+    ours, theirs = dict(subnet.named_parameters()), dict(rewritten.named_parameters())
+    assert list(theirs) == list(ours) and all(torch.equal(theirs[n], p) for n, p in ours.items())
+    x = torch.from_numpy(images)
+    with torch.no_grad():
+        torch.testing.assert_close(rewritten(x), subnet(x), rtol=1e-5, atol=1e-5)
+    assert type(subnet.patch_embed) is PatchEmbed  # the caller's model is left as it was
+
+
+def test_the_artefact_agrees_with_eager_torch(artefact: Path, subnet: torch.nn.Module, images: np.ndarray) -> None:
+    engine = load(artefact, threads=1)
+    with torch.no_grad():
+        reference = subnet(torch.from_numpy(images)).numpy()
+    for x, ref in zip(images, reference):
+        out = engine.run(x[None])[0]
+        cosine = float(out @ ref / np.linalg.norm(out) / np.linalg.norm(ref))
+        assert cosine > 0.995, cosine
+
+
+def test_liteRT_runs_every_op_in_xnnpack_with_k_transposed_inside_the_attention_matmul(
+        artefact: Path, images: np.ndarray) -> None:
+    per_type = op_times(artefact, images[:1], threads=1, runs=2)
+    assert all("(" in op for op in per_type), per_type  # XNNPACK's operators; a TFLite kernel would be "BATCH_MATMUL"
+    nodes = {(op, node) for op, node, _ in op_events(artefact, images[:1], threads=1, runs=1)}
+    count = {kind: sum(op.startswith(kind) for op, _ in nodes)
+             for kind in ("Convolution", "Fully Connected", "Batch Matrix Multiply", "Transpose")}
+    # per block: QKV, projection, fc1, fc2 and two batch matmuls, and two transposes (heads out of QKV,
+    # heads back in: K's own transpose is inside the batch matmul); the patch embedding is the one
+    # convolution (its patches one transpose), the classifier one more FC
+    assert count == {"Convolution": 1, "Fully Connected": 4 * DEPTH + 1, "Batch Matrix Multiply": 2 * DEPTH,
+                     "Transpose": 2 * DEPTH + 1}
+
+
+def test_the_patch_convolution_reads_patch_rows_and_stores_the_weight_in_its_own_layout(
+        artefact: Path, subnet: torch.nn.Module) -> None:
+    """XNNPACK's int8 convolution reads p channels per kernel tap (not the image's 3, which ran at a fraction
+    of its FC rate), and the weight is stored as the model's (D, C, p, p), so compaction finds its rows."""
+    from ai_edge_litert import schema_py_generated as fb
+
+    model = fb.ModelT.InitFromObj(fb.Model.GetRootAs(artefact.read_bytes(), 0))
+    graph = model.subgraphs[0]
+    convs = [op for op in graph.operators if model.operatorCodes[op.opcodeIndex].builtinCode == fb.BuiltinOperator.CONV_2D]
+    assert len(convs) == 1
+    image, weight = (graph.tensors[i] for i in convs[0].inputs[:2])
+    proj = subnet.patch_embed.proj
+    assert image.shape[-1] == proj.kernel_size[0]
+    assert tuple(weight.shape) == tuple(proj.weight.shape) and weight.type == fb.TensorType.INT8
+    values = np.asarray(model.buffers[weight.buffer].data, np.uint8).view(np.int8).reshape(weight.shape)
+    scales = np.asarray(weight.quantization.scale, np.float32).reshape(-1, 1, 1, 1)
+    np.testing.assert_allclose(values * scales, proj.weight.detach().numpy(), atol=float(scales.max()) * 0.5001)
