@@ -63,3 +63,4 @@ def test_the_device_code_refuses_in_one_line_naming_what_to_install(tflite_runti
     line = done.stdout.strip()
     assert done.returncode == 3, (done.stdout, done.stderr[-1500:])
     assert "\n" not in line and "cannot run m.tflite" in line and "pip install ai-edge-litert" in line
+    assert "tflite-runtime cannot run these artefacts" in line and "FULLY_CONNECTED version 12" in line
