@@ -162,7 +162,10 @@ def _engine(model: Model, path: Path, fmt: Format, threads: int) -> Engine:
     try:
         step = fmt.loader(model, max(1, int(threads)))
     except ImportError as e:
-        raise HydraEdgeError(f"cannot run {path.name}: {e}; install it with `{pip_install([fmt.runtime])}`") from None
+        # a look-alike runtime this Python has (tflite-runtime) is named, so no one takes it for enough
+        note = f" ({fmt.impostor[1]})" if fmt.impostor and importlib.util.find_spec(fmt.impostor[0]) else ""
+        raise HydraEdgeError(f"cannot run {path.name}: {e}{note}; install it with `{pip_install([fmt.runtime])}`"
+                             ) from None
     return Engine(path=path, format=fmt, threads=threads, step=step)
 
 
