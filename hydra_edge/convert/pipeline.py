@@ -22,8 +22,8 @@ import queue
 import signal
 import threading
 import time
-from contextlib import ExitStack
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from importlib import import_module
 from pathlib import Path
@@ -38,12 +38,12 @@ from ..config import HydraConfig
 from ..errors import HydraEdgeError
 from ..lock import exclusive
 from ..logs import artefact_log, capture
+from ..records.manifest import Nesting
 from ..runtime.engines import FORMATS, load, runtime_version
 from ..slicing import weight_index
 from .formats import all_tools, exporter, tools
 from .golden import golden_name
 from .layout import LAYOUTS, apply_layout
-from ..records.manifest import Nesting
 from .manifest import MANIFEST, ArtefactRecord, Manifest, intact, read_manifest, sha256_file
 from .nesting import max_cost, measure, nested_ranges
 from .targets import Target, Variant, load_target
@@ -489,11 +489,13 @@ def plan(opts: ConvertOptions, inputs: Inputs, shown: str = "") -> Plan:
 
 
 def _failure(job: Job, error: BaseException) -> str:
+    """One line naming the artefact (``<target>/<file>`` with several targets), what failed, and its log."""
     log = f"; converter output: {artefact_log(Path(job.out), job.file)}"
+    target = job.shown[: -len(job.file)]
     if isinstance(error, HydraEdgeError):
-        return (str(error) if job.file in str(error) else f"{job.file}: {error}") + log
+        return target + (str(error) if job.file in str(error) else f"{job.file}: {error}") + log
     first = (str(error).strip().splitlines() or [""])[0][:200]
-    return f"{job.file}: conversion failed ({type(error).__name__}: {first})" + log
+    return f"{job.shown}: conversion failed ({type(error).__name__}: {first})" + log
 
 
 def targets_options(opts: ConvertOptions, given: Sequence[str]) -> list[ConvertOptions]:
