@@ -14,8 +14,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-# Peak resident memory of one worker ~ BASE + PER_WEIGHT_BYTE x the fp32 model's bytes. Measured with
-# bench/convert.py (peak_worker_mib): digits ~0.9 GiB (all base), b16 ~?? GiB for .tflite/.pte exports.
+# Peak resident memory of one worker ~ BASE + PER_WEIGHT_BYTE x the fp32 model's bytes. A digits worker
+# (rpi + jetson artefacts) peaked at 0.72 GiB, all of it base (torch and the converters); the per-weight
+# factor is a conservative allowance for the converters' copies of the graph (b16: ~5 GiB per worker),
+# to be replaced by bench/convert.py's peak_worker_mib for b16.
 WORKER_BASE_BYTES = 1 << 30
 WORKER_BYTES_PER_WEIGHT_BYTE = 12
 
