@@ -220,7 +220,7 @@ def _md_timing(t: dict[str, Any]) -> str:
 def plot(report: dict[str, Any]) -> Any:
     fig, axes = subplots(1, 3, figsize=(15, 4.2))
     _plot_timing(axes[2], report["timing"])
-    ok = [r for r in report["rows"] if r.get("status") == "ok"]
+    ok = [r for r in report["rows"] if r.get("status") == "ok" and "ms_1t" in r]  # --runs 0: no latency
     for ax, t in zip(axes, (1, 2)):
         heads = report["heads"]
         eager = sorted((int(key[1:].split("_")[0]), v) for key, v in report["eager_ms"].items() if key.endswith(f"_{t}t"))
