@@ -136,7 +136,8 @@ def test_interrupted_run_resumes(checkpoint: Path, host_target: Path, tmp_path: 
         return real(*args, **kwargs)
 
     out = tmp_path / "out"
-    opts = pipeline.ConvertOptions(checkpoint=checkpoint, target=str(host_target), out=out, layout="full")
+    opts = pipeline.ConvertOptions(checkpoint=checkpoint, target=str(host_target), out=out, layout="full",
+                                   jobs=1)  # in this process, where the patched exporter is
     monkeypatch.setattr(onnx_exporter, "export", interrupted)
     with pytest.raises(KeyboardInterrupt):
         pipeline.convert(opts)
@@ -163,7 +164,7 @@ def test_max_drop_failure_names_the_artefact(checkpoint: Path, host_target: Path
 
     monkeypatch.setattr(pipeline, "load", broken)
     out = tmp_path / "out"
-    code, output = _run("-c", checkpoint, "-t", host_target, "-o", out)
+    code, output = _run("-c", checkpoint, "-t", host_target, "-o", out, "-j", 1)  # in this process, patched
     assert code != 0
     assert "Error: vit_h6_onnx_fp32.onnx: top-1" in output and "p.p. below the fp32 subnetwork" in output
     assert output.rstrip().endswith(f"converter output: {out / 'logs' / 'vit_h6_onnx_fp32.log'}")

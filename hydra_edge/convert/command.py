@@ -11,7 +11,7 @@ from ..command import Number, command
 from ..ema_option import ema_option
 from ..logs import LOGS, terminal
 from .layout import LAYOUTS
-from .pipeline import ConvertOptions, ConvertResult, convert as run_convert
+from .pipeline import ConvertOptions, ConvertResult, convert_targets, targets_options
 
 
 class _Progress:
@@ -43,18 +43,23 @@ def _log_line(file: str, stage: str, size: int | None) -> None:
         click.echo(f"{file}: {stage}" + (f" ({size / 2**20:.2f} MiB)" if size else ""), file=terminal())
 
 
+def _note(line: str) -> None:
+    click.echo(line, file=terminal())
+
+
 def _summary(result: ConvertResult) -> None:
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"{result.out}/manifest.json")
-    for col in ("artefact", "MiB", "top-1 %", "fp32 %", "drop p.p.", "agree %", "convert s"):
+    for col in ("artefact", "MiB", "top-1 %", "fp32 %", "drop p.p.", "agree %", "convert s", "verify s"):
         table.add_column(col, justify="left" if col == "artefact" else "right")
     fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
     for a in result.manifest.artefacts:
         acc = a.accuracy
         table.add_row(a.file, f"{a.bytes / 2**20:.2f}", fmt(acc["top1"], ".2f"), fmt(acc["fp32_top1"], ".2f"),
-                      fmt(acc["drop_pp"], ".2f"), f"{acc['agreement']:.1f}", f"{a.convert_seconds:.1f}")
+                      fmt(acc["drop_pp"], ".2f"), f"{acc['agreement']:.1f}", f"{a.convert_seconds:.1f}",
+                      fmt(a.verify_seconds, ".1f"))
     Console().print(table)
     click.echo(f"{len(result.converted)} converted, {len(result.skipped)} unchanged, {len(result.failed)} failed")
     if result.converted or result.failed:
@@ -64,14 +69,19 @@ def _summary(result: ConvertResult) -> None:
 @command()
 @click.option("--checkpoint", "-c", required=True, type=click.Path(path_type=Path), envvar="HYDRA_EDGE_CHECKPOINT",
               help="HydraViT checkpoint (hydra-edge, official release or timm layout).")
-@click.option("--target", "-t", required=True, help="Profile name in targets/ (rpi, jetson, android) or a .toml path.")
-@click.option("--out", "-o", required=True, type=click.Path(path_type=Path), help="Bundle folder to write.")
+@click.option("--target", "-t", "targets", required=True, multiple=True,
+              help="Profile name in targets/ (rpi, jetson, android) or a .toml path. Several (-t rpi -t jetson, "
+                   "or -t rpi,jetson) convert in one run, sharing the fp32 references: one bundle each, "
+                   "in --out/<target name>/.")
+@click.option("--out", "-o", required=True, type=click.Path(path_type=Path),
+              help="Bundle folder to write (with several targets: the folder of their bundles).")
 @click.option("--heads", default=None, help="Head counts: 3-12 or 3,6,12 (default: every one the checkpoint serves).")
 @click.option("--quant", default=None, help="Override the profile's quantisation (e.g. fp32, int8-dynamic).")
 @click.option("--max-drop", default=1.0, show_default=True, type=Number(0, 100),
               help="Fail an artefact whose top-1 falls more than this many p.p. below fp32.")
-@click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(1, 256),
-              help="Convert head counts in parallel processes.")
+@click.option("--jobs", "-j", default=None, type=click.IntRange(1, 256),
+              help="Convert artefacts in this many parallel processes (default: as many as the cores and the "
+                   "available memory hold; the progress output says how many).")
 @click.option("--data", default=None, help="Verify on this data ('digits' or a folder) instead of the checkpoint's.")
 @click.option("--eval-limit", default=1000, show_default=True, type=click.IntRange(1, 10_000_000),
               help="Held-out images per artefact check.")
@@ -84,28 +94,36 @@ def _summary(result: ConvertResult) -> None:
 @ema_option
 @click.option("--quiet", "-q", is_flag=True, help="No progress display.")
 @click.option("--no-wait", is_flag=True, help="If another run is writing --out, stop (naming it) instead of waiting.")
-def convert(checkpoint: Path, target: str, out: Path, heads: str | None, quant: str | None, max_drop: float,
-            jobs: int, data: str | None, eval_limit: int, optional: bool, force: bool, layout: str,
+def convert(checkpoint: Path, targets: tuple[str, ...] | str, out: Path, heads: str | None, quant: str | None,
+            max_drop: float, jobs: int | None, data: str | None, eval_limit: int, optional: bool, force: bool, layout: str,
             ema: bool, quiet: bool, no_wait: bool) -> None:
     """Convert each subnetwork to the target's artefacts, verify them, write a manifest.
 
     Re-running is incremental: unchanged artefacts are skipped, an interrupted run resumes.
+    Each head count's fp32 reference logits are computed once, batched, and shared by every
+    variant and every target of the run: converting several targets together costs little more
+    than their exports.
 
     \b
     Example:
       hydra-edge convert -c runs/digits/checkpoint.pt --target rpi --out bundles/rpi
+      hydra-edge convert -c model.pt -t rpi,android,jetson --out bundles   # bundles/rpi, bundles/android, ...
       hydra-edge convert -c model.pt --target jetson --heads 3,6,12 --jobs 2 --out bundles/jetson
       hydra-edge convert -c model.pt --target jetson --quant fp16 --layout full --out bundles/jetson-files
     """
-    opts = ConvertOptions(checkpoint=checkpoint, target=target, out=out, heads=heads, quant=quant, max_drop=max_drop,
+    opts = ConvertOptions(checkpoint=checkpoint, target="", out=out, heads=heads, quant=quant, max_drop=max_drop,
                           jobs=jobs, data=data, eval_limit=eval_limit, optional=optional, force=force,
                           wait=not no_wait, layout=layout, ema=ema)
+    runs = targets_options(opts, (targets,) if isinstance(targets, str) else targets)  # ``demo`` passes a str
+    note = (lambda line: None) if quiet else _note
     progress = None if quiet or not sys.stderr.isatty() else _Progress()
     if progress:
         with progress.progress:
-            result = run_convert(opts, progress)
+            results = convert_targets(runs, progress, progress.progress.console.print)
     else:
-        result = run_convert(opts, _log_line)
-    _summary(result)
-    if result.failed:
-        raise click.ClickException("; ".join(result.failed))
+        results = convert_targets(runs, _log_line, note)
+    for result in results:
+        _summary(result)
+    failed = [line for result in results for line in result.failed]
+    if failed:
+        raise click.ClickException("; ".join(failed))

@@ -1,6 +1,10 @@
 """The conversion pipeline: plan one job per (head count, target variant), skip what is unchanged,
 run the rest (in worker processes with ``jobs > 1``), verify each, rewrite the manifest after each.
 
+Several targets convert in one run, one bundle each, sharing what does not depend on the target:
+each head count's fp32 reference logits and nesting measurement are computed once, batched, with
+every core, before any artefact, and the same warm workers make every target's artefacts.
+
 Everything a user can get wrong (target, heads, checkpoint, data, output folder) is checked before
 anything is written. Each artefact is exported to a temporary file, verified there in its own
 runtime, and only then renamed into place, so a failed or interrupted artefact leaves nothing.
@@ -19,10 +23,11 @@ import signal
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from importlib import import_module
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import msgspec
 import numpy as np
@@ -33,6 +38,7 @@ from ..config import HydraConfig
 from ..errors import HydraEdgeError
 from ..lock import exclusive
 from ..logs import artefact_log, capture
+from ..records.manifest import Nesting
 from ..runtime.engines import FORMATS, load, runtime_version
 from ..slicing import weight_index
 from .formats import all_tools, exporter, tools
@@ -42,8 +48,10 @@ from .manifest import MANIFEST, ArtefactRecord, Manifest, intact, read_manifest,
 from .nesting import max_cost, measure, nested_ranges
 from .targets import Target, Variant, load_target
 from .verify import EvalSet, eager_logits, golden_tolerance, verify, write_golden
+from .workers import choose_jobs, cores, peak_rss_bytes
 
 Report = Callable[[str, str, "int | None"], None]  # (artefact file, stage, bytes when done)
+Note = Callable[[str], None]  # one line about the whole run (workers chosen, references computed)
 RANDOM_BASIS = "random inputs (agreement with fp32 only; no labelled data)"
 CALIBRATION_IMAGES = 256  # train-split images handed to static quantisers (they take what they need)
 RANDOM_EVAL_IMAGES = 64
@@ -60,7 +68,7 @@ class ConvertOptions:
     heads: str | None = None  # "3-12" or "3,6,12"; None: every head count the checkpoint serves
     quant: str | None = None  # overrides every variant's quantisation
     max_drop: float = 1.0  # p.p. of top-1 an artefact may lose against its fp32 subnetwork
-    jobs: int = 1
+    jobs: int | None = None  # None: as many as cores and memory allow (convert.workers)
     data: str | None = None  # "digits" or a folder; default: the checkpoint's own data spec
     eval_limit: int = 1000  # held-out images verified per artefact
     optional: bool = False  # also convert the target's optional variants
@@ -88,6 +96,11 @@ class Job:
     fingerprint: str
     device_build: str | None
     ema: bool = True  # resolved: True only when the file has EMA weights and they were asked for
+    shown: str = ""  # the name progress reports use: ``file``, or ``<target>/<file>`` with several targets
+    verify_threads: int = 1  # runtime threads verifying it: the cores its process has
+    # Shared by every variant and target of the head count (``share_references``), set before it runs:
+    reference: np.ndarray | None = field(default=None, compare=False, repr=False)  # fp32 logits on the eval set
+    nesting: Nesting | None = None  # measured when the variant's quant is nested, else None
 
 
 @dataclass
@@ -97,6 +110,10 @@ class ConvertResult:
     converted: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)  # one line per failed artefact, naming it
+    # The whole run's (equal for every target converted together):
+    jobs: int = 1  # worker processes used
+    reference_seconds: float = 0.0  # fp32 references and nesting measurements, each head count once
+    peak_worker_bytes: int = 0  # largest peak resident memory of a process that made artefacts
 
 
 def artefact_name(k: int, variant: Variant) -> str:
@@ -209,20 +226,13 @@ def _run_job(job: Job, report: Report, commit: Callable[[], None]) -> ArtefactRe
 
     from ..sizes import subnet_size
 
-    model, evalset, calibration = _context(job.checkpoint, job.checkpoint_sha256, json.dumps(job.data), job.eval_limit,
-                                         job.ema)
-    fmt, v = job.variant.format, job.variant
-    report(job.file, "prepare", None)
+    model, evalset, calibration = _context(*_context_key(job))
+    fmt, v, reference, nesting = job.variant.format, job.variant, job.reference, job.nesting
+    assert reference is not None, "share_references sets every job's reference before it runs"
+    report(job.shown, "prepare", None)
     sub = model.subnetwork(job.heads)
-    reference = eager_logits(sub, evalset.images)
-    ranges, nesting = None, None
-    if v.quant in exporter(fmt).NESTED:
-        report(job.file, "measure nesting", None)
-        limit = max_cost(v.options)
-        ranges = nested_ranges(model.named_parameters(), job.heads,
-                               functools.partial(weight_index, cfg=model.config, k=job.heads))
-        nesting = measure(sub, ranges, evalset, reference, limit)
-        ranges = ranges if nesting.nested else None  # nesting costs too much here: quantise on its own
+    # nesting costs too much where not nested: quantise on its own
+    ranges = _ranges(model, job.heads) if nesting is not None and nesting.nested else None
     for name in exporter(fmt).IMPORTS:
         import_module(name)
     out = Path(job.out)
@@ -230,12 +240,14 @@ def _run_job(job: Job, report: Report, commit: Callable[[], None]) -> ArtefactRe
     with atomic_path(out / job.file) as tmp:
         start = time.perf_counter()
         notes = exporter(fmt).export(sub, torch.from_numpy(evalset.images[:1]), v.quant, v.options, calibration,
-                                     tmp, lambda stage: report(job.file, stage, None),
+                                     tmp, lambda stage: report(job.shown, stage, None),
                                      ranges=ranges)
         seconds = time.perf_counter() - start
-        report(job.file, "verify", None)
-        engine = load(tmp, threads=1, format=fmt)
+        report(job.shown, "verify", None)
+        start = time.perf_counter()
+        engine = load(tmp, threads=job.verify_threads, format=fmt)
         acc, outputs = verify(engine, reference, evalset, job.max_drop, job.file)
+        verify_seconds = time.perf_counter() - start
         g = job.golden_inputs
         write_golden(gold, evalset.images[:g], reference[:g], outputs[:g])
         cost = subnet_size(model.config, job.heads)
@@ -244,14 +256,54 @@ def _run_job(job: Job, report: Report, commit: Callable[[], None]) -> ArtefactRe
             bytes=tmp.stat().st_size, sha256=sha256_file(tmp), params=cost.params, gmacs=round(cost.gmacs, 6),
             runtime=v.runtime, runtime_min_version=v.runtime_min_version, threads=job.threads,
             host_runtime=f"{FORMATS[fmt].runtime} {runtime_version(fmt)}", convert_seconds=round(seconds, 3),
+            verify_seconds=round(verify_seconds, 3),
             accuracy=acc, fingerprint=job.fingerprint, device_build=job.device_build, notes=notes,
             nesting=nesting,
             golden={"file": gold.name, "sha256": sha256_file(gold), "inputs": int(min(g, len(evalset.images))),
                     "reference": "fp32 eager subnetwork", "tolerance": golden_tolerance(outputs[:g], reference[:g])},
         )
         commit()
-    report(job.file, "done", record.bytes)
+    report(job.shown, "done", record.bytes)
     return record
+
+
+def _context_key(job: Job) -> tuple[str, str, str, int, bool]:
+    """What ``_context`` loads for ``job``: equal for every job of one checkpoint, data and eval set."""
+    return job.checkpoint, job.checkpoint_sha256, json.dumps(job.data), job.eval_limit, job.ema
+
+
+def _ranges(model: Any, k: int) -> Any:
+    """Weight ranges of the largest head count, sliced to ``k`` heads (what nested int8 weights use)."""
+    return nested_ranges(model.named_parameters(), k, functools.partial(weight_index, cfg=model.config, k=k))
+
+
+def share_references(jobs: Sequence[Job], report: Report) -> list[Job]:
+    """``jobs`` with their head count's fp32 reference logits and nesting measurement, each computed
+    once, batched, in this process (every core), however many variants and targets share it.
+
+    They depend only on the checkpoint, its weights entry, the evaluation images and the head count
+    (nesting also on the variant's cost bound), so computing them per artefact repeated the same
+    eager passes, up to three per artefact.
+    """
+    references: dict[tuple[Any, ...], np.ndarray] = {}
+    nestings: dict[tuple[Any, ...], Nesting] = {}
+    shared = []
+    for job in jobs:
+        model, evalset, _ = _context(*_context_key(job))
+        key = (*_context_key(job), job.heads)
+        if key not in references:
+            report(job.shown, f"fp32 reference, {job.heads} heads", None)
+            references[key] = eager_logits(model.subnetwork(job.heads), evalset.images)
+        nesting = None
+        if job.variant.quant in exporter(job.variant.format).NESTED:
+            limit = max_cost(job.variant.options)
+            if (*key, limit) not in nestings:
+                report(job.shown, f"measure nesting, {job.heads} heads", None)
+                nestings[(*key, limit)] = measure(model.subnetwork(job.heads), _ranges(model, job.heads), evalset,
+                                                  references[key], limit)
+            nesting = nestings[(*key, limit)]
+        shared.append(replace(job, reference=references[key], nesting=nesting))
+    return shared
 
 
 class _Commit:
@@ -313,22 +365,35 @@ def _relay(stop: Any) -> None:
     os.kill(os.getpid(), signal.SIGINT)
 
 
-def _worker_init(torch_threads: int, reports: Any, stop: Any) -> None:
+def _worker_init(torch_threads: int, reports: Any, stop: Any, modules: tuple[str, ...]) -> None:
+    """Once per worker: signals, torch's threads, and the converters and runtimes its artefacts use
+    imported here (seconds each), not per artefact."""
     signal.signal(signal.SIGINT, _Worker.on_sigint)
     _Worker.reports = reports
     threading.Thread(target=_relay, args=(stop,), daemon=True).start()
     import torch
 
     torch.set_num_threads(torch_threads)
+    for name in modules:
+        import_module(name)
 
 
-def _run_in_worker(job: Job) -> ArtefactRecord:
+def warm_modules(jobs: Sequence[Job]) -> tuple[str, ...]:
+    """Exporter, converter and runtime modules the artefacts of ``jobs`` need, each once."""
+    formats = dict.fromkeys(job.variant.format for job in jobs)
+    return tuple(dict.fromkeys(name for fmt in formats
+                               for name in (FORMATS[fmt].exporter, *exporter(fmt).IMPORTS, FORMATS[fmt].module)))
+
+
+def _run_in_worker(job: Job) -> tuple[ArtefactRecord, int]:
+    """The record, and this worker's peak resident memory so far."""
     with _Commit(then=_Worker.stop) as commit:
         _Worker.busy = True
         try:
             if _Worker.stopping:
                 raise KeyboardInterrupt
-            return run_job(job, lambda file, stage, size: _Worker.reports.put((file, stage, size)), commit.hold)
+            record = run_job(job, lambda file, stage, size: _Worker.reports.put((file, stage, size)), commit.hold)
+            return record, peak_rss_bytes()
         finally:
             _Worker.busy = False
 
@@ -363,7 +428,7 @@ def check_inputs(opts: ConvertOptions) -> Inputs:
     from ..config import parse_heads
     from ..data import DataSpec, load_data
 
-    if opts.max_drop < 0 or opts.jobs < 1 or opts.eval_limit < 1:
+    if opts.max_drop < 0 or (opts.jobs is not None and opts.jobs < 1) or opts.eval_limit < 1:
         raise HydraEdgeError("--max-drop must be >= 0, --jobs and --eval-limit >= 1")
     if opts.layout not in LAYOUTS:
         raise HydraEdgeError(f"unknown --layout {opts.layout!r}; choose one of {', '.join(LAYOUTS)}")
@@ -383,8 +448,9 @@ def check_inputs(opts: ConvertOptions) -> Inputs:
     return Inputs(target, variants, cfg, tuple(heads), data, classes, weights_entry(saved, opts.ema))
 
 
-def plan(opts: ConvertOptions, inputs: Inputs) -> Plan:
-    """Split the artefacts into jobs to run and records still valid (call with the bundle locked)."""
+def plan(opts: ConvertOptions, inputs: Inputs, shown: str = "") -> Plan:
+    """Split the artefacts into jobs to run and records still valid (call with the bundle locked);
+    ``shown`` prefixes the names progress reports use (``<target>/`` with several targets)."""
     from ..checkpoint import EMA_ENTRIES
 
     target, cfg, data = inputs.target, inputs.config, inputs.data
@@ -411,29 +477,54 @@ def plan(opts: ConvertOptions, inputs: Inputs) -> Plan:
                 # Unchanged bytes; refresh what the profile says about running them.
                 manifest.put(msgspec.structs.replace(rec, runtime=v.runtime, runtime_min_version=v.runtime_min_version,
                                                      threads=target.threads, device_build=build))
-                skipped.append(file)
+                skipped.append(shown + file)
                 continue
             jobs.append(Job(
                 checkpoint=str(opts.checkpoint), checkpoint_sha256=ckpt_sha, heads=k, variant=v, file=file,
                 out=str(opts.out), data=data, eval_limit=opts.eval_limit, golden_inputs=target.golden_inputs,
                 max_drop=opts.max_drop, threads=target.threads, fingerprint=fp, device_build=build,
-                ema=inputs.weights in EMA_ENTRIES,
+                ema=inputs.weights in EMA_ENTRIES, shown=shown + file,
             ))
     return Plan(manifest, jobs, skipped)
 
 
 def _failure(job: Job, error: BaseException) -> str:
+    """One line naming the artefact (``<target>/<file>`` with several targets), what failed, and its log."""
     log = f"; converter output: {artefact_log(Path(job.out), job.file)}"
+    target = job.shown[: -len(job.file)]
     if isinstance(error, HydraEdgeError):
-        return (str(error) if job.file in str(error) else f"{job.file}: {error}") + log
+        return target + (str(error) if job.file in str(error) else f"{job.file}: {error}") + log
     first = (str(error).strip().splitlines() or [""])[0][:200]
-    return f"{job.file}: conversion failed ({type(error).__name__}: {first})" + log
+    return f"{job.shown}: conversion failed ({type(error).__name__}: {first})" + log
 
 
-def convert(opts: ConvertOptions, report: Report | None = None) -> ConvertResult:
-    """Convert, verify and record every artefact of ``opts``; never raises for one bad artefact.
+def targets_options(opts: ConvertOptions, given: Sequence[str]) -> list[ConvertOptions]:
+    """One bundle per target: ``opts.out`` itself for one target (as always), ``opts.out/<target name>``
+    for several. ``given`` as typed: each item a name, a .toml path or a comma-separated list of them.
+    An unknown or repeated target fails here, in one line, before anything is written."""
+    targets = [name.strip() for item in given for name in item.split(",")]
+    if not all(targets):
+        raise HydraEdgeError(f"--target {','.join(given)!r} has an empty name; separate targets with single commas")
+    if len(targets) == 1:
+        return [replace(opts, target=targets[0])]
+    names = [load_target(t).name for t in targets]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise HydraEdgeError(f"target {repeated[0]!r} is given twice in --target; name each target once")
+    return [replace(opts, target=t, out=opts.out / name) for t, name in zip(targets, names)]
 
-    Failures are collected (``result.failed``) so that the other head counts still finish; the
+
+def convert(opts: ConvertOptions, report: Report | None = None, note: Note | None = None) -> ConvertResult:
+    """Convert, verify and record every artefact of ``opts``; never raises for one bad artefact."""
+    return convert_targets([opts], report, note)[0]
+
+
+def convert_targets(runs: Sequence[ConvertOptions], report: Report | None = None,
+                    note: Note | None = None) -> list[ConvertResult]:
+    """Convert, verify and record every artefact of each of ``runs`` (one bundle each, one target
+    each, same checkpoint, data and worker count), sharing references and workers between them.
+
+    Failures are collected (``result.failed``) so that the other artefacts still finish; each
     manifest is rewritten after every artefact, so an interrupted run resumes where it stopped.
     One run at a time per bundle: a second waits for the lock (or, with ``wait=False``, stops
     with the holder's name).
@@ -441,33 +532,68 @@ def convert(opts: ConvertOptions, report: Report | None = None) -> ConvertResult
     from ..checkpoint import EMA_ENTRIES
 
     report = report or (lambda file, stage, size: None)
-    inputs = check_inputs(opts)
-    _prepare_out(opts.out)
-    with exclusive(opts.out / LOCK, f"bundle {opts.out}", opts.wait):
-        _remove_stale(opts.out)
-        result = _convert(opts, plan(opts, inputs), report)
-        apply_layout(opts.out, result.manifest, opts.layout, str(opts.checkpoint), report,
-                     ema=inputs.weights in EMA_ENTRIES)
-        return result
+    note = note or (lambda line: None)
+    inputs = [check_inputs(opts) for opts in runs]
+    if len({opts.out.resolve() for opts in runs}) < len(runs):
+        raise HydraEdgeError("two targets would write the same bundle folder; give each its own --out")
+    for opts in runs:
+        _prepare_out(opts.out)
+    several = len(runs) > 1
+    with ExitStack() as locks:
+        for opts in sorted(runs, key=lambda o: str(o.out.resolve())):  # one order: two runs cannot deadlock
+            locks.enter_context(exclusive(opts.out / LOCK, f"bundle {opts.out}", opts.wait))
+        for opts in runs:
+            _remove_stale(opts.out)
+        plans = [plan(opts, i, f"{i.target.name}/" if several else "") for opts, i in zip(runs, inputs)]
+        results = _convert(runs, plans, report, note, _model_bytes(inputs[0].config))
+        for opts, i, result in zip(runs, inputs, results):
+            shown = f"{i.target.name}/" if several else ""
+            apply_layout(opts.out, result.manifest, opts.layout, str(opts.checkpoint),
+                         lambda file, stage, size: report(shown + file, stage, size), ema=i.weights in EMA_ENTRIES)
+        return results
 
 
-def _convert(opts: ConvertOptions, todo: Plan, report: Report) -> ConvertResult:
-    manifest, jobs = todo.manifest, todo.jobs
-    for file in todo.skipped:
-        report(file, "skipped (unchanged)", None)
-    result = ConvertResult(manifest=manifest, out=opts.out, skipped=todo.skipped)
-    manifest.write(opts.out)
+def _model_bytes(cfg: HydraConfig) -> int:
+    from ..sizes import subnet_size
 
-    def finish(job: Job, record: ArtefactRecord | None, error: BaseException | None) -> None:
+    return 4 * subnet_size(cfg, cfg.num_heads).params
+
+
+def _convert(runs: Sequence[ConvertOptions], plans: Sequence[Plan], report: Report, note: Note,
+             model_bytes: int) -> list[ConvertResult]:
+    results = {}
+    for opts, todo in zip(runs, plans):
+        for file in todo.skipped:
+            report(file, "skipped (unchanged)", None)
+        results[str(opts.out)] = ConvertResult(manifest=todo.manifest, out=opts.out, skipped=todo.skipped)
+        todo.manifest.write(opts.out)
+    jobs = [job for todo in plans for job in todo.jobs]
+    chosen = choose_jobs(runs[0].jobs, len(jobs), model_bytes)
+    n = chosen.n if len(jobs) > 1 else 1
+    if jobs:
+        note(f"converting {len(jobs)} artefacts with {chosen.why}")
+    threads = max(1, cores() // n)
+    start = time.perf_counter()
+    jobs = share_references([replace(job, verify_threads=threads) for job in jobs], report)
+    reference_seconds = time.perf_counter() - start
+    if jobs:
+        note(f"fp32 references and nesting measurements: {reference_seconds:.1f} s")
+    peak = 0
+
+    def finish(job: Job, done: tuple[ArtefactRecord, int] | None, error: BaseException | None) -> None:
+        nonlocal peak
+        result = results[job.out]
         if error is not None:
             result.failed.append(_failure(job, error))
-            report(job.file, "FAILED", None)
+            report(job.shown, "FAILED", None)
             return
-        manifest.put(record)
-        manifest.write(opts.out)
-        result.converted.append(job.file)
+        assert done is not None, "a job that did not fail has its record"
+        record, peak = done[0], max(peak, done[1])
+        result.manifest.put(record)
+        result.manifest.write(result.out)
+        result.converted.append(job.shown)
 
-    if opts.jobs == 1 or len(jobs) <= 1:
+    if n == 1:
         for job in jobs:
             with _Commit() as commit:
                 try:
@@ -475,24 +601,27 @@ def _convert(opts: ConvertOptions, todo: Plan, report: Report) -> ConvertResult:
                 except Exception as e:  # one artefact's failure must not stop the others
                     finish(job, None, e)
                 else:
-                    finish(job, record, None)
-        return result
-    _run_parallel(jobs, opts.jobs, report, finish)
-    return result
+                    finish(job, (record, peak_rss_bytes()), None)
+    else:
+        _run_parallel(jobs, n, threads, report, finish)
+    for result in results.values():
+        result.jobs, result.reference_seconds, result.peak_worker_bytes = n, reference_seconds, peak
+    if peak:
+        note(f"peak memory per {'worker' if n > 1 else 'process'}: {peak / 2**30:.2f} GiB")
+    return list(results.values())
 
 
-def _run_parallel(jobs: list[Job], n: int, report: Report,
-                  finish: Callable[[Job, ArtefactRecord | None, BaseException | None], None]) -> None:
-    """Independent head counts in ``n`` spawned processes; stage reports come back over a queue.
+def _run_parallel(jobs: list[Job], n: int, torch_threads: int, report: Report,
+                  finish: Callable[[Job, "tuple[ArtefactRecord, int] | None", BaseException | None], None]) -> None:
+    """Independent artefacts in ``n`` spawned processes; stage reports come back over a queue.
 
     On Ctrl-C the workers stop (an artefact being made is dropped, one being renamed into place
     is finished) and every artefact that did finish is recorded before the interrupt goes on.
     """
     ctx = multiprocessing.get_context("spawn")  # fork would copy torch's thread pools mid-use
-    torch_threads = max(1, (os.cpu_count() or 1) // n)
     reports, stop = ctx.Queue(), ctx.Event()
     with ProcessPoolExecutor(n, mp_context=ctx, initializer=_worker_init,
-                             initargs=(torch_threads, reports, stop)) as pool:
+                             initargs=(torch_threads, reports, stop, warm_modules(jobs))) as pool:
         futures: dict[Future, Job] = {pool.submit(_run_in_worker, job): job for job in jobs}
         recorded: set[Future] = set()
 

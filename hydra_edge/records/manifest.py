@@ -142,6 +142,8 @@ class ArtefactRecord(msgspec.Struct, forbid_unknown_fields=True):
     # None: not measured: float weights (nested as they are), a quantisation that is never nested
     # (onnx int8-dynamic, see ``notes``), or a bundle written before nesting
     nesting: Optional[Nesting] = None
+    # loading and running the evaluation set in the host runtime; None: a bundle written before it was timed
+    verify_seconds: Optional[NonNegFloat] = None
 
     def __post_init__(self) -> None:
         relative_path(self.file, ".file")
