@@ -43,7 +43,7 @@ def test_the_bench_rates_every_runtime_and_each_artefact_against_its_runtime(tmp
     one = {(a["target"], a["heads"]): a["gmacs"] for a in report["artefacts"] if a["batch"] == 1}
     for a in report["artefacts"]:
         assert a["ms"] > 0 and a["eager_fp32_ms"] > 0 and a["threads"] == 1
-        assert a["gmacs"] == pytest.approx(a["batch"] * one[a["target"], a["heads"]], rel=1e-4)
+        assert a["gmacs"] == pytest.approx(a["batch"] * one[a["target"], a["heads"]], abs=1e-5)  # both rounded to 1e-6
         rate = rates[f"{a['format']} {a['quant']}", a["batch"]]["gmac_per_s"]
         assert abs(a["efficiency"] - a["gmacs"] / (a["ms"] / 1e3) / rate) <= 0.01 * a["efficiency"]
         assert (a["over_largest_latency"] == 1.0) == (a["heads"] == 12) and (a["over_largest_macs"] < 1.0) == (a["heads"] == 3)
@@ -51,7 +51,7 @@ def test_the_bench_rates_every_runtime_and_each_artefact_against_its_runtime(tmp
     assert sorted(report["profiles"]) == sorted(f"{t} vit_h{k}_{f}_{q}.{s}" for k in (3, 12) for t, f, q, s in
                                                 (("rpi", "tflite", "int8-dynamic", "tflite"), ("jetson", "onnx", "int8-qdq", "onnx")))
     for name, ops in report["profiles"].items():  # each runtime's own profile: its op types, with time in them
-        assert ops and all(o["ms"] > 0 for o in ops)
+        assert ops and ops[0]["ms"] > 0 and [o["ms"] for o in ops] == sorted((o["ms"] for o in ops), reverse=True)
         assert len(ops) == 10 or abs(sum(o["share"] for o in ops) - 1) < 0.02  # the top 10, else every op type
         if name.startswith("jetson"):  # onnxruntime: the int8 matrix products are in it
             assert {"QGemm", "QLinearMatMul"} <= {o["op"] for o in ops}
