@@ -120,7 +120,7 @@ def test_jetson_bundle_in_parallel_records_trtexec_lines(checkpoint: Path, tmp_p
     assert builds["vit_h12_onnx_int8-qdq.onnx"].endswith("--int8 --fp16")
     qdq = manifest.by_id()["h12_onnx_int8-qdq"]
     assert qdq.runtime == "tensorrt" and qdq.host_runtime.startswith("onnxruntime")
-    assert qdq.notes["op_types_to_quantize"] == ["MatMul", "Gemm"]
+    assert qdq.notes["op_types_to_quantize"] == ["MatMul", "Gemm", "Conv"]
 
 
 def test_interrupted_run_resumes(checkpoint: Path, host_target: Path, tmp_path: Path,

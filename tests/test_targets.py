@@ -43,7 +43,7 @@ def test_quant_override_replaces_and_dedupes() -> None:
     assert [(v.format, v.quant, v.options) for v in jetson.variants("fp32")] == [("onnx", "fp32", {})]
     # --quant int8-qdq on jetson keeps the profile's own int8-qdq options, not the fp16 variant rewritten
     (qdq,) = jetson.variants("int8-qdq")
-    assert qdq.options["op_types_to_quantize"] == ["MatMul", "Gemm"] and qdq.options["calibration_images"] == 128
+    assert qdq.options["op_types_to_quantize"] == ["MatMul", "Gemm", "Conv"] and qdq.options["calibration_images"] == 128
     with pytest.raises(HydraEdgeError, match="no quantisation 'fp16'"):
         load_target("rpi").variants("fp16")
 

@@ -113,7 +113,12 @@ def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: d
             else:
                 n = int(options.get("calibration_images", 128))
                 method = options.get("calibrate_method", "MinMax")
-                extra: dict[str, Any] = {"ActivationSymmetric": True}
+                # Float outputs (OpTypesToExcludeOutputQuantization): a QDQ pair after a MatMul/Gemm makes
+                # onnxruntime run what follows in int8 (QLinearSoftmax) or re-quantise and dequantise
+                # (Gelu, LayerNorm), fixed costs that weigh most on small head counts; without it the
+                # quantised MatMul/Gemm returns float, as TensorRT's own placement (Q/DQ on inputs) does.
+                float_outputs = options.get("op_types_to_exclude_output_quantization", [])
+                extra: dict[str, Any] = {"ActivationSymmetric": True, "OpTypesToExcludeOutputQuantization": float_outputs}
                 if ranges is not None:
                     extra["TensorQuantOverrides"] = _weight_overrides(prepped, model, ranges)
                 stage(f"calibrate ({min(n, len(calibration))} images)")
@@ -124,7 +129,7 @@ def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: d
                                 extra_options=extra)
                 notes.update(scheme="static int8 QDQ, symmetric activations, per-channel weights",
                              calibration_images=min(n, len(calibration)), calibrate_method=method,
-                             op_types_to_quantize=op_types or "all")
+                             op_types_to_quantize=op_types or "all", float_outputs=float_outputs)
     return notes
 
 
