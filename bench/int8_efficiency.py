@@ -262,7 +262,7 @@ def markdown(report: dict[str, Any]) -> str:
               f"{a['over_largest_latency']:.3f} | {a['over_largest_macs']:.3f} | {a['eager_fp32_ms']:.1f} | "
               f"{a['eager_over_artefact']:.2f} |" for a in report["artefacts"]]
     for name, ops in report["profiles"].items():
-        lines += ["", f"Op profile of {name} by its runtime's own profiler, batch 1, 1 thread (mean ms per inference, "
+        lines += ["", f"Op profile of {name} by its runtime's own profiler, batch 1, 1 thread (ms per inference, summed "
                   f"by op type):", "", "| op | ms | share |", "|---|---|---|",
                   *(f"| {o['op']} | {o['ms']:.2f} | {o['share']:.2f} |" for o in ops)]
     above = sorted({(a["format"], a["quant"], a["batch"], a["threads"]) for a in report["artefacts"] if a["efficiency"] > 1})

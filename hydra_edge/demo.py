@@ -105,11 +105,12 @@ def _stage(n: int, title: str) -> None:
 @click.option("--heads", default="3-12", show_default=True, help="Head counts to train, convert and calibrate.")
 @click.option("--runs", default=30, show_default=True, help="Timed runs per head count in calibration.")
 @click.option("--images", "images_per_step", default=40, show_default=True, help="Images classified per scenario step.")
-@click.option("--jobs", default=2, show_default=True, help="Parallel conversion processes.")
+@click.option("--jobs", default=None, type=click.IntRange(1, 256),
+              help="Parallel conversion processes (default: as many as the cores and memory hold).")
 @click.option("--target", type=click.Choice(sorted(BOARDS)), default="rpi", show_default=True,
               help="The board the demo converts for and plays.")
 @click.pass_context
-def demo(ctx: click.Context, out: Path, epochs: int, heads: str, runs: int, images_per_step: int, jobs: int,
+def demo(ctx: click.Context, out: Path, epochs: int, heads: str, runs: int, images_per_step: int, jobs: int | None,
          target: str) -> None:
     """Train, convert, calibrate, build the lookup table and run the board app: all on built-in data.
 
@@ -131,7 +132,7 @@ def demo(ctx: click.Context, out: Path, epochs: int, heads: str, runs: int, imag
     _stage(2, f"convert every subnetwork for {board}, verified; one weight set (compact bundle)")
     profile = out / f"{target}-battery.toml"
     write_text(profile, board_profile(target))
-    ctx.invoke(convert, checkpoint=checkpoint, target=str(profile), out=bundle, jobs=jobs, quant=quant)
+    ctx.invoke(convert, checkpoint=checkpoint, targets=(str(profile),), out=bundle, jobs=jobs, quant=quant)
 
     _stage(3, "calibrate: this machine plays the board (ssh/adb work the same way)")
     record = calibration / "this-machine.json"

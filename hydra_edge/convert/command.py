@@ -94,7 +94,7 @@ def _summary(result: ConvertResult) -> None:
 @ema_option
 @click.option("--quiet", "-q", is_flag=True, help="No progress display.")
 @click.option("--no-wait", is_flag=True, help="If another run is writing --out, stop (naming it) instead of waiting.")
-def convert(checkpoint: Path, targets: tuple[str, ...] | str, out: Path, heads: str | None, quant: str | None,
+def convert(checkpoint: Path, targets: tuple[str, ...], out: Path, heads: str | None, quant: str | None,
             max_drop: float, jobs: int | None, data: str | None, eval_limit: int, optional: bool, force: bool, layout: str,
             ema: bool, quiet: bool, no_wait: bool) -> None:
     """Convert each subnetwork to the target's artefacts, verify them, write a manifest.
@@ -114,7 +114,7 @@ def convert(checkpoint: Path, targets: tuple[str, ...] | str, out: Path, heads: 
     opts = ConvertOptions(checkpoint=checkpoint, target="", out=out, heads=heads, quant=quant, max_drop=max_drop,
                           jobs=jobs, data=data, eval_limit=eval_limit, optional=optional, force=force,
                           wait=not no_wait, layout=layout, ema=ema)
-    runs = targets_options(opts, (targets,) if isinstance(targets, str) else targets)  # ``demo`` passes a str
+    runs = targets_options(opts, targets)
     note = (lambda line: None) if quiet else _note
     progress = None if quiet or not sys.stderr.isatty() else _Progress()
     if progress:
