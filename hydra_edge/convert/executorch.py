@@ -24,13 +24,26 @@ def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: d
     """Write ``model`` as an XNNPACK-delegated ``.pte`` to ``path``; returns notes for the manifest.
 
     ``ranges``: the largest head count's per-row weight ranges, so the int8 weights are nested.
+    The whole network lowers into XNNPACK: LayerNorm is written with ops XNNPACK runs
+    (``_delegable``), and ExecuTorch's own XNNPACK lowering passes drop the shape-only copies
+    (no-op expands, squeezes) that would otherwise run as portable kernels between delegate calls.
+    A small subnetwork spent a third of its time in those kernels and the calls around them.
     """
     import torch
 
     stage("import executorch")
+    from executorch.backends.transforms.replace_squeeze_unsqueeze_with_view import (
+        ReplaceSqueezeAndUnsqueezeWithViewPass,
+    )
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.backends.xnnpack.utils.configs import (
+        get_transform_passes,
+        get_xnnpack_edge_compile_config,
+        get_xnnpack_executorch_backend_config,
+    )
     from executorch.exir import to_edge_transform_and_lower
 
+    model, norm_type = _delegable(model)
     if quant != "fp32":
         from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
             XNNPACKQuantizer,
@@ -43,13 +56,16 @@ def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: d
         dynamic = quant == "int8-dynamic"
         quantizer = XNNPACKQuantizer().set_global(
             get_symmetric_quantization_config(is_per_channel=True, is_dynamic=dynamic)
-        )
+        ).set_module_type(norm_type, None)  # LayerNorm stays float, as nn.LayerNorm did
         images = calibration[: 1 if dynamic else int(options.get("calibration_images", 64))]
         model = quantize(model, example, quantizer, images, ranges=ranges)
     stage("export")
     program = torch.export.export(model, (example,))
     stage("lower (XNNPACK)")
-    lowered = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()]).to_executorch()
+    lowered = to_edge_transform_and_lower(
+        program, partitioner=[XnnpackPartitioner()], compile_config=get_xnnpack_edge_compile_config(),
+        transform_passes=get_transform_passes([ReplaceSqueezeAndUnsqueezeWithViewPass()]),
+    ).to_executorch(get_xnnpack_executorch_backend_config())
     stage("serialise")
     path.write_bytes(lowered.buffer)
     schemes = {
@@ -60,9 +76,45 @@ def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: d
     return {"scheme": schemes[quant], "delegate": "XNNPACK"}
 
 
+def _delegable(model: torch.nn.Module) -> tuple[torch.nn.Module, type]:
+    """A copy of ``model`` whose LayerNorms XNNPACK can run, and their type (for the quantizer to skip).
+
+    ExecuTorch's XNNPACK partitioner has no LayerNorm, so ``nn.LayerNorm`` ran as a portable kernel
+    (slower than the int8 matmuls around it at 3 heads) and cut the network into a delegate call per
+    block half. Here it is written with XNNPACK's own mean, which takes a 4-D tensor's two innermost
+    axes: (batch, tokens, channels, 1). No constant is added and the LayerNorm's parameters keep their
+    names, so nesting and compaction see the same weights.
+    """
+    import copy
+
+    import torch
+    import torch.nn.functional as F
+
+    class XnnpackLayerNorm(torch.nn.Module):
+        def __init__(self, norm: torch.nn.LayerNorm) -> None:
+            super().__init__()
+            self.weight, self.bias, self.eps = norm.weight, norm.bias, norm.eps
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if x.dim() != 3:  # XNNPACK's mean needs (batch, tokens, channels, 1)
+                return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
+            x = x.unsqueeze(-1)
+            centred = x - x.mean((2, 3), keepdim=True)
+            normed = centred * torch.rsqrt((centred * centred).mean((2, 3), keepdim=True) + self.eps)
+            return normed.squeeze(-1) * self.weight + self.bias
+
+    model = copy.deepcopy(model)
+    for parent in list(model.modules()):
+        for name, child in parent.named_children():
+            if (isinstance(child, torch.nn.LayerNorm) and len(child.normalized_shape) == 1 and child.elementwise_affine
+                    and child.bias is not None):
+                setattr(parent, name, XnnpackLayerNorm(child))
+    return model, XnnpackLayerNorm
+
+
 # A .pte keeps the XNNPACK delegates' constants in the program's named data (one segment per unique
-# constant, keyed by its sha256) and the constants left to portable kernels (LayerNorm, cls token,
-# position embedding) in its constant segment. The delegate graphs (XNNGraph flatbuffers) say each
+# constant, keyed by its sha256) and the constants left to portable kernels (none, when the whole
+# network is delegated) in its constant segment. The delegate graphs (XNNGraph flatbuffers) say each
 # named constant's dtype, shape and per-channel scale.
 _SCALAR_TYPES = {0: "|u1", 1: "|i1", 2: "<i2", 3: "<i4", 4: "<i8", 5: "<f2", 6: "<f4", 7: "<f8"}  # exir ScalarType
 _XNN_TYPES = {"fp32": "<f4", "fp16": "<f2", "qint8": "|i1", "quint8": "|u1", "qint32": "<i4", "qcint8": "|i1",

@@ -1,0 +1,55 @@
+"""The android .pte runs whole inside XNNPACK, agrees with eager torch, and its op profile names XNNPACK's ops."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bench.op_profile_executorch import op_times
+from hydra_edge.convert import executorch
+from hydra_edge.model import HydraViT
+from hydra_edge.runtime.engines import load
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Path], torch.nn.Module, np.ndarray]:
+    torch.manual_seed(0)
+    sub = HydraViT.from_preset("digits").eval().subnetwork(3).eval()
+    x = np.random.default_rng(0).standard_normal((1, 1, 8, 8), dtype=np.float32)
+    out = tmp_path_factory.mktemp("pte")
+    paths = {}
+    for quant in ("fp32", "int8-dynamic"):
+        paths[quant] = out / f"{quant}.pte"
+        with torch.no_grad():
+            executorch.export(sub, torch.from_numpy(x), quant, {}, x, paths[quant], lambda s: None)
+    return paths, sub, x
+
+
+def test_only_the_class_token_select_runs_outside_xnnpack(exported: tuple[dict[str, Path], torch.nn.Module, np.ndarray]) -> None:
+    from executorch.exir._serialize._program import deserialize_pte_binary
+    from executorch.exir.schema import KernelCall
+
+    for path in exported[0].values():
+        plan = deserialize_pte_binary(path.read_bytes()).program.execution_plan[0]
+        kernels = {plan.operators[i.instr_args.op_index].name for i in plan.chains[0].instructions
+                   if isinstance(i.instr_args, KernelCall)}
+        assert kernels <= {"aten::select_copy"}, kernels  # no LayerNorm, expand or squeeze between delegate calls
+        assert len(plan.delegates) <= 2
+
+
+def test_xnnpack_layer_norm_agrees_with_eager_torch(exported: tuple[dict[str, Path], torch.nn.Module, np.ndarray]) -> None:
+    paths, sub, x = exported
+    with torch.no_grad():
+        reference = sub(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(load(paths["fp32"]).run(x), reference, rtol=1e-4, atol=1e-4)
+
+
+def test_profile_names_the_delegates_ops_with_positive_times(exported: tuple[dict[str, Path], torch.nn.Module, np.ndarray]) -> None:
+    paths, _, x = exported
+    per_op = op_times(paths["int8-dynamic"], x, threads=1, runs=3)
+    fc = [op for op in per_op if op.startswith("XNNPACK Fully Connected") and "QC8W" in op]
+    assert fc and all(per_op[op] > 0 for op in fc)
+    assert not any("layer_norm" in op for op in per_op)
