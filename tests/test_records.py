@@ -174,7 +174,7 @@ def test_every_manifest_field_is_checked(bundle: Path) -> None:
             r"\$\.artefacts\[0\]\.(host_runtime|golden\.reference|device_build|accuracy\.basis|nesting\.basis)",
             r"\$\.target\.artefacts\[0\]\.(options.*|device_build)")
     optional = (r"\$\.(created_by|classes|artefacts|schema|schema_version)", r"\$\.model\..*",
-                r"\$\.artefacts\[0\]\.(device_build|notes|compact|nesting)", r"\$\.target\.signals(\..*)?",
+                r"\$\.artefacts\[0\]\.(device_build|notes|compact|nesting|verify_seconds)", r"\$\.target\.signals(\..*)?",
                 r"\$\.target\.artefacts\[0\]\.(optional|device_build|options)", r"\$\.model\.heads\[\d+\]")
     negative = (r"\$\.artefacts\[0\]\.accuracy\.drop_pp", r"\$\.artefacts\[0\]\.nesting\.(max_)?cost_pp")
     path = bundle / MANIFEST

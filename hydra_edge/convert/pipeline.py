@@ -37,7 +37,7 @@ from ..atomic import atomic_path
 from ..config import HydraConfig
 from ..errors import HydraEdgeError
 from ..lock import exclusive
-from ..logs import artefact_log, capture
+from ..logs import LOGS, artefact_log, capture
 from ..records.manifest import Nesting
 from ..runtime.engines import FORMATS, load, runtime_version
 from ..slicing import weight_index
@@ -283,8 +283,16 @@ def share_references(jobs: Sequence[Job], report: Report) -> list[Job]:
 
     They depend only on the checkpoint, its weights entry, the evaluation images and the head count
     (nesting also on the variant's cost bound), so computing them per artefact repeated the same
-    eager passes, up to three per artefact.
+    eager passes, up to three per artefact. What the libraries print meanwhile (torchao's import
+    notes, for one) goes to the first bundle's ``logs/references.log``.
     """
+    if not jobs:
+        return []
+    with capture(Path(jobs[0].out) / LOGS / "references.log", f"hydra-edge {__version__}: fp32 references, nesting"):
+        return _share_references(jobs, report)
+
+
+def _share_references(jobs: Sequence[Job], report: Report) -> list[Job]:
     references: dict[tuple[Any, ...], np.ndarray] = {}
     nestings: dict[tuple[Any, ...], Nesting] = {}
     shared = []
