@@ -153,6 +153,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             for folder, m, cfg in bundles for a in m.artefacts if (a.format, a.quant) in {r[:2] for r in RECIPES}]
     timed: dict[tuple[int, int], dict[str, float]] = {}  # (batch, threads) -> median ms per program
     measured: dict[int, list[dict[str, Any]]] = {}  # batch -> rows timed at that batch
+    refused: list[str] = []  # programs a runtime would not run (a bundle's rows are then left out at that batch)
     with tempfile.TemporaryDirectory(prefix="hydra-fc-") as tmp:
         for batch in args.batch:
             fc_paths, fc, fc_x = fc_artefacts(tokens * batch, width_in, width_out, Path(tmp))
@@ -165,13 +166,23 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
                 for name, path in fc_paths.items():
                     fns[f"fc {name}"] = (lambda e: lambda: e.run(fc_x))(load(path, threads=t))
                 for r, path, eager, x in programs:
+                    if r["bundle"] not in {o["bundle"] for o in measured[batch]}:
+                        continue  # its runtime refused one of this bundle's programs at this batch
                     key = f"{r['bundle']} {r['heads']}"
-                    fns[f"artefact {key}"] = (lambda e, x: lambda: e.run(x))(load(path, threads=t), x)
+                    engine = load(path, threads=t)
+                    try:
+                        engine.run(x)
+                    except RuntimeError as e:  # a runtime that cannot run this batch: recorded, the rest runs
+                        refused.append(f"{r['target']} {r['file']}, batch {batch}: {str(e).splitlines()[-1]}")
+                        measured[batch] = [o for o in measured[batch] if o["bundle"] != r["bundle"]]
+                        continue
+                    fns[f"artefact {key}"] = (lambda e, x: lambda: e.run(x))(engine, x)
                     fns[f"eager {key}"] = (lambda m, x: lambda: m(x))(eager, torch.from_numpy(x))
                 print(f"batch {batch}, {t} thread(s): timing {len(fns)} programs, {args.runs} interleaved runs", flush=True)
                 with torch.no_grad():
                     timed[batch, t] = paired_ms(fns, args.runs)
     report = _report(args, tokens * width_in * width_out, measured, timed)
+    report["not_measured"] += [f"{m} (refused by its runtime)" for m in refused]
     report["profiles"] = profiles(rows, args.runs)
     return report
 
