@@ -546,16 +546,15 @@ def convert_targets(runs: Sequence[ConvertOptions], report: Report | None = None
         raise HydraEdgeError("two targets would write the same bundle folder; give each its own --out")
     for opts in runs:
         _prepare_out(opts.out)
-    several = len(runs) > 1
+    prefixes = [f"{i.target.name}/" if len(runs) > 1 else "" for i in inputs]  # names progress shows
     with ExitStack() as locks:
         for opts in sorted(runs, key=lambda o: str(o.out.resolve())):  # one order: two runs cannot deadlock
             locks.enter_context(exclusive(opts.out / LOCK, f"bundle {opts.out}", opts.wait))
         for opts in runs:
             _remove_stale(opts.out)
-        plans = [plan(opts, i, f"{i.target.name}/" if several else "") for opts, i in zip(runs, inputs)]
+        plans = [plan(opts, i, shown) for opts, i, shown in zip(runs, inputs, prefixes)]
         results = _convert(runs, plans, report, note, _model_bytes(inputs[0].config))
-        for opts, i, result in zip(runs, inputs, results):
-            shown = f"{i.target.name}/" if several else ""
+        for opts, i, result, shown in zip(runs, inputs, results, prefixes):
             apply_layout(opts.out, result.manifest, opts.layout, str(opts.checkpoint),
                          lambda file, stage, size: report(shown + file, stage, size), ema=i.weights in EMA_ENTRIES)
         return results
