@@ -127,8 +127,7 @@ def _programs(rows: list[dict[str, Any]], models: dict[str, Any], batch: int, wo
         if batch == 1:
             out.append((r, Path(r["bundle"]) / r["file"], sub, x))
             continue
-        ends = {f(o["heads"] for o in rows if o["bundle"] == r["bundle"]) for f in (min, max)}
-        if r["heads"] in ends:
+        if r["heads"] in _ends(rows, r["bundle"]):
             path = work / f"b{batch}_{len(out)}_{r['file']}"
             _export(Stacked(sub, batch), x, r["format"], r["quant"], r["target"], x.shape[1:], path,
                     f"{r['target']} {r['heads']} heads, batch {batch}")
@@ -183,18 +182,24 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
                     timed[batch, t] = paired_ms(fns, args.runs)
     report = _report(args, tokens * width_in * width_out, measured, timed)
     report["not_measured"] += [f"{m} (refused by its runtime)" for m in refused]
-    report["profiles"] = profiles(rows, args.runs)
+    report["profiles"] = profiles(rows, models, args.runs)
     return report
 
 
-def profiles(rows: list[dict[str, Any]], runs: int) -> dict[str, list[dict[str, Any]]]:
+def _ends(rows: list[dict[str, Any]], bundle: str) -> set[int]:
+    """The smallest and largest head count of ``bundle``'s rows."""
+    heads = [o["heads"] for o in rows if o["bundle"] == bundle]
+    return {min(heads), max(heads)}
+
+
+def profiles(rows: list[dict[str, Any]], models: dict[str, Any], runs: int) -> dict[str, list[dict[str, Any]]]:
     """Each runtime's own op profile of each bundle's smallest and largest head count, batch 1, 1 thread."""
     out = {}
     for r in rows:
-        if r["heads"] not in {f(o["heads"] for o in rows if o["bundle"] == r["bundle"]) for f in (min, max)}:
+        if r["heads"] not in _ends(rows, r["bundle"]):
             continue
         op_times = import_module(PROFILERS[r["format"]]).op_times
-        cfg = HydraConfig.from_dict(read_manifest(r["bundle"]).model, r["bundle"])
+        cfg = models[r["checkpoint"]].config
         x = np.random.default_rng(1).standard_normal((1, cfg.in_chans, cfg.img_size, cfg.img_size), dtype=np.float32)
         out[f"{r['target']} {r['file']}"] = top_ops(op_times(Path(r["bundle"]) / r["file"], x, 1, runs))
     return out
