@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
@@ -69,6 +70,34 @@ def test_onnxruntime_runs_softmax_in_float_and_the_patch_embedding_in_int8(bundl
         assert ops["Softmax"] == 2 and "QLinearSoftmax" not in ops, (a.file, ops)
         assert ops["QLinearConv"] == 1 and "Conv" not in ops, (a.file, ops)
         assert ops["Gelu"] == 2, (a.file, ops)  # GELU fused into one op: no Q/DQ pair splits its pattern
+        # 2 per block + the final one, each a plain LayerNormalization: no SkipLayerNormalization fused
+        assert ops["LayerNormalization"] == 5 and "SkipLayerNormalization" not in ops, (a.file, ops)
+
+
+def test_the_final_norm_runs_on_the_cls_token_alone(bundle: Path, tmp_path: Path) -> None:
+    for a in read_manifest(bundle).artefacts:
+        for graph in (onnx.load(str(bundle / a.file)).graph, _optimised(bundle / a.file, tmp_path)):
+            made_by = {out: n for n in graph.node for out in n.output}
+            (gather,) = [n for n in graph.node if n.op_type == "Gather"]
+            *_, last_norm = [n for n in graph.node if n.op_type == "LayerNormalization"]
+            assert made_by[last_norm.input[0]] is gather, (a.file, last_norm.input[0])
+
+
+def test_the_fp32_graph_with_the_norm_moved_gives_torch_s_logits(tmp_path: Path) -> None:
+    from hydra_edge.convert import onnx as exporter
+
+    torch.manual_seed(0)
+    sub = HydraViT(preset("digits", depth=2)).subnetwork(5).eval()
+    cfg = sub.config
+    x = torch.randn(1, cfg.in_chans, cfg.img_size, cfg.img_size)
+    path = tmp_path / "fp32.onnx"
+    with torch.no_grad():
+        exporter.export(sub, x, "fp32", {}, np.zeros((1, *x.shape[1:]), np.float32), path, lambda s: None)
+        expected = sub(x).numpy()
+    graph = onnx.load(str(path)).graph
+    assert [n.op_type for n in graph.node][-3:] == ["Gather", "LayerNormalization", "Gemm"]
+    got = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"input": x.numpy()})[0]
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_outputs_agree_with_eager_torch(bundle: Path) -> None:
