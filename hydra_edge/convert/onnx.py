@@ -148,9 +148,9 @@ def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: d
         # The TorchScript exporter: ~10x faster than dynamo here and the graph is a plain ViT.
         torch.onnx.export(model, (example,), str(fp32), dynamo=False, opset_version=OPSET,
                           input_names=[INPUT], output_names=[OUTPUT])
-        graph = onnx.load(str(fp32))
-        if _normalise_after_gather(graph):
-            onnx.save(graph, str(fp32))
+        exported = onnx.load(str(fp32))
+        if _normalise_after_gather(exported):
+            onnx.save(exported, str(fp32))
         if quant == "fp32":
             shutil.copyfile(fp32, path)
         elif quant == "fp16":
