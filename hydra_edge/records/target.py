@@ -12,6 +12,8 @@ from typing import Annotated, Any, Dict, List, Literal, Mapping, Optional, Union
 import msgspec
 from msgspec import Meta
 
+from ..errors import HydraEdgeError
+from ..runtime.engines import alternate_refusal
 from . import codec
 from .fields import Name, PosFloat, Sha256, Threads, check
 
@@ -49,6 +51,12 @@ def signals(table: Mapping[str, Any], where: str) -> Signals:
     return codec.convert(dict(table), Signals, where, HINT)
 
 
+class RuntimeRefused(HydraEdgeError, ValueError):
+    """A variant names a runtime its artefacts do not run correctly in. A ValueError, so a profile
+    or manifest being decoded reports it at its key and file; a HydraEdgeError, so a variant rebuilt
+    for ``--quant`` is one line too."""
+
+
 class Variant(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """One artefact kind a target wants per head count: format, quantisation, device runtime."""
 
@@ -59,6 +67,11 @@ class Variant(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     optional: bool = False  # converted only when asked for (``--optional``)
     device_build: Optional[str] = None  # command that turns the artefact into a device engine
     options: Dict[str, Any] = msgspec.field(default_factory=dict)  # exporter settings (calibration, exclusions)
+
+    def __post_init__(self) -> None:
+        refusal = alternate_refusal(self.format, self.quant, self.runtime)
+        if refusal:
+            raise RuntimeRefused(f"`.runtime`: {refusal}")
 
     @property
     def key(self) -> str:
