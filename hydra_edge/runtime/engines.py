@@ -33,14 +33,14 @@ class Alternate:
     """A second runtime some artefacts of a format run in, and others must not.
 
     An artefact whose manifest record names ``runtime`` as its runtime was verified against it
-    (its target chose a recipe that runtime runs correctly); any other artefact of the format is
-    refused there with ``why``, since the runtime may load it and compute garbage.
+    (a target may name it only for the quants ``records.target.ALTERNATE_QUANTS`` lists); any other
+    artefact of the format is refused there with ``why``, since the runtime may load it and compute
+    garbage.
     """
 
     runtime: str  # pip name
     module: str  # import name; its package has an ``interpreter`` module like the format's own runtime
     why: str  # why it will not do for the artefacts that do not name it
-    quants: tuple[str, ...]  # the quantisations whose artefacts were shown to run correctly in it
 
 
 @dataclass(frozen=True)
@@ -128,8 +128,7 @@ def _run_pte(program: Any, method: Any, x: np.ndarray) -> np.ndarray:
 TFLITE_RUNTIME = Alternate(
     "tflite-runtime", "tflite_runtime",
     "its tflite-runtime cannot run these artefacts: 2.14, the last release, refuses FULLY_CONNECTED version 12; "
-    "for a board with only tflite-runtime convert with --target rpi-tflite-runtime",
-    quants=("fp32",))
+    "for a board with only tflite-runtime convert with --target rpi-tflite-runtime")
 
 FORMATS: dict[str, Format] = {
     "tflite": Format("tflite", ".tflite", runtime="ai-edge-litert", module="ai_edge_litert", loader=_load_tflite,
@@ -242,19 +241,6 @@ def lacks(requirements: Mapping[str, str], missing: Sequence[str], present: Sequ
 def runtimes_for(formats: Iterable[str]) -> dict[str, str]:
     """``{import name: pip name}`` of the runtimes that run artefacts of these formats."""
     return {FORMATS[name].module: FORMATS[name].runtime for name in formats}
-
-
-def alternate_refusal(format: str, quant: str, runtime: str) -> str | None:
-    """Why a target variant may not name ``runtime`` for its artefacts, or None when it may.
-
-    A variant naming a format's alternate runtime makes the device run it there, so only quants shown
-    to run correctly in it may (tflite-runtime loads some int8 recipes and computes garbage)."""
-    alt = FORMATS[format].alternate if format in FORMATS else None
-    if alt is None or runtime != alt.runtime or quant in alt.quants:
-        return None
-    return (f"{runtime} runs only {' or '.join(alt.quants)} {format} artefacts correctly, not {quant} "
-            f"(2.14 refuses or miscomputes them): convert {alt.quants[0]} for it (no other --quant), or name "
-            f"runtime \"{FORMATS[format].runtime}\"")
 
 
 def requirement(format: str, runtime: str, min_version: str) -> tuple[str, str]:
