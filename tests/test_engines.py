@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from hydra_edge.measure.device import RuntimeMissingError, ensure_python
+from hydra_edge.measure.device import RuntimeMissingError, ensure_python, runtime_requirements
 from hydra_edge.config import preset
 from hydra_edge.convert.formats import exporter
 from hydra_edge.convert.targets import load_target
@@ -134,6 +134,28 @@ def test_a_device_with_only_tflite_runtime_is_refused_up_front(tmp_path: Path) -
     assert "tflite-runtime cannot run these artefacts" in done.stderr and "'ai-edge-litert>=2.3.0'" in done.stderr
 
 
+def test_a_device_with_only_tflite_runtime_takes_artefacts_whose_records_name_it(tmp_path: Path) -> None:
+    """The rpi-tflite-runtime target's records name tflite-runtime: that is what the device must have,
+    and what its engine imports when it is there; the host, without it, runs them in ai-edge-litert."""
+    variant = load_target("rpi-tflite-runtime").variants()[0]
+    int8 = load_target("rpi").variants()[0]
+    assert (variant.format, variant.quant, variant.runtime) == ("tflite", "fp32", "tflite-runtime")
+    assert engines.runtimes_of([variant]) == {"tflite_runtime": "tflite-runtime>=2.14.0"}
+    assert engines.runtimes_of([int8]) == {"ai_edge_litert": "ai-edge-litert>=2.3.0"}
+    assert runtime_requirements([variant]) == {"numpy": "numpy", "tflite_runtime": "tflite-runtime>=2.14.0",
+                                               "msgspec": "msgspec>=0.18"}
+    python = tflite_runtime_only_python(tmp_path)
+    needs = {"numpy": "numpy", **engines.runtimes_of([variant])}
+    with LocalTransport(tmp_path / "device") as t:
+        assert ensure_python(t, str(python), needs, setup=False) == str(python)
+    code = ("from hydra_edge.runtime.engines import FORMATS, check_runtimes, runtime_module; "
+            f"check_runtimes({needs!r}); "
+            "print(runtime_module(FORMATS['tflite'], 'tflite-runtime'), runtime_module(FORMATS['tflite'], 'ai-edge-litert'))")
+    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[1])
+    assert done.returncode == 0 and done.stdout.split() == ["tflite_runtime", "ai_edge_litert"], done.stderr
+    assert engines.runtime_module(FORMATS["tflite"], "tflite-runtime") == "ai_edge_litert"  # this host has no tflite-runtime
+
+
 @pytest.mark.parametrize("fmt", ["executorch", "tflite"])
 def test_an_engine_loaded_from_bytes_keeps_them_alive_and_runs_like_the_file(subnet, images, tmp_path: Path,
                                                                              fmt: str) -> None:
@@ -151,3 +173,19 @@ def test_an_engine_loaded_from_bytes_keeps_them_alive_and_runs_like_the_file(sub
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[1])
     assert done.returncode == 0 and "same outputs" in done.stdout, (done.returncode, done.stderr[-1500:])
+
+
+@pytest.mark.parametrize("how", ["profile", "--quant"])
+def test_a_variant_may_name_tflite_runtime_only_for_what_runs_correctly_there(tmp_path: Path, how: str) -> None:
+    """int8 .tflite on tflite-runtime 2.14 is refused at load or silently wrong: a profile naming it, or
+    --quant turning the rpi-tflite-runtime target's fp32 into int8, is one line before anything converts."""
+    target = "rpi-tflite-runtime"
+    if how == "profile":
+        target = str(tmp_path / "board.toml")
+        Path(target).write_text('[[artefacts]]\nformat = "tflite"\nquant = "int8-dynamic"\n'
+                                'runtime = "tflite-runtime"\nruntime_min_version = "2.14.0"\n')
+    with pytest.raises(HydraEdgeError) as info:
+        load_target(target).variants(quant="int8-dynamic" if how == "--quant" else None)
+    line = str(info.value)
+    assert "\n" not in line and "tflite-runtime runs only fp32 tflite artefacts correctly, not int8-dynamic" in line
+    assert ("board.toml: $.artefacts[0].runtime" in line) == (how == "profile")

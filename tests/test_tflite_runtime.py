@@ -1,11 +1,14 @@
 """A board whose only TFLite interpreter is the real tflite-runtime 2.14.0 (its last release), with numpy<2.
 
 tflite-runtime cannot load the rpi artefacts (FULLY_CONNECTED version 12), so the device code refuses
-them in one line naming what to install, before computing anything. Needs pip and the network.
+them in one line naming what to install, before computing anything. The rpi-tflite-runtime target's
+artefacts (fp32) run there: the device code rebuilds them from a compact bundle and they pass their
+golden pairs in tflite-runtime itself. Needs pip and the network.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -13,10 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from click.testing import CliRunner
 
+from hydra_edge.cli import main
 from hydra_edge.config import preset
 from hydra_edge.convert.formats import exporter
 from hydra_edge.model import HydraViT
+from hydra_edge.records.manifest import read_manifest
 
 ROOT = Path(__file__).parents[1]
 
@@ -64,3 +70,69 @@ def test_the_device_code_refuses_in_one_line_naming_what_to_install(tflite_runti
     assert done.returncode == 3, (done.stdout, done.stderr[-1500:])
     assert "\n" not in line and "cannot run m.tflite" in line and "pip install ai-edge-litert" in line
     assert "tflite-runtime cannot run these artefacts" in line and "FULLY_CONNECTED version 12" in line
+
+
+@pytest.fixture(scope="module")
+def variant_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``hydra-edge convert -t rpi-tflite-runtime`` of a digits model, compact: the 3-head artefact is a
+    skeleton and a recipe, rebuilt on the device from the 6-head one."""
+    root = tmp_path_factory.mktemp("rpi-tflite-runtime")
+    torch.manual_seed(0)
+    HydraViT(preset("digits", depth=2, heads=(3, 6))).save(root / "m.pt")
+    result = CliRunner().invoke(main, ["convert", "-c", str(root / "m.pt"), "-t", "rpi-tflite-runtime",
+                                       "--heads", "3,6", "-o", str(root / "bundle"), "--eval-limit", "16"])
+    assert result.exit_code == 0, result.output
+    return root / "bundle"
+
+
+def test_the_variant_is_verified_on_the_host_and_names_tflite_runtime(variant_bundle: Path) -> None:
+    manifest = read_manifest(variant_bundle)
+    assert [(a.heads, a.format, a.quant, a.runtime, a.runtime_min_version) for a in manifest.artefacts] == \
+        [(k, "tflite", "fp32", "tflite-runtime", "2.14.0") for k in (3, 6)]
+    assert all(a.host_runtime.startswith("ai-edge-litert ") for a in manifest.artefacts)
+    assert manifest.artefacts[0].compact is not None and manifest.artefacts[1].compact is None
+    assert not (variant_bundle / manifest.artefacts[0].file).exists()
+
+
+# Run by the tflite-runtime venv's Python: what a board runs (the runner's own load and golden check).
+DEVICE = """\
+import json, sys
+from hydra_edge.records.manifest import read_manifest
+from hydra_edge.runtime.engines import check_golden, check_runtimes, load_golden_pair, runtimes_of
+from hydra_edge.runtime.rebuild import load_timed
+bundle = sys.argv[1]
+manifest = read_manifest(bundle)
+check_runtimes(runtimes_of(manifest.artefacts))
+results = []
+for a in manifest.artefacts:
+    engine, rebuild_s = load_timed(bundle, a, 1)
+    check = check_golden(engine, load_golden_pair(bundle, a.golden), a.golden["tolerance"])
+    results.append({"heads": a.heads, "passed": check.ok, "max_abs_diff": check.max_abs_diff,
+                    "agreement": check.top1_agreement, "rebuilt": rebuild_s is not None})
+print(json.dumps({"results": results, "interpreters": sorted(m for m in sys.modules if m.endswith(".interpreter"))}))
+"""
+
+
+def test_the_variant_passes_its_golden_pairs_in_tflite_runtime(tflite_runtime_python: Path,
+                                                                variant_bundle: Path) -> None:
+    done = subprocess.run([str(tflite_runtime_python), "-c", DEVICE, str(variant_bundle)], capture_output=True,
+                          text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["interpreters"] == ["tflite_runtime.interpreter"]  # the venv has no ai-edge-litert
+    assert [(r["heads"], r["rebuilt"], r["passed"]) for r in report["results"]] == [(3, True, True), (6, False, True)]
+    assert all(r["agreement"] == 1.0 and r["max_abs_diff"] < 1e-4 for r in report["results"]), report
+
+
+def test_int8_artefacts_stay_refused_on_tflite_runtime_beside_the_variant(tflite_runtime_python: Path,
+                                                                          rpi_artefact: Path) -> None:
+    """Only a record naming tflite-runtime may run there: the rpi int8 artefact, loaded as its record
+    would load it (runtime ai-edge-litert), is refused in one line before anything runs."""
+    code = ("import sys; from hydra_edge.errors import HydraEdgeError; from hydra_edge.runtime.engines import load\n"
+            "try:\n"
+            f"    load(r'{rpi_artefact}', runtime='ai-edge-litert')\n"
+            "except HydraEdgeError as e:\n"
+            "    print(e); sys.exit(3)\n")
+    done = subprocess.run([str(tflite_runtime_python), "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 3, (done.stdout, done.stderr[-1500:])
+    assert "pip install ai-edge-litert" in done.stdout and "--target rpi-tflite-runtime" in done.stdout

@@ -16,7 +16,7 @@ from typing import Iterable, Mapping
 
 from ..convert.manifest import ArtefactRecord
 from ..errors import HydraEdgeError
-from ..runtime.engines import FORMATS, impostors, lacks, pip_install
+from ..runtime.engines import impostors, lacks, pip_install, runtimes_of
 from ..transport import IntegrityError, RemoteCommandError, Transport
 from ..transport.base import parse_sha256sum
 from ..atomic import sha256_file
@@ -47,11 +47,7 @@ def package_files(remote_root: str) -> dict[str, Path]:
 
 def runtime_requirements(artefacts: Iterable[ArtefactRecord]) -> dict[str, str]:
     """``{import name: pip requirement}`` a device needs to run ``artefacts``: numpy, msgspec and their runtimes."""
-    requirements = {"numpy": "numpy"}
-    for a in artefacts:
-        fmt = FORMATS[a.format]
-        pin = f">={a.runtime_min_version}" if a.runtime == fmt.runtime else ""
-        requirements[fmt.module] = fmt.runtime + pin
+    requirements = {"numpy": "numpy", **runtimes_of(artefacts)}
     requirements["msgspec"] = "msgspec>=0.18"  # hydra_edge.records reads the manifest and lut.json
     return requirements
 

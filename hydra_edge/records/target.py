@@ -12,6 +12,7 @@ from typing import Annotated, Any, Dict, List, Literal, Mapping, Optional, Union
 import msgspec
 from msgspec import Meta
 
+from ..errors import HydraEdgeError
 from . import codec
 from .fields import Name, PosFloat, Sha256, Threads, check
 
@@ -49,6 +50,20 @@ def signals(table: Mapping[str, Any], where: str) -> Signals:
     return codec.convert(dict(table), Signals, where, HINT)
 
 
+# (format, runtime) -> the only quants a variant may name that runtime for: a format's second runtime
+# (hydra_edge.runtime.engines.Alternate) that runs some of its artefacts correctly and not others.
+# tflite-runtime 2.14, the last release, refuses PT2E int8 .tflite files (FULLY_CONNECTED version 12)
+# and miscomputes ai-edge-quantizer's dynamic int8; fp32 passes its golden pairs there
+# (tests/test_tflite_runtime.py).
+ALTERNATE_QUANTS = {("tflite", "tflite-runtime"): ("fp32",)}
+
+
+class RuntimeRefused(HydraEdgeError, ValueError):
+    """A variant names a runtime its artefacts do not run correctly in. A ValueError, so a profile
+    or manifest being decoded reports it at its key and file; a HydraEdgeError, so a variant rebuilt
+    for ``--quant`` is one line too."""
+
+
 class Variant(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """One artefact kind a target wants per head count: format, quantisation, device runtime."""
 
@@ -59,6 +74,14 @@ class Variant(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     optional: bool = False  # converted only when asked for (``--optional``)
     device_build: Optional[str] = None  # command that turns the artefact into a device engine
     options: Dict[str, Any] = msgspec.field(default_factory=dict)  # exporter settings (calibration, exclusions)
+
+    def __post_init__(self) -> None:
+        quants = ALTERNATE_QUANTS.get((self.format, self.runtime), (self.quant,))
+        if self.quant not in quants:
+            raise RuntimeRefused(
+                f"`.runtime`: {self.runtime} runs only {' or '.join(quants)} {self.format} artefacts correctly, not "
+                f"{self.quant} (it refuses or miscomputes others): convert {quants[0]} for it (no other --quant), "
+                "or name the format's own runtime")
 
     @property
     def key(self) -> str:

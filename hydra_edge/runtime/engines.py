@@ -11,6 +11,7 @@ host module that converts to it and the native program that times it (``Format``
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.metadata
 import importlib.util
 import shlex
@@ -28,6 +29,21 @@ Model = Union[Path, bytes]  # an artefact file, or its bytes (rebuilt in memory 
 
 
 @dataclass(frozen=True)
+class Alternate:
+    """A second runtime some artefacts of a format run in, and others must not.
+
+    An artefact whose manifest record names ``runtime`` as its runtime was verified against it
+    (a target may name it only for the quants ``records.target.ALTERNATE_QUANTS`` lists); any other
+    artefact of the format is refused there with ``why``, since the runtime may load it and compute
+    garbage.
+    """
+
+    runtime: str  # pip name
+    module: str  # import name; its package has an ``interpreter`` module like the format's own runtime
+    why: str  # why it will not do for the artefacts that do not name it
+
+
+@dataclass(frozen=True)
 class Format:
     """An artefact format as data: its file suffix, the runtime (pip name, import name) that runs it,
     and by name the host module that converts to it and the native benchmark program that times it.
@@ -41,12 +57,10 @@ class Format:
     suffix: str
     runtime: str  # the pip distribution a device installs
     module: str  # what the engine imports
-    loader: Callable[[Model, int], Step]
+    loader: Callable[[Model, int, str], Step]  # (artefact, threads, import name of the runtime to use)
     exporter: str  # the host module that writes these artefacts
     native: str  # the native benchmark program for phones and boards without Python
-    # (import name, why it is not enough): a runtime a device may have instead that cannot run
-    # these artefacts, named when a device has it but lacks ``module``
-    impostor: tuple[str, str] | None = None
+    alternate: Alternate | None = None
 
 
 @dataclass
@@ -64,9 +78,10 @@ class Engine:
         return np.concatenate([self.step(x[i : i + 1]) for i in range(len(x))]).astype(np.float32)
 
 
-def _load_tflite(model: Model, threads: int) -> Step:
-    # ai-edge-litert only (see TFLITE_RUNTIME_WHY): tflite-runtime cannot run these artefacts.
-    from ai_edge_litert.interpreter import Interpreter
+def _load_tflite(model: Model, threads: int, module: str) -> Step:
+    # ai-edge-litert, or tflite-runtime for an artefact whose record names it (see TFLITE_RUNTIME):
+    # both packages have the same ``interpreter`` API.
+    Interpreter = importlib.import_module(f"{module}.interpreter").Interpreter
 
     source = {"model_content": model} if isinstance(model, bytes) else {"model_path": str(model)}
     interpreter = Interpreter(**source, num_threads=threads)
@@ -75,7 +90,7 @@ def _load_tflite(model: Model, threads: int) -> Step:
     return lambda x: next(iter(runner(**{name: x}).values()))
 
 
-def _load_onnx(model: Model, threads: int) -> Step:
+def _load_onnx(model: Model, threads: int, module: str) -> Step:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -87,7 +102,7 @@ def _load_onnx(model: Model, threads: int) -> Step:
     return lambda x: session.run(None, {name: x})[0]
 
 
-def _load_pte(model: Model, threads: int) -> Step:
+def _load_pte(model: Model, threads: int, module: str) -> Step:
     # executorch's Python bindings take and return torch tensors, so this one engine needs torch
     # (executorch.runtime imports it anyway); the conversion to numpy stays at this boundary.
     from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
@@ -109,12 +124,16 @@ def _run_pte(program: Any, method: Any, x: np.ndarray) -> np.ndarray:
 # tflite-runtime 2.14.0 is its last release. It refuses the artefacts the PT2E dynamic-range path
 # writes (their FULLY_CONNECTED ops are version 12, newer than it knows), and for the FC layers of
 # ai-edge-quantizer's dynamic recipe it loads the model but returns wrong outputs without a word.
-TFLITE_RUNTIME_WHY = "its tflite-runtime cannot run these artefacts: 2.14, the last release, refuses FULLY_CONNECTED version 12"
+# The fp32 artefacts of the rpi-tflite-runtime target run in it (tests/test_tflite_runtime.py).
+TFLITE_RUNTIME = Alternate(
+    "tflite-runtime", "tflite_runtime",
+    "its tflite-runtime cannot run these artefacts: 2.14, the last release, refuses FULLY_CONNECTED version 12; "
+    "for a board with only tflite-runtime convert with --target rpi-tflite-runtime")
 
 FORMATS: dict[str, Format] = {
     "tflite": Format("tflite", ".tflite", runtime="ai-edge-litert", module="ai_edge_litert", loader=_load_tflite,
                      exporter="hydra_edge.convert.tflite", native="benchmark_model",
-                     impostor=("tflite_runtime", TFLITE_RUNTIME_WHY)),
+                     alternate=TFLITE_RUNTIME),
     "executorch": Format("executorch", ".pte", runtime="executorch", module="executorch", loader=_load_pte,
                          exporter="hydra_edge.convert.executorch", native="executor_runner"),
     "onnx": Format("onnx", ".onnx", runtime="onnxruntime", module="onnxruntime", loader=_load_onnx,
@@ -132,23 +151,28 @@ def format_of(path: str | Path) -> Format:
     raise HydraEdgeError(f"{path}: unknown artefact type {suffix!r}; expected one of {known}")
 
 
-def load(path: str | Path, threads: int = 1, format: str | None = None) -> Engine:
-    """Load an artefact into its runtime; ``format`` overrides the suffix (for files still being written)."""
+def load(path: str | Path, threads: int = 1, format: str | None = None, runtime: str | None = None) -> Engine:
+    """Load an artefact into its runtime; ``format`` overrides the suffix (for files still being written).
+
+    ``runtime``: the runtime its manifest record names; a format's alternate runtime is used only
+    when the record names it (``Alternate``).
+    """
     path = Path(path)
     fmt = _format(format, path)
     if not path.is_file():
         raise HydraEdgeError(f"artefact {path} does not exist")
-    return _engine(path, path, fmt, threads)
+    return _engine(path, path, fmt, threads, runtime)
 
 
 def load_bytes(data: bytes | bytearray | memoryview, name: str | Path, threads: int = 1,
-               format: str | None = None) -> Engine:
+               format: str | None = None, runtime: str | None = None) -> Engine:
     """Load an artefact's bytes (rebuilt in memory) into its runtime; ``name`` is the file they are.
 
     The runtimes take only ``bytes`` (ai-edge-litert's ``model_content`` refuses a bytearray, and
     executorch copies one), so anything else is made ``bytes`` here, once.
     """
-    return _engine(data if isinstance(data, bytes) else bytes(data), Path(name), _format(format, name), threads)
+    return _engine(data if isinstance(data, bytes) else bytes(data), Path(name), _format(format, name), threads,
+                   runtime)
 
 
 def _format(name: str | None, path: str | Path) -> Format:
@@ -158,12 +182,26 @@ def _format(name: str | None, path: str | Path) -> Format:
     return FORMATS[name] if name else format_of(path)
 
 
-def _engine(model: Model, path: Path, fmt: Format, threads: int) -> Engine:
+def runtime_module(fmt: Format, runtime: str | None) -> str:
+    """The import name of the runtime that runs an artefact of ``fmt`` whose record names ``runtime``.
+
+    The alternate runtime (tflite-runtime) when the record names it and this Python has it: then it
+    is what a board with only tflite-runtime runs, and what calibration times there. Otherwise the
+    format's own runtime, which runs every artefact of the format (the host verifies in it).
+    """
+    alt = fmt.alternate
+    if alt is not None and runtime == alt.runtime and importlib.util.find_spec(alt.module) is not None:
+        return alt.module
+    return fmt.module
+
+
+def _engine(model: Model, path: Path, fmt: Format, threads: int, runtime: str | None) -> Engine:
     try:
-        step = fmt.loader(model, max(1, int(threads)))
+        step = fmt.loader(model, max(1, int(threads)), runtime_module(fmt, runtime))
     except ImportError as e:
         # a look-alike runtime this Python has (tflite-runtime) is named, so no one takes it for enough
-        note = f" ({fmt.impostor[1]})" if fmt.impostor and importlib.util.find_spec(fmt.impostor[0]) else ""
+        alt = fmt.alternate
+        note = f" ({alt.why})" if alt and importlib.util.find_spec(alt.module) else ""
         raise HydraEdgeError(f"cannot run {path.name}: {e}{note}; install it with `{pip_install([fmt.runtime])}`"
                              ) from None
     return Engine(path=path, format=fmt, threads=threads, step=step)
@@ -184,7 +222,7 @@ def runtime_version(name: str) -> str | None:
 
 def impostors(requirements: Mapping[str, str]) -> list[str]:
     """Import names of runtimes that look like, but cannot stand in for, those ``requirements`` need."""
-    return [f.impostor[0] for f in FORMATS.values() if f.impostor and f.module in requirements]
+    return [f.alternate.module for f in FORMATS.values() if f.alternate and f.module in requirements]
 
 
 def lacks(requirements: Mapping[str, str], missing: Sequence[str], present: Sequence[str], python: str,
@@ -194,7 +232,8 @@ def lacks(requirements: Mapping[str, str], missing: Sequence[str], present: Sequ
     ``requirements`` maps import names to pip requirements; ``present`` are the impostors it has,
     named so a user does not think the runtime they already installed will do.
     """
-    notes = [f.impostor[1] for f in FORMATS.values() if f.module in missing and f.impostor and f.impostor[0] in present]
+    notes = [f.alternate.why for f in FORMATS.values()
+             if f.module in missing and f.alternate and f.alternate.module in present]
     return (f"{where} lacks the Python package(s) {' '.join(requirements[m] for m in missing)} for {python!r}"
             + "".join(f" ({note})" for note in notes))
 
@@ -202,6 +241,21 @@ def lacks(requirements: Mapping[str, str], missing: Sequence[str], present: Sequ
 def runtimes_for(formats: Iterable[str]) -> dict[str, str]:
     """``{import name: pip name}`` of the runtimes that run artefacts of these formats."""
     return {FORMATS[name].module: FORMATS[name].runtime for name in formats}
+
+
+def requirement(format: str, runtime: str, min_version: str) -> tuple[str, str]:
+    """(import name, pip requirement) of the runtime an artefact's record names: the format's own
+    runtime, or its alternate when the record names that (a tflite-runtime board), at ``min_version``."""
+    fmt = FORMATS[format]
+    if fmt.alternate is not None and runtime == fmt.alternate.runtime:
+        return fmt.alternate.module, f"{runtime}>={min_version}"
+    return fmt.module, fmt.runtime + (f">={min_version}" if runtime == fmt.runtime else "")
+
+
+def runtimes_of(artefacts: Iterable[Any]) -> dict[str, str]:
+    """``{import name: pip requirement}`` of the runtimes manifest records (``format``, ``runtime``,
+    ``runtime_min_version``) name: what a device must have to run those artefacts."""
+    return dict(requirement(a.format, a.runtime, a.runtime_min_version) for a in artefacts)
 
 
 def check_runtimes(requirements: Mapping[str, str]) -> None:

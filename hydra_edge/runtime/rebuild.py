@@ -230,8 +230,8 @@ def load_timed(bundle: Union[str, Path], record: ArtefactRecord, threads: int) -
             intact = False
         if not intact:
             raise HydraEdgeError(f"{path} is missing or its sha256 differs from the manifest; {FIX}")
-        return load(path, threads, record.format), None
+        return load(path, threads, record.format, record.runtime), None
     start = time.perf_counter()
     data = rebuild(bundle, record)
     seconds = time.perf_counter() - start
-    return load_bytes(data, record.file, threads, record.format), seconds
+    return load_bytes(data, record.file, threads, record.format, record.runtime), seconds
