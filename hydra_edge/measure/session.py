@@ -194,7 +194,7 @@ class Session:
                                self.opts.pip_args)
         argv = [python, self.t.remote_path("runner", "calibration", "runner.py"), "--bundle", self.bundle_dir,
                 "--runs", str(self.opts.runs), "--warmup", str(self.opts.warmup),
-                "--threads", str(self.opts.threads or 0), "--exit-with-host", "--only", *[a.id for a in todo]]
+                "--threads", str(self.opts.threads or 0), "--only", *[a.id for a in todo]]
         if self.soak_pending:
             argv += ["--soak-seconds", str(self.opts.soak_s), "--soak-artefact", self._soak_artefact().id,
                      "--soak-interval", str(self.opts.soak_interval_s)]
