@@ -15,13 +15,13 @@ import ctypes
 import io
 import os
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import IO, Iterator
 
+from .runtime.chatter import VERBOSE, Tee, verbose
+
 LOGS = "logs"  # in the bundle folder
-VERBOSE = "HYDRA_EDGE_VERBOSE"
 
 _terminal: IO[str] | None = None
 
@@ -29,10 +29,6 @@ _terminal: IO[str] | None = None
 def artefact_log(out: Path, file: str) -> Path:
     """``<bundle>/logs/vit_h6_tflite_int8-dynamic.log``: the converter output of one artefact."""
     return out / LOGS / f"{Path(file).stem}.log"
-
-
-def verbose() -> bool:
-    return os.environ.get(VERBOSE, "") not in ("", "0")
 
 
 def set_verbose(on: bool) -> None:
@@ -80,7 +76,7 @@ def capture(log: Path, title: str) -> Iterator[None]:
     _flush()
     saved = os.dup(1), os.dup(2)
     streams = sys.stdout, sys.stderr
-    tee = _Tee(fd, saved[1]) if verbose() else None
+    tee = Tee(fd, saved[1]) if verbose() else None
     try:
         target = tee.write_end if tee else fd
         os.dup2(target, 1)
@@ -98,23 +94,3 @@ def capture(log: Path, title: str) -> Iterator[None]:
             tee.close()
         for f in (*saved, fd):
             os.close(f)
-
-
-class _Tee:
-    """A pipe whose reader thread copies what arrives to the log and to the terminal (``-v``)."""
-
-    def __init__(self, log_fd: int, terminal_fd: int) -> None:
-        self._read, self.write_end = os.pipe()
-        self._thread = threading.Thread(target=self._copy, args=(log_fd, terminal_fd), daemon=True)
-        self._thread.start()
-
-    def _copy(self, log_fd: int, terminal_fd: int) -> None:
-        while chunk := os.read(self._read, 65536):
-            os.write(log_fd, chunk)
-            os.write(terminal_fd, chunk)
-
-    def close(self) -> None:
-        os.close(self.write_end)  # with fds 1 and 2 restored, the reader sees the end of the pipe
-        self._thread.join(timeout=5)
-        if not self._thread.is_alive():
-            os.close(self._read)
