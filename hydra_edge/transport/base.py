@@ -109,13 +109,32 @@ def remote_command(argv: Sequence[str], cwd: str | None = None, env: Mapping[str
     return line
 
 
+def host_watch(command_stdin: str) -> str:
+    """sh code that runs ``"$@"`` (its stdin redirected by ``command_stdin``) until it ends or the host goes.
+
+    sshd and adbd send a device command no signal when the host's client is stopped (Ctrl-C) or
+    killed, or when the link drops: they only close its pipes, and a command that is not writing
+    (pip resolving, a runtime timing, ``sleep``) would run on unseen. So the host holds the
+    command's stdin open for exactly as long as it wants the command to live; the device's sh runs
+    the command in the background and a watcher reads that stdin (kept as fd 3): at its end the
+    watcher stops the command. The watcher writes nowhere, so it never keeps a channel open; ``$?``
+    is the command's status when the code ends.
+    """
+    return (f'exec 3<&0; "$@" {command_stdin} & pid=$!; '
+            '{ cat <&3 >/dev/null 2>&1; kill -TERM "$pid" 2>/dev/null; } >/dev/null 2>&1 & '
+            'wait "$pid"')
+
+
+def watched(argv: Sequence[str]) -> list[str]:
+    """``argv`` stopped when the host goes (``host_watch``), its own stdin empty, its status kept."""
+    return ["sh", "-c", host_watch("</dev/null 3<&-"), "sh", *check_argv(argv)]
+
+
 def check_argv(argv: Sequence[str]) -> list[str]:
     """Reject a command given as one string: it would be quoted as a single word (or char by char)."""
     if isinstance(argv, (str, bytes)) or not argv:
         raise TypeError("argv must be a non-empty list of strings, e.g. ['ls', '-l', path]")
     return [str(a) for a in argv]
-
-
 
 
 def shown(argv: Sequence[str], limit: int = 120) -> str:
@@ -278,8 +297,8 @@ class Transport(ABC):
         however long it runs in all. Use it as a context manager so leaving early stops the command.
         """
         argv = check_argv(argv)
-        # The command's stdin stays open, empty, until the stream ends: a device program that
-        # watches it (``hostwatch``) stops when this process is stopped or killed.
+        # The command's stdin stays open, empty, until the stream ends: a device command run under
+        # ``host_watch`` (``measure.exits.reporting_exit``) stops when this process is stopped or killed.
         proc = self._popen(self._launch(argv, cwd, env), subprocess.PIPE, subprocess.PIPE)
         return Stream(self, argv, proc, timeout, check)
 
@@ -305,8 +324,21 @@ class Transport(ABC):
     def _execute(self, argv: list[str], cwd: str | None = None, env: Mapping[str, str] | None = None,
                  timeout: float | None = None, stdin: int | IO[bytes] = subprocess.DEVNULL,
                  stdout: int | IO[bytes] = subprocess.PIPE) -> tuple[int, bytes, str]:
-        """Run one device command to the end: (exit code, stdout bytes, stderr text)."""
-        return self._run_client(self._launch(argv, cwd, env), argv, timeout, stdin, stdout)
+        """Run one device command to the end: (exit code, stdout bytes, stderr text).
+
+        A command that is sent nothing gets, instead of an empty stdin, one this process holds open
+        until the command ends, and runs ``watched``: if this process is stopped or killed, or the
+        link drops, while it waits (a long ``pip install`` during ``--setup``), the device stops the
+        command too instead of running it to its end.
+        """
+        if stdin is not subprocess.DEVNULL:  # it reads what is sent, and ends when that does
+            return self._run_client(self._launch(argv, cwd, env), argv, timeout, stdin, stdout)
+        held, hold = os.pipe()  # nothing is ever written to ``hold``; its closing is the message
+        try:
+            return self._run_client(self._launch(watched(argv), cwd, env), argv, timeout, held, stdout)
+        finally:
+            os.close(held)
+            os.close(hold)
 
     def _run_client(self, launch: Launch, argv: Sequence[str], timeout: float | None = None,
                     stdin: int | IO[bytes] = subprocess.DEVNULL,
