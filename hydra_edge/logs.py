@@ -15,9 +15,10 @@ import ctypes
 import io
 import os
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Callable, Iterator
 
 from .runtime.chatter import VERBOSE, Tee, verbose
 
@@ -29,6 +30,39 @@ _terminal: IO[str] | None = None
 def artefact_log(out: Path, file: str) -> Path:
     """``<bundle>/logs/vit_h6_tflite_int8-dynamic.log``: the converter output of one artefact."""
     return out / LOGS / f"{Path(file).stem}.log"
+
+
+def device_log(record: Path) -> Path:
+    """``calibration/logs/<device>.log`` for ``calibration/<device>.json``: what the device's runner printed."""
+    return record.parent / LOGS / f"{record.stem}.log"
+
+
+class LineLog:
+    """Lines a device command prints besides its results (a runtime's banners and warnings), appended
+    to a log as they arrive, from any thread; with ``verbose()`` each is also handed to ``echo``."""
+
+    def __init__(self, path: Path, title: str, echo: Callable[[str], None]) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._file = open(path, "a", encoding="utf-8", errors="replace", buffering=1)
+        self._file.write(f"# {title}, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n")
+        self._echo = echo if verbose() else None
+        self._lock = threading.Lock()
+
+    def line(self, text: str) -> None:
+        with self._lock:
+            if self._file.closed:  # a stderr reader that outlived its command's stream: nothing to keep
+                return
+            self._file.write(text + "\n")
+            if self._echo:
+                self._echo(text)
+
+    def __enter__(self) -> "LineLog":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._file.close()
 
 
 def set_verbose(on: bool) -> None:

@@ -289,18 +289,20 @@ class Transport(ABC):
         return result
 
     def stream(self, argv: Sequence[str], timeout: float | None = None, check: bool = True,
-               cwd: str | None = None, env: Mapping[str, str] | None = None) -> "Stream":
+               cwd: str | None = None, env: Mapping[str, str] | None = None,
+               on_stderr: Callable[[str], None] | None = None) -> "Stream":
         """Start ``argv`` on the device; iterate the returned ``Stream`` for stdout lines as they come.
 
         For long runs (the calibration runner prints one JSON line per measurement). ``timeout`` is
         an idle limit: the command is stopped when it prints nothing for that long (a hung runtime),
         however long it runs in all. Use it as a context manager so leaving early stops the command.
+        ``on_stderr`` gets each stderr line as it arrives (from another thread), e.g. for a log.
         """
         argv = check_argv(argv)
         # The command's stdin stays open, empty, until the stream ends: a device command run under
         # ``host_watch`` (``measure.exits.reporting_exit``) stops when this process is stopped or killed.
         proc = self._popen(self._launch(argv, cwd, env), subprocess.PIPE, subprocess.PIPE)
-        return Stream(self, argv, proc, timeout, check)
+        return Stream(self, argv, proc, timeout, check, on_stderr)
 
     def _popen(self, launch: Launch, stdin: int | IO[bytes], stdout: int | IO[bytes]) -> subprocess.Popen:
         with self._clients_lock:
@@ -475,10 +477,11 @@ class Stream:
     """
 
     def __init__(self, transport: Transport, argv: list[str], proc: subprocess.Popen,
-                 timeout: float | None, check: bool) -> None:
+                 timeout: float | None, check: bool, on_stderr: Callable[[str], None] | None = None) -> None:
         self.returncode: int | None = None
         self.stderr = ""
         self._transport, self._argv, self._proc, self._check = transport, argv, proc, check
+        self._on_stderr = on_stderr
         self._err_chunks: list[bytes] = []
         self._err_reader = threading.Thread(target=self._read_stderr, daemon=True)
         self._err_reader.start()  # a full stderr pipe would otherwise stall the command
@@ -497,12 +500,20 @@ class Stream:
             self._timer.start()
 
     def _read_stderr(self) -> None:
-        """Collect stderr until its end; the pipe is this thread's to close (see ``close``)."""
+        """Collect stderr until its end, handing each line to ``on_stderr``; the pipe is this thread's
+        to close (see ``close``)."""
         pipe = self._proc.stderr
         assert pipe is not None
+        partial = b""
         with pipe:
             for chunk in iter(lambda: pipe.read1(65536), b""):
                 self._err_chunks.append(chunk)
+                if self._on_stderr:
+                    *lines, partial = (partial + chunk).split(b"\n")
+                    for line in lines:
+                        self._on_stderr(line.decode(errors="replace").rstrip("\r"))
+        if self._on_stderr and partial:
+            self._on_stderr(partial.decode(errors="replace").rstrip("\r"))
 
     def _time_out(self) -> None:
         self._timed_out.set()
