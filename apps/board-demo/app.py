@@ -33,7 +33,6 @@ from hydra_edge.errors import HydraEdgeError
 from hydra_edge.records.manifest import read_manifest
 from hydra_edge.runtime.chatter import native_output_to
 from hydra_edge.runtime.engines import check_runtimes, runtimes_for
-from hydra_edge.runtime.hostwatch import exit_when_stdin_closes
 from hydra_edge.runtime.preprocess import IMAGE_SUFFIXES, load_image
 from hydra_edge.runtime.switcher import Switcher
 
@@ -250,8 +249,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--log", help="write the switch events and per-head-count results as JSON here")
     parser.add_argument("--runtime-log", help="where what the runtimes themselves print goes "
                                               "(default: the bundle's logs/runtime.log)")
-    parser.add_argument("--exit-with-host", action="store_true",
-                        help="exit as soon as stdin closes: the host that started this has gone (Ctrl-C, killed)")
     args = parser.parse_args(argv)
     if (args.images is None) == (args.camera is None):
         parser.error("give exactly one of --images and --camera")
@@ -267,8 +264,6 @@ def main(argv: Optional[List[str]] = None) -> int:
               file=sys.stderr)
         return 1
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    if args.exit_with_host:
-        exit_when_stdin_closes()
     try:
         run(args)
     except HydraEdgeError as e:

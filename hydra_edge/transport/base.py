@@ -109,8 +109,8 @@ def remote_command(argv: Sequence[str], cwd: str | None = None, env: Mapping[str
     return line
 
 
-def host_watch(command_stdin: str) -> str:
-    """sh code that runs ``"$@"`` (its stdin redirected by ``command_stdin``) until it ends or the host goes.
+def host_watch(redirects: str) -> str:
+    """sh code that runs ``"$@"`` (with ``redirects``: its stdin at least) until it ends or the host goes.
 
     sshd and adbd send a device command no signal when the host's client is stopped (Ctrl-C) or
     killed, or when the link drops: they only close its pipes, and a command that is not writing
@@ -120,7 +120,7 @@ def host_watch(command_stdin: str) -> str:
     watcher stops the command. The watcher writes nowhere, so it never keeps a channel open; ``$?``
     is the command's status when the code ends.
     """
-    return (f'exec 3<&0; "$@" {command_stdin} & pid=$!; '
+    return (f'exec 3<&0; "$@" {redirects} & pid=$!; '
             '{ cat <&3 >/dev/null 2>&1; kill -TERM "$pid" 2>/dev/null; } >/dev/null 2>&1 & '
             'wait "$pid"')
 
