@@ -17,6 +17,10 @@ per line, so the host can save each head count the moment it arrives:
     {"event": "soak", "t_s": 12.0, "latency_ms": 3.1, ...}        with --soak-seconds
     {"event": "done"}                                              last
     {"event": "fatal", "message": "..."}                           instead, when it cannot go on
+
+It does not watch for its host itself: the calibrator starts it under a device shell that stops it
+when the host goes away (Ctrl-C, a killed host, a dropped link; ``hydra_edge.measure.exits``), the
+same way for ssh, adb and this machine, and for native benchmark binaries alike.
 """
 
 import argparse
@@ -189,8 +193,6 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--soak-artefact", default=None, help="artefact id to soak (default: most heads)")
     parser.add_argument("--soak-interval", type=float, default=5.0, help="seconds per soak sample")
     parser.add_argument("--sysfs-root", default="/", help="read /sys and /proc under this root (tests)")
-    parser.add_argument("--exit-with-host", action="store_true",
-                        help="exit as soon as stdin closes: the host that started this has gone (Ctrl-C, killed)")
     args = parser.parse_args(argv)
     if args.runs < 1 or args.warmup < 0 or args.threads < 0 or args.soak_interval <= 0:
         parser.error("--runs must be >= 1, --warmup and --threads >= 0, --soak-interval > 0")
@@ -225,10 +227,6 @@ def run(args: argparse.Namespace) -> None:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
-    if args.exit_with_host:
-        from hydra_edge.runtime.hostwatch import exit_when_stdin_closes
-
-        exit_when_stdin_closes()
     try:
         run(args)
     except HydraEdgeError as e:

@@ -149,12 +149,13 @@ def demo(ctx: click.Context, out: Path, epochs: int, heads: str, runs: int, imag
     write_json(scenario, {"steps": scenario_steps(images_per_step)})
     for i, (label, pct, status, temp) in enumerate(SCENARIO):
         click.echo(f"  step {i + 1:>2}: {label:<22} battery {pct:>3}% {status:<11} {temp:.0f} °C")
-    log = app / "events.json"
+    log, runtime_log = app / "events.json", app / "runtime.log"
     command = [sys.executable, str(APP), "--bundle", str(bundle), "--lut", str(table / "lut.json"),
                "--images", str(images), "--scenario", str(scenario), "--sysfs-root", str(app / "sysfs"),
-               "--threads", "1", "--plain", "--log", str(log)]
+               "--threads", "1", "--plain", "--log", str(log), "--runtime-log", str(runtime_log)]
     if subprocess.run(command, env={**_env(), "PYTHONUNBUFFERED": "1"}).returncode != 0:
-        raise click.ClickException(f"the board demo app failed; run it by hand: {' '.join(command)}")
+        raise click.ClickException(f"the board demo app failed (what its runtime printed: {runtime_log}); "
+                                   f"run it by hand: {' '.join(command)}")
 
     click.echo(f"\nDone in {time.perf_counter() - start:.0f} s. Where everything is:")
     for what, where in [
@@ -162,7 +163,7 @@ def demo(ctx: click.Context, out: Path, epochs: int, heads: str, runs: int, imag
         ("bundle: artefacts (or skeletons + recipes), golden pairs, manifest.json", bundle),
         ("calibration of this machine (JSON + Pareto PNG)", record),
         ("lookup table: lut.json, hydra_lut.h, HydraLut.kt, lut.md, lut.png", table),
-        ("board app run: images, scenario, switch events", app),
+        ("board app run: images, scenario, switch events, runtime output", app),
     ]:
         click.echo(f"  {what:<66} {where}")
 

@@ -22,6 +22,7 @@ from .runtime.lut import read_table
 from .runtime.preprocess import IMAGE_SUFFIXES
 from .shipped import shipped
 from .transport import Transport
+from .transport.base import host_watch
 
 APP = shipped("board-demo", "app.py")
 APP_DIR = "app"  # under the device's hydra-edge dir
@@ -64,15 +65,15 @@ def deploy_to(transport: Transport, bundle: Path, lut: Path, images: Path | None
     source = ["--images", posixpath.join(root, "images")] if images is not None else ["--camera", str(camera)]
     argv = [python, posixpath.join(root, "app.py"), "--bundle", posixpath.join(root, "bundle"), *source, *app_args]
     env = {"PYTHONPATH": root}
-    if detach:  # stdin is /dev/null there, so without --exit-with-host: it runs on after we go
+    if detach:  # started in the background with its output to a log: it runs on after we go
         log = posixpath.join(root, "app.log")
         line = f"nohup {shlex.join(argv)} > {shlex.quote(log)} 2>&1 &"
         transport.run(["sh", "-c", line], env=env)
         click.echo(f"started on {transport.device_id}; its output goes to {log}")
         return 0
     # stderr joins stdout on the device, so the app's warnings (a skipped image, a failing sensor)
-    # reach the user as they happen, in order with its output
-    merged = ["sh", "-c", 'exec "$@" 2>&1', "sh", *argv, "--exit-with-host"]
+    # reach the user as they happen, in order with its output; the app is stopped when we go
+    merged = ["sh", "-c", host_watch("<&3 3<&- 2>&1"), "sh", *argv]
     last = ""
     with transport.stream(merged, env=env, check=False) as lines:
         for line in lines:

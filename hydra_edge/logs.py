@@ -18,10 +18,11 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Callable, Iterator
+
+from .runtime.chatter import VERBOSE, Tee, verbose
 
 LOGS = "logs"  # in the bundle folder
-VERBOSE = "HYDRA_EDGE_VERBOSE"
 
 _terminal: IO[str] | None = None
 
@@ -31,8 +32,37 @@ def artefact_log(out: Path, file: str) -> Path:
     return out / LOGS / f"{Path(file).stem}.log"
 
 
-def verbose() -> bool:
-    return os.environ.get(VERBOSE, "") not in ("", "0")
+def device_log(record: Path) -> Path:
+    """``calibration/logs/<device>.log`` for ``calibration/<device>.json``: what the device's runner printed."""
+    return record.parent / LOGS / f"{record.stem}.log"
+
+
+class LineLog:
+    """Lines a device command prints besides its results (a runtime's banners and warnings), appended
+    to a log as they arrive, from any thread; with ``verbose()`` each is also handed to ``echo``."""
+
+    def __init__(self, path: Path, title: str, echo: Callable[[str], None]) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._file = open(path, "a", encoding="utf-8", errors="replace", buffering=1)
+        self._file.write(f"# {title}, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n")
+        self._echo = echo if verbose() else None
+        self._lock = threading.Lock()
+
+    def line(self, text: str) -> None:
+        with self._lock:
+            if self._file.closed:  # a stderr reader that outlived its command's stream: nothing to keep
+                return
+            self._file.write(text + "\n")
+            if self._echo:
+                self._echo(text)
+
+    def __enter__(self) -> "LineLog":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._file.close()
 
 
 def set_verbose(on: bool) -> None:
@@ -80,7 +110,7 @@ def capture(log: Path, title: str) -> Iterator[None]:
     _flush()
     saved = os.dup(1), os.dup(2)
     streams = sys.stdout, sys.stderr
-    tee = _Tee(fd, saved[1]) if verbose() else None
+    tee = Tee(fd, saved[1]) if verbose() else None
     try:
         target = tee.write_end if tee else fd
         os.dup2(target, 1)
@@ -98,23 +128,3 @@ def capture(log: Path, title: str) -> Iterator[None]:
             tee.close()
         for f in (*saved, fd):
             os.close(f)
-
-
-class _Tee:
-    """A pipe whose reader thread copies what arrives to the log and to the terminal (``-v``)."""
-
-    def __init__(self, log_fd: int, terminal_fd: int) -> None:
-        self._read, self.write_end = os.pipe()
-        self._thread = threading.Thread(target=self._copy, args=(log_fd, terminal_fd), daemon=True)
-        self._thread.start()
-
-    def _copy(self, log_fd: int, terminal_fd: int) -> None:
-        while chunk := os.read(self._read, 65536):
-            os.write(log_fd, chunk)
-            os.write(terminal_fd, chunk)
-
-    def close(self) -> None:
-        os.close(self.write_end)  # with fds 1 and 2 restored, the reader sees the end of the pipe
-        self._thread.join(timeout=5)
-        if not self._thread.is_alive():
-            os.close(self._read)

@@ -128,6 +128,7 @@ def test_deploy_refuses_a_table_of_another_bundle(board: dict[str, Path], tmp_pa
 @pytest.mark.parametrize("case, message", [
     ("unknown class", "is not one of the model's classes"),
     ("bad scenario", "step 1 needs temp_c and battery_pct"),
+    ("unwritable runtime log", "cannot write the runtime log"),
 ])
 def test_app_mistakes_are_one_line(board: dict[str, Path], tmp_path: Path, case: str, message: str) -> None:
     images = tmp_path / "images"
@@ -135,8 +136,12 @@ def test_app_mistakes_are_one_line(board: dict[str, Path], tmp_path: Path, case:
     Image.fromarray(np.zeros((8, 8), np.uint8), mode="L").save(images / "cat" / "a.png")
     scenario = tmp_path / "scenario.json"
     scenario.write_text(json.dumps({"steps": [{"battery_pct": 50}]}))
-    args = ["--images", str(images)] if case == "unknown class" else \
-        ["--images", str(board["images"]), "--scenario", str(scenario), "--sysfs-root", str(tmp_path / "sys")]
+    (tmp_path / "a-file").write_text("a file where the log's folder must go")
+    args = {"unknown class": ["--images", str(images)],
+            "bad scenario": ["--images", str(board["images"]), "--scenario", str(scenario),
+                             "--sysfs-root", str(tmp_path / "sys")],
+            "unwritable runtime log": ["--images", str(images), "--runtime-log", str(tmp_path / "a-file" / "x.log")],
+            }[case]
     proc = subprocess.run([sys.executable, str(APP), "--bundle", str(board["bundle"]), "--lut", str(board["lut"]),
                            "--plain", "--max-images", "1", *args],
                           capture_output=True, text=True, timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
@@ -172,6 +177,9 @@ def test_an_unreadable_image_is_skipped_with_one_warning(board: dict[str, Path],
     warnings = [line for line in proc.stderr.splitlines() if "b.png" in line]
     assert len(warnings) == 1 and warnings[0].startswith("warning: skipped") and "Traceback" not in proc.stderr
     assert "4 images" in proc.stdout  # the two readable images, cycled
+    # the app's own warnings stay on the terminal; what the runtime prints goes to the log it names
+    log = board["bundle"] / "logs" / "runtime.log"
+    assert f"runtime output: {log}" in proc.stdout and log.read_text().startswith("# board demo app")
 
 
 def test_deploy_shows_the_apps_warnings_as_they_happen(board: dict[str, Path], tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import sys
 import tempfile
 import zipfile
@@ -20,6 +21,8 @@ from click.testing import CliRunner, Result
 from standins.adbd import AdbDevice, adb_device, adb_server  # noqa: F401  (fixtures)
 from test_lut import fake_bundle
 
+from hydra_edge.cli import main
+from hydra_edge.logs import VERBOSE
 from hydra_edge.measure.command import calibrate
 from hydra_edge.measure.device import RuntimeMissingError, ensure_python
 from hydra_edge.measure.journal import journal_path
@@ -127,6 +130,22 @@ def test_local_calibration_writes_record_and_plot_and_resumes(rpi_bundle: Path, 
     line = one_line_error(invoke(*other))
     assert "holds measurements of another settings; pass --force" in line and read_calibration(path) == final
     assert invoke(*other, "--force").exit_code == 0 and read_calibration(path).settings["runs"] == 5
+
+
+def test_the_runners_own_output_goes_to_a_log_and_with_v_also_to_the_terminal(
+        rpi_bundle: Path, device_python: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """LiteRT prints its XNNPACK banner on the device runner's stderr: kept in calibration/logs/, shown with -v."""
+    banner = "INFO: Created TensorFlow Lite XNNPACK delegate for CPU."
+    args = ["calibrate", "--bundle", str(rpi_bundle), "--local", "--python", str(device_python), "--runs", "3",
+            "--warmup", "0"]
+    monkeypatch.delenv(VERBOSE, raising=False)  # -v sets it in this process; put back what was there afterwards
+    quiet = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "quiet.json")])
+    assert quiet.exit_code == 0, quiet.output
+    assert banner not in quiet.output and banner in (tmp_path / "logs" / "quiet.log").read_text()
+    assert f"the device's own output: {tmp_path / 'logs' / 'quiet.log'}" in quiet.output.replace("\n", "")
+    loud = CliRunner().invoke(main, ["-v", *args, "--out", str(tmp_path / "loud.json")])
+    assert loud.exit_code == 0, loud.output
+    assert f"local:{platform.node()}: {banner}" in loud.output and banner in (tmp_path / "logs" / "loud.log").read_text()
 
 
 def test_a_runtime_that_kills_the_runner_is_recorded_and_skipped(rpi_bundle: Path, device_python: Path,

@@ -301,3 +301,48 @@ def test_a_push_that_fails_on_the_board_leaves_no_staging_files(sshd_server: Ssh
         assert [p.name for p in remote.iterdir()] == ["runner"]
     finally:
         shutil.rmtree(remote, ignore_errors=True)
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "killed"])
+def test_stopping_the_host_during_setup_stops_pip_on_the_board(how: str, bundle: Path, sshd_server: SshServer,
+                                                              tmp_path: Path) -> None:
+    """``--setup``'s pip install can take many minutes on a board; Ctrl-C (or a killed host) must end
+    it there too, not leave it installing. The board's venv holds a pip that only sleeps when asked to
+    install (no network here), standing in for one that is downloading and building quietly."""
+    board = tmp_path / f"board-{uuid.uuid4().hex[:8]}"
+    venv = board / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    (site,) = venv.glob("lib/python*/site-packages")
+    (site / "pip").mkdir()
+    (site / "pip" / "__init__.py").write_text("")
+    started = board / "pip-started"
+    (site / "pip" / "__main__.py").write_text(
+        "import sys, time\nif sys.argv[1:] == ['--version']:\n    print('pip 0 (stand-in)')\n"
+        f"else:\n    open({str(started)!r}, 'w').write(str(__import__('os').getpid()))\n    time.sleep(900)\n")
+    host = start_host("calibrate", "--bundle", bundle, "--host", sshd_server.spec, *_ssh_args(sshd_server),
+                      "--remote-dir", board, "--python", sys.executable, "--setup", "--out", tmp_path / "cal.json")
+    deadline = time.monotonic() + 120
+    while not (started.exists() and started.read_text()) and time.monotonic() < deadline and host.poll() is None:
+        time.sleep(0.05)
+    pip = int(started.read_text())
+    try:
+        output = stop_host_and_check_the_board(host, how, sshd_server, f"{venv}/bin/python -m pip install")
+        # by its pid too: a process whose sshd session ended is no longer sshd's descendant, yet may run on
+        deadline = time.monotonic() + 10
+        while _running(pip) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _running(pip), _cmdline(pip)
+    finally:
+        if _running(pip):
+            os.kill(pip, signal.SIGKILL)
+    if how == "ctrl-c":
+        assert host.returncode == 1 and "Traceback" not in output, output
+        assert output.strip().splitlines()[-1].startswith("Error: ") and "interrupted" in output, output
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie waiting for its parent has ended)."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False

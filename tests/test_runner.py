@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ import numpy as np
 import pytest
 from test_calibrate import HOST_TARGET, make_bundle
 
+from hydra_edge.measure.exits import exit_code, reporting_exit
 from hydra_edge.measure.session import runner_files
 from hydra_edge.convert.manifest import read_manifest, sha256_file
 
@@ -114,21 +116,24 @@ def test_a_missing_runtime_stops_the_runner_in_one_line(bundle: Path, pushed: Pa
     assert "-m pip install onnxruntime" in events[0]["message"]
 
 
-def test_with_exit_with_host_the_runner_stops_when_its_stdin_closes(bundle: Path, pushed: Path) -> None:
-    """What a killed host, Ctrl-C or a dropped link looks like from the board: stdin reaches its end."""
-    proc = subprocess.Popen([sys.executable, str(pushed / "calibration" / "runner.py"), "--bundle", str(bundle),
-                             "--runs", str(10**7), "--warmup", "0", "--exit-with-host"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=pushed.parent)
+def test_the_runner_stops_when_its_host_goes(bundle: Path, pushed: Path) -> None:
+    """Started as the calibrator starts it (under ``reporting_exit``, stdin held by the host): when that
+    stdin reaches its end, which is what a killed host, Ctrl-C or a dropped link looks like from the
+    board over ssh, adb or locally, the runner is stopped mid-timing and its status still reported."""
+    argv = reporting_exit([sys.executable, str(pushed / "calibration" / "runner.py"), "--bundle", str(bundle),
+                           "--runs", str(10**7), "--warmup", "0"])
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=pushed.parent,
+                            start_new_session=True)
     try:
         assert json.loads(proc.stdout.readline())["event"] == "device"  # now timing, for hours
         time.sleep(0.5)
         assert proc.poll() is None
-        proc.stdin.close()
-        assert proc.wait(timeout=10) == 129
+        rest, _ = proc.communicate(timeout=20)  # closes its stdin, then reads to the end
+        assert exit_code(rest.strip().splitlines()[-1]) == 128 + signal.SIGTERM  # the runner itself was stopped
     finally:
         if proc.poll() is None:
-            proc.kill()
-        proc.stdout.close()
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 def test_runtime_threads_never_exceed_the_device_cores(bundle: Path, pushed: Path) -> None:

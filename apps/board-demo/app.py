@@ -31,8 +31,8 @@ import numpy as np
 from hydra_edge.atomic import read_json, write_json
 from hydra_edge.errors import HydraEdgeError
 from hydra_edge.records.manifest import read_manifest
+from hydra_edge.runtime.chatter import native_output_to
 from hydra_edge.runtime.engines import check_runtimes, runtimes_for
-from hydra_edge.runtime.hostwatch import exit_when_stdin_closes
 from hydra_edge.runtime.preprocess import IMAGE_SUFFIXES, load_image
 from hydra_edge.runtime.switcher import Switcher
 
@@ -247,8 +247,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--threads", type=int, help="runtime threads (default: the target's, at most one per core)")
     parser.add_argument("--plain", action="store_true", help="plain lines instead of the live table")
     parser.add_argument("--log", help="write the switch events and per-head-count results as JSON here")
-    parser.add_argument("--exit-with-host", action="store_true",
-                        help="exit as soon as stdin closes: the host that started this has gone (Ctrl-C, killed)")
+    parser.add_argument("--runtime-log", help="where what the runtimes themselves print goes "
+                                              "(default: the bundle's logs/runtime.log)")
     args = parser.parse_args(argv)
     if (args.images is None) == (args.camera is None):
         parser.error("give exactly one of --images and --camera")
@@ -256,14 +256,21 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.error(f"--max-images must be 1 or more, not {args.max_images}; leave it out to run until Ctrl-C")
     if args.scenario and not args.sysfs_root:
         parser.error("--scenario needs --sysfs-root (a folder for the simulated sysfs tree)")
+    runtime_log = Path(args.runtime_log or Path(args.bundle) / "logs" / "runtime.log")
+    try:  # before logging keeps sys.stderr: the app's own warnings stay on the terminal
+        native_output_to(runtime_log, "board demo app: what the runtimes printed")
+    except OSError as e:
+        print(f"Error: cannot write the runtime log {runtime_log} ({e.strerror}); pass --runtime-log PATH",
+              file=sys.stderr)
+        return 1
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    if args.exit_with_host:
-        exit_when_stdin_closes()
     try:
         run(args)
     except HydraEdgeError as e:
         print(f"Error: {e}", file=sys.stderr)
         return 1
+    finally:
+        print(f"runtime output: {runtime_log}", flush=True)
     return 0
 
 

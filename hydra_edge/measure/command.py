@@ -13,6 +13,7 @@ import click
 from ..command import command
 from ..errors import HydraEdgeError
 from ..lock import exclusive
+from ..logs import device_log
 from ..transport import Transport, open_transport
 from .record import Calibration
 from .session import CalibrateOptions, Session, safe_name
@@ -64,6 +65,10 @@ class _Progress:
                             TextColumn("heads {task.fields[heads]}"), TextColumn("{task.description}"),
                             BarColumn(), MofNCompleteColumn(), console=console, transient=False)
 
+    def say(self, text: str) -> None:
+        """One line above the bars, as it is (a device's output is no rich markup)."""
+        self.bar.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
     def reporter(self, device: str, total: int):
         task = self.bar.add_task("connecting", device=device, heads="-", total=total)
 
@@ -87,6 +92,7 @@ def _calibrate_one(device: DeviceArg, options: dict[str, Any], opts: CalibrateOp
                        say=progress.bar.console.print):
             session = Session(transport, opts, path)
             session.report = progress.reporter(transport.device_id, len(session.artefacts))
+            session.echo = progress.say
             calibration = session.run()
     png = plot_calibration(calibration, read_manifest(opts.bundle), path.with_suffix(".png"))
     return calibration, path, png
@@ -111,6 +117,8 @@ def _summary(console: Any, calibration: Calibration, path: Path, png: Path) -> N
         steps = ", ".join(f"{t:g} °C x{m:.2f}" for t, m in calibration.soak.by_temperature)
         console.print(f"soak ({calibration.soak.heads} heads, {calibration.soak.duration_s:g} s): {steps or 'no temperatures'}")
     console.print(f"wrote {path} and {png}", soft_wrap=True)
+    if device_log(path).is_file():
+        console.print(f"the device's own output: {device_log(path)}", soft_wrap=True)
 
 
 @command()

@@ -11,13 +11,11 @@ from __future__ import annotations
 import json
 from typing import Optional
 
-# The device's sh runs the command in the background (its stdin still the host's) and a watcher
-# reads the stdin the host holds open: at its end (Ctrl-C, a killed host, a dropped link) the
-# watcher stops the command, which a native binary cannot do for itself. The watcher writes
-# nowhere, so it never keeps a channel open.
-_REPORTING_EXIT = ('exec 3<&0; "$@" <&3 & pid=$!; '
-                   '{ cat <&3 >/dev/null 2>&1; kill -TERM "$pid" 2>/dev/null; } >/dev/null 2>&1 & '
-                   'wait "$pid"; printf \'\\n{"event": "exit", "code": %d}\\n\' "$?"')
+from ..transport.base import host_watch
+
+# The command reads the stdin the host holds open, and is stopped when it ends (``host_watch``: a
+# native binary cannot watch for its host itself); then the device's sh prints the status.
+_REPORTING_EXIT = host_watch("<&3 3<&-") + '; printf \'\\n{"event": "exit", "code": %d}\\n\' "$?"'
 
 
 def reporting_exit(argv: list[str]) -> list[str]:

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from ..convert.manifest import MANIFEST, ArtefactRecord, Manifest, bundle_files, read_manifest, sha256_file
 from ..errors import HydraEdgeError
+from ..logs import LineLog, device_log, terminal
 from ..records.codec import convert
 from ..shipped import shipped
 from ..transport import ConnectionLostError, RemoteCommandError, Transport, TransportError
@@ -33,6 +34,7 @@ RUNNER = shipped("calibration", "runner.py")
 RUNNER_IDLE_S = 1800.0  # the runner prints per artefact and per soak sample; silence this long is a hung runtime
 
 Report = Callable[[str, "int | None"], None]  # (stage, head count or None); called as work happens
+Echo = Callable[[str], None]  # shows one line of the device's own output on the terminal (-v)
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,7 @@ class Session:
     def __init__(self, transport: Transport, opts: CalibrateOptions, out: Path, report: Report | None = None) -> None:
         self.t, self.opts, self.out = transport, opts, out
         self.report: Report = report or (lambda stage, heads: None)
+        self.echo: Echo = lambda text: print(text, file=terminal(), flush=True)
         self.manifest = read_manifest(opts.bundle)
         self.artefacts = select_artefacts(self.manifest, opts.quant)
         self.tool = native.tool_for(self.artefacts[0].format) if opts.runner else None
@@ -194,7 +197,7 @@ class Session:
                                self.opts.pip_args)
         argv = [python, self.t.remote_path("runner", "calibration", "runner.py"), "--bundle", self.bundle_dir,
                 "--runs", str(self.opts.runs), "--warmup", str(self.opts.warmup),
-                "--threads", str(self.opts.threads or 0), "--exit-with-host", "--only", *[a.id for a in todo]]
+                "--threads", str(self.opts.threads or 0), "--only", *[a.id for a in todo]]
         if self.soak_pending:
             argv += ["--soak-seconds", str(self.opts.soak_s), "--soak-artefact", self._soak_artefact().id,
                      "--soak-interval", str(self.opts.soak_interval_s)]
@@ -204,9 +207,13 @@ class Session:
         if todo:
             self.report("timing", todo[0].heads)
         finished, status = False, None
-        with self.t.stream(reporting_exit(argv), check=False, timeout=RUNNER_IDLE_S) as lines:
+        # What the runner and its runtimes print besides results goes to a log (with -v also here).
+        with LineLog(device_log(self.out), f"{self.t.device_id}: the runner's own output",
+                     lambda text: self.echo(f"{self.t.device_id}: {text}")) as chatter, \
+                self.t.stream(reporting_exit(argv), check=False, timeout=RUNNER_IDLE_S,
+                              on_stderr=chatter.line) as lines:
             for line in lines:
-                finished = self._on_line(line, todo, samples) or finished
+                finished = self._on_line(line, todo, samples, chatter) or finished
                 status = exit_code(line) if status is None else status
         if not finished:
             culprit = self._in_flight(todo)
@@ -227,14 +234,16 @@ class Session:
         if self.soak_pending:
             self._finish_soak(samples)
 
-    def _on_line(self, line: str, todo: list[ArtefactRecord], samples: list[dict[str, Any]]) -> bool:
+    def _on_line(self, line: str, todo: list[ArtefactRecord], samples: list[dict[str, Any]], chatter: LineLog) -> bool:
         """Handle one runner line; True once the runner says it is done."""
         try:
             event = json.loads(line) if line.startswith("{") else None
         except ValueError:
             event = None
         if not isinstance(event, dict):
-            return False  # a runtime's own chatter on stdout
+            if line.strip():
+                chatter.line(line)  # a runtime's own chatter on stdout
+            return False
         kind = event.get("event")
         if kind == "fatal":
             raise HydraEdgeError(f"{self.t.device_id}: {event.get('message')}")

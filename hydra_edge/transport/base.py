@@ -109,13 +109,32 @@ def remote_command(argv: Sequence[str], cwd: str | None = None, env: Mapping[str
     return line
 
 
+def host_watch(redirects: str) -> str:
+    """sh code that runs ``"$@"`` (with ``redirects``: its stdin at least) until it ends or the host goes.
+
+    sshd and adbd send a device command no signal when the host's client is stopped (Ctrl-C) or
+    killed, or when the link drops: they only close its pipes, and a command that is not writing
+    (pip resolving, a runtime timing, ``sleep``) would run on unseen. So the host holds the
+    command's stdin open for exactly as long as it wants the command to live; the device's sh runs
+    the command in the background and a watcher reads that stdin (kept as fd 3): at its end the
+    watcher stops the command. The watcher writes nowhere, so it never keeps a channel open; ``$?``
+    is the command's status when the code ends.
+    """
+    return (f'exec 3<&0; "$@" {redirects} & pid=$!; '
+            '{ cat <&3 >/dev/null 2>&1; kill -TERM "$pid" 2>/dev/null; } >/dev/null 2>&1 & '
+            'wait "$pid"')
+
+
+def watched(argv: Sequence[str]) -> list[str]:
+    """``argv`` stopped when the host goes (``host_watch``), its own stdin empty, its status kept."""
+    return ["sh", "-c", host_watch("</dev/null 3<&-"), "sh", *check_argv(argv)]
+
+
 def check_argv(argv: Sequence[str]) -> list[str]:
     """Reject a command given as one string: it would be quoted as a single word (or char by char)."""
     if isinstance(argv, (str, bytes)) or not argv:
         raise TypeError("argv must be a non-empty list of strings, e.g. ['ls', '-l', path]")
     return [str(a) for a in argv]
-
-
 
 
 def shown(argv: Sequence[str], limit: int = 120) -> str:
@@ -270,18 +289,20 @@ class Transport(ABC):
         return result
 
     def stream(self, argv: Sequence[str], timeout: float | None = None, check: bool = True,
-               cwd: str | None = None, env: Mapping[str, str] | None = None) -> "Stream":
+               cwd: str | None = None, env: Mapping[str, str] | None = None,
+               on_stderr: Callable[[str], None] | None = None) -> "Stream":
         """Start ``argv`` on the device; iterate the returned ``Stream`` for stdout lines as they come.
 
         For long runs (the calibration runner prints one JSON line per measurement). ``timeout`` is
         an idle limit: the command is stopped when it prints nothing for that long (a hung runtime),
         however long it runs in all. Use it as a context manager so leaving early stops the command.
+        ``on_stderr`` gets each stderr line as it arrives (from another thread), e.g. for a log.
         """
         argv = check_argv(argv)
-        # The command's stdin stays open, empty, until the stream ends: a device program that
-        # watches it (``hostwatch``) stops when this process is stopped or killed.
+        # The command's stdin stays open, empty, until the stream ends: a device command run under
+        # ``host_watch`` (``measure.exits.reporting_exit``) stops when this process is stopped or killed.
         proc = self._popen(self._launch(argv, cwd, env), subprocess.PIPE, subprocess.PIPE)
-        return Stream(self, argv, proc, timeout, check)
+        return Stream(self, argv, proc, timeout, check, on_stderr)
 
     def _popen(self, launch: Launch, stdin: int | IO[bytes], stdout: int | IO[bytes]) -> subprocess.Popen:
         with self._clients_lock:
@@ -305,8 +326,21 @@ class Transport(ABC):
     def _execute(self, argv: list[str], cwd: str | None = None, env: Mapping[str, str] | None = None,
                  timeout: float | None = None, stdin: int | IO[bytes] = subprocess.DEVNULL,
                  stdout: int | IO[bytes] = subprocess.PIPE) -> tuple[int, bytes, str]:
-        """Run one device command to the end: (exit code, stdout bytes, stderr text)."""
-        return self._run_client(self._launch(argv, cwd, env), argv, timeout, stdin, stdout)
+        """Run one device command to the end: (exit code, stdout bytes, stderr text).
+
+        A command that is sent nothing gets, instead of an empty stdin, one this process holds open
+        until the command ends, and runs ``watched``: if this process is stopped or killed, or the
+        link drops, while it waits (a long ``pip install`` during ``--setup``), the device stops the
+        command too instead of running it to its end.
+        """
+        if stdin is not subprocess.DEVNULL:  # it reads what is sent, and ends when that does
+            return self._run_client(self._launch(argv, cwd, env), argv, timeout, stdin, stdout)
+        held, hold = os.pipe()  # nothing is ever written to ``hold``; its closing is the message
+        try:
+            return self._run_client(self._launch(watched(argv), cwd, env), argv, timeout, held, stdout)
+        finally:
+            os.close(held)
+            os.close(hold)
 
     def _run_client(self, launch: Launch, argv: Sequence[str], timeout: float | None = None,
                     stdin: int | IO[bytes] = subprocess.DEVNULL,
@@ -443,10 +477,11 @@ class Stream:
     """
 
     def __init__(self, transport: Transport, argv: list[str], proc: subprocess.Popen,
-                 timeout: float | None, check: bool) -> None:
+                 timeout: float | None, check: bool, on_stderr: Callable[[str], None] | None = None) -> None:
         self.returncode: int | None = None
         self.stderr = ""
         self._transport, self._argv, self._proc, self._check = transport, argv, proc, check
+        self._on_stderr = on_stderr
         self._err_chunks: list[bytes] = []
         self._err_reader = threading.Thread(target=self._read_stderr, daemon=True)
         self._err_reader.start()  # a full stderr pipe would otherwise stall the command
@@ -465,12 +500,20 @@ class Stream:
             self._timer.start()
 
     def _read_stderr(self) -> None:
-        """Collect stderr until its end; the pipe is this thread's to close (see ``close``)."""
+        """Collect stderr until its end, handing each line to ``on_stderr``; the pipe is this thread's
+        to close (see ``close``)."""
         pipe = self._proc.stderr
         assert pipe is not None
+        partial = b""
         with pipe:
             for chunk in iter(lambda: pipe.read1(65536), b""):
                 self._err_chunks.append(chunk)
+                if self._on_stderr:
+                    *lines, partial = (partial + chunk).split(b"\n")
+                    for line in lines:
+                        self._on_stderr(line.decode(errors="replace").rstrip("\r"))
+        if self._on_stderr and partial:
+            self._on_stderr(partial.decode(errors="replace").rstrip("\r"))
 
     def _time_out(self) -> None:
         self._timed_out.set()
