@@ -172,14 +172,12 @@ def soak(bundle: Path, artefact: ArtefactRecord, args: argparse.Namespace, devic
 
 def device_record() -> Dict[str, Any]:
     """What this device is, and which runtimes it has, for the calibration's device record."""
-    from hydra_edge.runtime.engines import FORMATS, runtime_version
+    from hydra_edge.runtime.engines import installed_runtimes
     from hydra_edge.runtime.signals import read_device_info
-
-    runtimes = {fmt.runtime: runtime_version(name) for name, fmt in FORMATS.items()}
     import numpy
-    runtimes["numpy"] = numpy.__version__
+
     return {"event": "device", "device": read_device_info().to_dict(),
-            "runtimes": {name: version for name, version in runtimes.items() if version}}
+            "runtimes": {**installed_runtimes(), "numpy": numpy.__version__}}
 
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
@@ -200,7 +198,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> None:
-    from hydra_edge.runtime.engines import check_runtimes, runtimes_for
+    from hydra_edge.runtime.engines import check_runtimes, runtimes_of
 
     manifest = read_manifest(args.bundle)
     known = manifest.by_id()
@@ -209,7 +207,7 @@ def run(args: argparse.Namespace) -> None:
     if unknown:
         raise HydraEdgeError(f"{args.bundle}: no artefact {unknown[0]!r} in the manifest")
     # A missing runtime stops the run in one line, instead of an error per artefact and exit 0.
-    check_runtimes(runtimes_for(known[name].format for name in wanted))
+    check_runtimes(runtimes_of(known[name] for name in wanted))
     device = Device(manifest.target.get("signals", {}), args.sysfs_root)
     emit(device_record())
     for name in wanted:

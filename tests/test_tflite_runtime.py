@@ -94,34 +94,21 @@ def test_the_variant_is_verified_on_the_host_and_names_tflite_runtime(variant_bu
     assert not (variant_bundle / manifest.artefacts[0].file).exists()
 
 
-# Run by the tflite-runtime venv's Python: what a board runs (the runner's own load and golden check).
-DEVICE = """\
-import json, sys
-from hydra_edge.records.manifest import read_manifest
-from hydra_edge.runtime.engines import check_golden, check_runtimes, load_golden_pair, runtimes_of
-from hydra_edge.runtime.rebuild import load_timed
-bundle = sys.argv[1]
-manifest = read_manifest(bundle)
-check_runtimes(runtimes_of(manifest.artefacts))
-results = []
-for a in manifest.artefacts:
-    engine, rebuild_s = load_timed(bundle, a, 1)
-    check = check_golden(engine, load_golden_pair(bundle, a.golden), a.golden["tolerance"])
-    results.append({"heads": a.heads, "passed": check.ok, "max_abs_diff": check.max_abs_diff,
-                    "agreement": check.top1_agreement, "rebuilt": rebuild_s is not None})
-print(json.dumps({"results": results, "interpreters": sorted(m for m in sys.modules if m.endswith(".interpreter"))}))
-"""
-
-
-def test_the_variant_passes_its_golden_pairs_in_tflite_runtime(tflite_runtime_python: Path,
-                                                                variant_bundle: Path) -> None:
-    done = subprocess.run([str(tflite_runtime_python), "-c", DEVICE, str(variant_bundle)], capture_output=True,
-                          text=True, cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-2000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report["interpreters"] == ["tflite_runtime.interpreter"]  # the venv has no ai-edge-litert
-    assert [(r["heads"], r["rebuilt"], r["passed"]) for r in report["results"]] == [(3, True, True), (6, False, True)]
-    assert all(r["agreement"] == 1.0 and r["max_abs_diff"] < 1e-4 for r in report["results"]), report
+def test_the_calibration_runner_times_the_variant_in_tflite_runtime(tflite_runtime_python: Path,
+                                                                     variant_bundle: Path) -> None:
+    """What a board runs: the calibration runner, in the tflite-runtime venv, rebuilds the 3-head artefact,
+    checks both against their golden pairs in tflite-runtime itself and times them."""
+    done = subprocess.run([str(tflite_runtime_python), "calibration/runner.py", "--bundle", str(variant_bundle),
+                           "--runs", "3", "--warmup", "1", "--threads", "1"], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300)
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert done.returncode == 0 and events[-1]["event"] == "done", (done.stdout[-2000:], done.stderr[-2000:])
+    runtimes = events[0]["runtimes"]
+    assert runtimes["tflite-runtime"] == "2.14.0" and "ai-edge-litert" not in runtimes  # the venv has no LiteRT
+    results = [e for e in events if e["event"] == "result"]
+    assert [(r["heads"], r["status"], r["golden"]["passed"]) for r in results] == [(3, "ok", True), (6, "ok", True)]
+    assert "rebuild_s" in results[0] and "rebuild_s" not in results[1]  # 3 heads rebuilt from the 6-head bytes
+    assert all(r["golden"]["max_abs_diff"] < 1e-4 and r["latency"]["p50_ms"] > 0 for r in results), results
 
 
 def test_int8_artefacts_stay_refused_on_tflite_runtime_beside_the_variant(tflite_runtime_python: Path,

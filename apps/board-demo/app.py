@@ -32,7 +32,7 @@ from hydra_edge.atomic import read_json, write_json
 from hydra_edge.errors import HydraEdgeError
 from hydra_edge.records.manifest import read_manifest
 from hydra_edge.runtime.chatter import native_output_to
-from hydra_edge.runtime.engines import check_runtimes, runtimes_for
+from hydra_edge.runtime.engines import check_runtimes, runtimes_of
 from hydra_edge.runtime.preprocess import IMAGE_SUFFIXES, load_image
 from hydra_edge.runtime.switcher import Switcher
 
@@ -183,7 +183,7 @@ def read_scenario(path: Path) -> List[Dict[str, Any]]:
 def run(args: argparse.Namespace) -> Dict[str, Any]:
     bundle = Path(args.bundle)
     manifest = read_manifest(bundle)
-    check_runtimes(runtimes_for(a.format for a in manifest.artefacts))  # one line now, not a fallback per artefact
+    check_runtimes(runtimes_of(manifest.artefacts))  # one line now, not a fallback per artefact
     model = manifest.model
     scenario = read_scenario(Path(args.scenario)) if args.scenario else None
     board = SimulatedBoard(Path(args.sysfs_root), scenario) if scenario else None

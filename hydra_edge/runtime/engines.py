@@ -220,6 +220,19 @@ def runtime_version(name: str) -> str | None:
         return None
 
 
+def installed_runtimes() -> dict[str, str]:
+    """``{pip name: version}`` of every runtime (alternates included) this Python has: what a
+    calibration's device record says the timings ran on."""
+    names = [f.runtime for f in FORMATS.values()] + [f.alternate.runtime for f in FORMATS.values() if f.alternate]
+    versions = {}
+    for name in dict.fromkeys(names):
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return versions
+
+
 def impostors(requirements: Mapping[str, str]) -> list[str]:
     """Import names of runtimes that look like, but cannot stand in for, those ``requirements`` need."""
     return [f.alternate.module for f in FORMATS.values() if f.alternate and f.module in requirements]
@@ -236,11 +249,6 @@ def lacks(requirements: Mapping[str, str], missing: Sequence[str], present: Sequ
              if f.module in missing and f.alternate and f.alternate.module in present]
     return (f"{where} lacks the Python package(s) {' '.join(requirements[m] for m in missing)} for {python!r}"
             + "".join(f" ({note})" for note in notes))
-
-
-def runtimes_for(formats: Iterable[str]) -> dict[str, str]:
-    """``{import name: pip name}`` of the runtimes that run artefacts of these formats."""
-    return {FORMATS[name].module: FORMATS[name].runtime for name in formats}
 
 
 def requirement(format: str, runtime: str, min_version: str) -> tuple[str, str]:
