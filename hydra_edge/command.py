@@ -1,4 +1,5 @@
-"""What every ``hydra-edge`` command shares: ``-h``, ``-v`` on the group, and a ``HydraEdgeError``
+"""What every ``hydra-edge`` command shares: ``-h``, ``-v`` (on the group and on each command, so
+``hydra-edge -v calibrate`` and ``hydra-edge calibrate -v`` mean the same), and a ``HydraEdgeError``
 as one line and exit 1.
 
 Commands are declared with ``@command()`` (or on the group, which makes ``Command``s), so each is
@@ -24,6 +25,7 @@ class Command(click.Command):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("context_settings", CONTEXT)
         super().__init__(*args, **kwargs)
+        self.params.append(verbose_option())
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -40,8 +42,13 @@ class Group(click.Group):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.params.append(click.Option(["--verbose", "-v"], is_flag=True, expose_value=False, is_eager=True,
-                                        callback=_verbose, help="Also show what converters and runtimes print."))
+        self.params.append(verbose_option())
+
+
+def verbose_option() -> click.Option:
+    """``-v``: converters' and runtimes' own output on the terminal as well as in the logs."""
+    return click.Option(["--verbose", "-v"], is_flag=True, expose_value=False, is_eager=True, callback=_verbose,
+                        help="Also show what converters and runtimes print.")
 
 
 def _verbose(ctx: click.Context, param: click.Parameter, on: bool) -> None:

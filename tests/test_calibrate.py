@@ -143,9 +143,12 @@ def test_the_runners_own_output_goes_to_a_log_and_with_v_also_to_the_terminal(
     assert quiet.exit_code == 0, quiet.output
     assert banner not in quiet.output and banner in (tmp_path / "logs" / "quiet.log").read_text()
     assert f"the device's own output: {tmp_path / 'logs' / 'quiet.log'}" in quiet.output.replace("\n", "")
-    loud = CliRunner().invoke(main, ["-v", *args, "--out", str(tmp_path / "loud.json")])
-    assert loud.exit_code == 0, loud.output
-    assert f"local:{platform.node()}: {banner}" in loud.output and banner in (tmp_path / "logs" / "loud.log").read_text()
+    for where, argv in (("after", [*args, "-v"]), ("before", ["-v", *args])):  # either place, as users type it
+        monkeypatch.delenv(VERBOSE, raising=False)
+        loud = CliRunner().invoke(main, [*argv, "--out", str(tmp_path / f"{where}.json")])
+        assert loud.exit_code == 0, loud.output
+        assert f"local:{platform.node()}: {banner}" in loud.output, where
+        assert banner in (tmp_path / "logs" / f"{where}.log").read_text()
 
 
 def test_a_runtime_that_kills_the_runner_is_recorded_and_skipped(rpi_bundle: Path, device_python: Path,
