@@ -342,6 +342,9 @@ def test_adb_with_a_native_benchmark_model_and_soak(rpi_bundle: Path, adb_device
     assert max(soak.by_thermal_status.values()) > 1.0  # the fake phone slows as it heats
     assert soak.by_temperature and soak.by_temperature[0][1] == 1.0
     assert json.loads((tmp_path / "cal" / f"adb_{adb_device.serial.replace(':', '_')}.json").read_text())["soak"]
+    log = (tmp_path / "cal" / "logs" / f"adb_{adb_device.serial.replace(':', '_')}.log").read_text()
+    assert "benchmark_model's own output" in log and "INFO: Created TensorFlow Lite XNNPACK delegate" in log
+    assert "Inference timings in us" in log and "Inference timings" not in result.output  # kept off the terminal
 
 
 def test_local_runs_the_interpreter_running_hydra_edge(rpi_bundle: Path, tmp_path: Path,

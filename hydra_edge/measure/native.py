@@ -149,13 +149,17 @@ def device_cores(transport: Transport) -> int | None:
 
 
 def run_native(transport: Transport, tool: NativeTool, binary: str, model: str, artefact: ArtefactRecord,
-               runs: int, warmup: int, threads: int, profile_signals: Mapping[str, Any]) -> HeadResult:
-    """Time one artefact with the native binary at ``binary`` (both paths on the device)."""
+               runs: int, warmup: int, threads: int, profile_signals: Mapping[str, Any],
+               log: Callable[[str], None]) -> HeadResult:
+    """Time one artefact with the native binary at ``binary`` (both paths on the device); everything the
+    binary prints also goes to ``log`` line by line (its report is where a failed run says why)."""
     before = remote_state(transport, profile_signals)
     with transport.stream(reporting_exit(tool.argv(binary, model, runs, warmup, threads, artefact)),
-                          check=False) as lines:
+                          check=False, on_stderr=log) as lines:
         said = list(lines)  # the stream holds the binary's stdin open: when it ends, the binary is stopped
     stdout, returncode = split_exit("\n".join(said))
+    for line in stdout.splitlines():
+        log(line)
     stderr = lines.stderr
     if returncode is None:  # the device's shell never said how the binary ended: the link dropped
         raise ConnectionLostError(f"the connection to {transport.device_id} dropped while {tool.name} "

@@ -208,8 +208,7 @@ class Session:
             self.report("timing", todo[0].heads)
         finished, status = False, None
         # What the runner and its runtimes print besides results goes to a log (with -v also here).
-        with LineLog(device_log(self.out), f"{self.t.device_id}: the runner's own output",
-                     lambda text: self.echo(f"{self.t.device_id}: {text}")) as chatter, \
+        with self._chatter("the runner's own output") as chatter, \
                 self.t.stream(reporting_exit(argv), check=False, timeout=RUNNER_IDLE_S,
                               on_stderr=chatter.line) as lines:
             for line in lines:
@@ -281,19 +280,26 @@ class Session:
         self.writer.set_device(native.remote_device_info(self.t))
         cores = native.device_cores(self.t)
 
-        def time_one(a: ArtefactRecord, warmup: int) -> HeadResult:
-            return native.run_native(self.t, self.tool, binary, f"{self.bundle_dir}/{a.file}", a, self.opts.runs,
-                                     warmup, device_threads(self.opts.threads or a.threads, cores), signals)
+        with self._chatter(f"{self.tool.name}'s own output") as chatter:
+            def time_one(a: ArtefactRecord, warmup: int) -> HeadResult:
+                return native.run_native(self.t, self.tool, binary, f"{self.bundle_dir}/{a.file}", a,
+                                         self.opts.runs, warmup, device_threads(self.opts.threads or a.threads, cores),
+                                         signals, chatter.line)
 
-        for a in todo:
-            self.report("timing", a.heads)
-            self._put(time_one(a, self.opts.warmup))
-        if self.soak_pending:  # back-to-back runs of the binary, the state read between them
-            soaked, samples, start = self._soak_artefact(), [], time.monotonic()
-            while time.monotonic() - start < (self.opts.soak_s or 0):
-                samples.append(native.soak_sample(time_one(soaked, 0), time.monotonic() - start))
-                self.report(f"soaking {time.monotonic() - start:.0f}/{self.opts.soak_s:.0f} s", soaked.heads)
-            self._finish_soak(samples)
+            for a in todo:
+                self.report("timing", a.heads)
+                self._put(time_one(a, self.opts.warmup))
+            if self.soak_pending:  # back-to-back runs of the binary, the state read between them
+                soaked, samples, start = self._soak_artefact(), [], time.monotonic()
+                while time.monotonic() - start < (self.opts.soak_s or 0):
+                    samples.append(native.soak_sample(time_one(soaked, 0), time.monotonic() - start))
+                    self.report(f"soaking {time.monotonic() - start:.0f}/{self.opts.soak_s:.0f} s", soaked.heads)
+                self._finish_soak(samples)
+
+    def _chatter(self, what: str) -> LineLog:
+        """The device's log (``logs/<device>.log`` beside the record), echoed here with -v."""
+        return LineLog(device_log(self.out), f"{self.t.device_id}: {what}",
+                       lambda text: self.echo(f"{self.t.device_id}: {text}"))
 
 
 def device_threads(wanted: int, cores: int | None) -> int:
