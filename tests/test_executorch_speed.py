@@ -53,3 +53,18 @@ def test_profile_names_the_delegates_ops_with_positive_times(exported: tuple[dic
     fc = [op for op in per_op if op.startswith("XNNPACK Fully Connected") and "QC8W" in op]
     assert fc and all(per_op[op] > 0 for op in fc)
     assert not any("layer_norm" in op for op in per_op)
+
+
+def test_int8_attention_matmuls_run_in_xnnpack_int8_and_agree_with_eager_torch(
+        exported: tuple[dict[str, Path], torch.nn.Module, np.ndarray]) -> None:
+    """The activation x activation matmuls left float32 by dynamic quantisation ran at float32's rate;
+    with calibrated int8 ranges XNNPACK runs them as its int8 batch matmul, and the logits still agree."""
+    paths, sub, x = exported
+    per_op = op_times(paths["int8-dynamic"], x, threads=1, runs=1)
+    bmm = {op for op in per_op if "Batch Matrix Multiply" in op}
+    assert bmm == {"XNNPACK Batch Matrix Multiply (NC, QS8) GEMM"}, per_op
+    assert any("Batch Matrix Multiply (NC, F32)" in op for op in op_times(paths["fp32"], x, threads=1, runs=1))
+    with torch.no_grad():
+        reference = sub(torch.from_numpy(x)).numpy()[0]
+    out = load(paths["int8-dynamic"]).run(x)[0]
+    assert float(out @ reference / np.linalg.norm(out) / np.linalg.norm(reference)) > 0.995

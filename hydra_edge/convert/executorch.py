@@ -13,6 +13,9 @@ if TYPE_CHECKING:  # torch is imported by export() only: profiles are read on to
     from .nesting import Ranges
 
 QUANTS = ("fp32", "int8-dynamic", "int8-static")
+# Images whose activations set the attention matmuls' fixed int8 ranges under int8-dynamic (whose
+# linears need none); int8-static takes the profile's calibration_images for every activation.
+ATTENTION_CALIBRATION_IMAGES = 16
 TOOLS = ("torch", "executorch")
 NESTED = ("int8-dynamic", "int8-static")  # quants whose weights take given ranges (convert.nesting)
 IMPORTS = ("executorch.exir", "executorch.backends.xnnpack.partition.xnnpack_partitioner")  # warmed before timing, so convert_seconds excludes import time
@@ -28,6 +31,9 @@ def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: d
     (``_delegable``), and ExecuTorch's own XNNPACK lowering passes drop the shape-only copies
     (no-op expands, squeezes) that would otherwise run as portable kernels between delegate calls.
     A small subnetwork spent a third of its time in those kernels and the calls around them.
+    Quantised, the attention's activation x activation matmuls run in XNNPACK's int8 batch matmul
+    with calibrated per-tensor ranges (``pt2e.attention_matmul_quantizer``); ExecuTorch's own
+    partitioner takes a ``bmm`` in float32 only, so ``_partitioner`` lets it take the int8 one too.
     """
     import torch
 
@@ -35,7 +41,6 @@ def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: d
     from executorch.backends.transforms.replace_squeeze_unsqueeze_with_view import (
         ReplaceSqueezeAndUnsqueezeWithViewPass,
     )
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.backends.xnnpack.utils.configs import (
         get_transform_passes,
         get_xnnpack_edge_compile_config,
@@ -49,31 +54,55 @@ def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: d
             XNNPACKQuantizer,
             get_symmetric_quantization_config,
         )
+        from torchao.quantization.pt2e.quantizer.composable_quantizer import ComposableQuantizer
 
-        from .pt2e import quantize
+        from .pt2e import attention_matmul_quantizer, quantize
+        from .tflite import bmm_attention
 
         stage("quantise (PT2E)")
         dynamic = quant == "int8-dynamic"
         quantizer = XNNPACKQuantizer().set_global(
             get_symmetric_quantization_config(is_per_channel=True, is_dynamic=dynamic)
         ).set_module_type(norm_type, None)  # LayerNorm stays float, as nn.LayerNorm did
-        images = calibration[: 1 if dynamic else int(options.get("calibration_images", 64))]
-        model = quantize(model, example, quantizer, images, ranges=ranges)
+        images = calibration[: ATTENTION_CALIBRATION_IMAGES if dynamic else int(options.get("calibration_images", 64))]
+        model = quantize(bmm_attention(model), example, ComposableQuantizer([quantizer, attention_matmul_quantizer()]),
+                         images, ranges=ranges)
     stage("export")
     program = torch.export.export(model, (example,))
     stage("lower (XNNPACK)")
     lowered = to_edge_transform_and_lower(
-        program, partitioner=[XnnpackPartitioner()], compile_config=get_xnnpack_edge_compile_config(),
+        program, partitioner=[_partitioner()], compile_config=get_xnnpack_edge_compile_config(),
         transform_passes=get_transform_passes([ReplaceSqueezeAndUnsqueezeWithViewPass()]),
     ).to_executorch(get_xnnpack_executorch_backend_config())
     stage("serialise")
     path.write_bytes(lowered.buffer)
     schemes = {
         "fp32": "float32",
-        "int8-dynamic": "PT2E: int8 per-channel symmetric weights, dynamic int8 activations",
+        "int8-dynamic": "PT2E: int8 per-channel symmetric weights, dynamic int8 activations; attention "
+                        "matmuls int8 with per-tensor ranges from train-split images",
         "int8-static": "PT2E: int8 per-channel weights, static int8 activations from train-split images",
     }
     return {"scheme": schemes[quant], "delegate": "XNNPACK"}
+
+
+def _partitioner() -> Any:
+    """ExecuTorch's XNNPACK partitioner, whose ``bmm`` also takes int8 operands between quantize/dequantize.
+
+    Its own ``BMMConfig`` declares float32 only, so a quantised ``bmm`` and its quantize/dequantize
+    nodes were left out of the delegate. XNNPACK itself defines an int8 x int8 batch matmul (both
+    per-tensor, the right-hand zero point 0), which the delegate's serialiser already writes from
+    the dequantize nodes' parameters.
+    """
+    from executorch.backends.xnnpack.partition.config import ALL_PARTITIONER_CONFIGS
+    from executorch.backends.xnnpack.partition.config.generic_node_configs import BMMConfig
+    from executorch.backends.xnnpack.partition.config.xnnpack_config import ConfigPrecisionType
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    class Int8BMMConfig(BMMConfig):
+        def supported_precision_types(self) -> list[ConfigPrecisionType]:
+            return [ConfigPrecisionType.FP32, ConfigPrecisionType.STATIC_QUANT]
+
+    return XnnpackPartitioner(configs=[Int8BMMConfig if c is BMMConfig else c for c in ALL_PARTITIONER_CONFIGS])
 
 
 def _delegable(model: torch.nn.Module) -> tuple[torch.nn.Module, type]:

@@ -68,12 +68,12 @@ def for_xnnpack(model: torch.nn.Module) -> torch.nn.Module:
       the same weight.
     - attention transposed K on its own after splitting Q, K, V. Multiplying by K's transpose
       inside ``bmm`` lets the converter fold it into the batch matmul (``adj_y``): one transpose
-      and several reshapes fewer per block.
+      and several reshapes fewer per block (``bmm_attention``).
     """
     import torch
     import torch.nn.functional as F
 
-    from ..vit import Attention, PatchEmbed
+    from ..vit import PatchEmbed
 
     class PatchRowsEmbed(PatchEmbed):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -85,6 +85,25 @@ def for_xnnpack(model: torch.nn.Module) -> torch.nn.Module:
             out = F.conv2d(rows, self.proj.weight.permute(0, 3, 1, 2), self.proj.bias, stride=(C, p))
             return out.permute(0, 2, 3, 1).reshape(B, -1, out.shape[1])  # (B, patches, D)
 
+    model = bmm_attention(model)
+    for m in model.modules():  # the class changes, the module and its parameters stay
+        if type(m) is PatchEmbed:
+            m.__class__ = PatchRowsEmbed
+    return model
+
+
+def bmm_attention(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy of ``model`` whose attention runs as two 3-D ``bmm`` over (batch x heads), K transposed inside.
+
+    ``q @ k.transpose(-2, -1)`` on 4-D tensors exports as ``matmul``, which lowers to expands and views
+    around a ``bmm``: a converter folds K's transpose only when it is the ``bmm``'s own operand, and
+    a quantizer can put int8 quantize/dequantize pairs straight around the ``bmm`` only when nothing
+    lies between them (``pt2e.AttentionMatmulQuantizer``). Same parameters, same outputs.
+    """
+    import torch
+
+    from ..vit import Attention
+
     class BmmAttention(Attention):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             B, N, D = x.shape
@@ -95,10 +114,8 @@ def for_xnnpack(model: torch.nn.Module) -> torch.nn.Module:
             return self.proj(torch.bmm(attn, v).reshape(B, h, N, d).transpose(1, 2).reshape(B, N, D))
 
     model = copy.deepcopy(model)
-    for m in model.modules():  # the classes change, the modules and their parameters stay
-        if type(m) is PatchEmbed:
-            m.__class__ = PatchRowsEmbed
-        elif type(m) is Attention:
+    for m in model.modules():  # the class changes, the module and its parameters stay
+        if type(m) is Attention:
             m.__class__ = BmmAttention
     return model
 
