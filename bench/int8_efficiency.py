@@ -5,7 +5,8 @@ times (3072 x 3072) by default, exported by the project's own exporters with the
 (LiteRT and ExecuTorch: PT2E dynamic-range int8 per channel; onnxruntime: static QDQ on MatMul/Gemm
 with the jetson profile's options). An artefact's efficiency = its subnetwork's MACs / its latency /
 that rate. FC layers, artefacts (from ``--bundles``, converted beforehand) and eager fp32 torch of
-the same subnetworks are timed in the same run, single inferences interleaved, medians, at each
+the same subnetworks are timed in the same run, single inferences interleaved (each once the one
+before has left no thread spinning), medians, at each
 batch size and thread count; each runtime's own profiler breaks the smallest and largest head
 count down by op type. Writes bench/results/int8_efficiency.{json,md,png}.
 
@@ -269,7 +270,8 @@ def markdown(report: dict[str, Any]) -> str:
              f"Host: {report['host']}; {report['cpu_family']}.\n",
              f"FC rate: one fully-connected layer {fc} (tokens x in x out; batch b: b x tokens) exported with each "
              f"artefact kind's recipe. Medians of {report['runs']} single inferences after 3 warm-up runs, every FC layer, "
-             f"artefact and eager fp32 subnetwork of a batch size interleaved in the same run. Efficiency = subnetwork "
+             f"artefact and eager fp32 subnetwork of a batch size interleaved in the same run, each inference started once the "
+             f"previous one's threads had stopped spinning. Efficiency = subnetwork "
              f"MACs x batch / latency / FC rate at that batch; cells are efficiencies per head count. Batch 1: the "
              f"bundles' artefacts; larger batches: each bundle's smallest and largest head count exported again for "
              f"that batch with the same recipe. eager/artefact is reported, not a goal: it depends on the CPU's int8 "

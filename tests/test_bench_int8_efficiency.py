@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -82,6 +84,27 @@ def test_a_batch_of_colour_images_exports_with_each_recipe_and_runs_as_its_eager
     assert out.shape == (batch, 10)
     # int8 is within 2-4 % of the logits' range here; images in the wrong rows are off by more than 100 %
     assert np.abs(out - want).max() <= 0.1 * np.abs(want).max()
+
+
+def test_each_timed_run_starts_once_the_previous_runs_threads_have_gone_idle() -> None:
+    # like onnxruntime's pool, which keeps a core busy for about 60 ms after an inference returns
+    from bench.convert import paired_ms
+
+    pool: list[threading.Thread] = []
+
+    def spin() -> None:
+        end = time.perf_counter() + 0.15
+        while time.perf_counter() < end:
+            pass
+
+    def leaves_a_thread_spinning() -> None:
+        pool.append(threading.Thread(target=spin))
+        pool[-1].start()
+
+    started_beside_it: list[bool] = []
+    paired_ms({"spinner": leaves_a_thread_spinning, "next": lambda: started_beside_it.append(pool[-1].is_alive())},
+              runs=3, warmup=0)
+    assert started_beside_it == [False, False, False]
 
 
 def test_a_folder_without_a_bundle_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
