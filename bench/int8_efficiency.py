@@ -94,8 +94,8 @@ class Stacked(torch.nn.Module):
     """A subnetwork fed ``batch`` images stacked along channels, (1, batch*C, H, W), split into a batch.
 
     The exporters calibrate one image at a time (``x[None]``), so a batch-b program whose input is
-    one "image" of b*C channels calibrates as it is. The batch is the channel groups concatenated
-    along a new leading axis, not a reshape: ExecuTorch 1.5's XNNPACK lowering, moving a dynamically
+    one "image" of b*C channels calibrates as it is. The batch is its b channel groups concatenated
+    along the batch axis, not a reshape: ExecuTorch 1.5's XNNPACK lowering, moving a dynamically
     quantised convolution's input to channels-last, follows first arguments back from the quantise
     node through any op to the node that has none (a reshape back to the program's input), so the
     patch embedding's convolution was handed the (1, H, W, b*C) input and XNNPACK refused the
