@@ -43,17 +43,39 @@ RESULTS = ROOT / "bench" / "results"
 
 
 def paired_ms(fns: dict[str, Callable[[], Any]], runs: int, warmup: int = 3) -> dict[str, float]:
-    """Median ms of each function, runs interleaved so that both see the same load on a shared host."""
+    """Median ms of each function, runs interleaved so that both see the same load on a shared host.
+
+    Each run starts once this process's threads are idle (``_settle``): several runtimes' thread
+    pools spin-wait after an inference returns, and on a 2-core host a 2-thread run that starts
+    beside the previous runtime's spinning thread is slowed by it, the more so the shorter it is.
+    """
     for fn in fns.values():
         for _ in range(warmup):
             fn()
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(runs):
         for name, fn in fns.items():
+            _settle()
             t = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t)
     return {name: statistics.median(ts) * 1e3 for name, ts in times.items()}
+
+
+def _settle(window_s: float = 0.005, busy: float = 0.2, limit_s: float = 1.0) -> None:
+    """Wait until this process uses under ``busy`` of one core over ``window_s`` (at most ``limit_s``).
+
+    Measured with 2 threads on a 197x3072x3072 FC layer, a runtime's threads keep a core busy after
+    the call returns: onnxruntime's for about 60 ms, torch's (OpenMP) for about 8 ms, ExecuTorch's
+    for about 4 ms, LiteRT's not at all. Timed back to back, the FC layer right after torch's ran
+    beside its spinning thread for most of its 6-9 ms and its 2-thread rate came out low.
+    """
+    end = time.perf_counter() + limit_s
+    while time.perf_counter() < end:
+        cpu = time.process_time()
+        time.sleep(window_s)
+        if time.process_time() - cpu < busy * window_s:
+            return
 
 
 def host_cpu() -> str:

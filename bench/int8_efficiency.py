@@ -5,7 +5,8 @@ times (3072 x 3072) by default, exported by the project's own exporters with the
 (LiteRT and ExecuTorch: PT2E dynamic-range int8 per channel; onnxruntime: static QDQ on MatMul/Gemm
 with the jetson profile's options). An artefact's efficiency = its subnetwork's MACs / its latency /
 that rate. FC layers, artefacts (from ``--bundles``, converted beforehand) and eager fp32 torch of
-the same subnetworks are timed in the same run, single inferences interleaved, medians, at each
+the same subnetworks are timed in the same run, single inferences interleaved (each once the one
+before has left no thread spinning), medians, at each
 batch size and thread count; each runtime's own profiler breaks the smallest and largest head
 count down by op type. Writes bench/results/int8_efficiency.{json,md,png}.
 
@@ -90,10 +91,17 @@ def fc_artefacts(tokens: int, width_in: int, width_out: int, work: Path) -> tupl
 
 
 class Stacked(torch.nn.Module):
-    """A subnetwork fed ``batch`` images stacked along channels, (1, batch*C, H, W), viewed as a batch.
+    """A subnetwork fed ``batch`` images stacked along channels, (1, batch*C, H, W), split into a batch.
 
     The exporters calibrate one image at a time (``x[None]``), so a batch-b program whose input is
-    one "image" of b*C channels calibrates as it is; the view costs nothing at run time.
+    one "image" of b*C channels calibrates as it is. The batch is its b channel groups concatenated
+    along the batch axis, not a reshape: ExecuTorch 1.5's XNNPACK lowering, moving a dynamically
+    quantised convolution's input to channels-last, follows first arguments back from the quantise
+    node through any op to the node that has none (a reshape back to the program's input), so the
+    patch embedding's convolution was handed the (1, H, W, b*C) input and XNNPACK refused the
+    program at run time ("Propagating input shapes failed"). A concatenation (a list as its first
+    argument) ends that walk. It costs one copy of the input (4.8 MB for eight 224 px images), small
+    next to eight inferences.
     """
 
     def __init__(self, model: torch.nn.Module, batch: int) -> None:
@@ -101,8 +109,7 @@ class Stacked(torch.nn.Module):
         self.model, self.batch = model, batch
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        _, c, h, w = x.shape
-        return self.model(x.reshape(self.batch, c // self.batch, h, w))
+        return self.model(torch.cat(x.split(x.shape[1] // self.batch, dim=1)))
 
 
 def top_ops(per_op: dict[str, float], top: int = 10) -> list[dict[str, Any]]:
@@ -263,7 +270,8 @@ def markdown(report: dict[str, Any]) -> str:
              f"Host: {report['host']}; {report['cpu_family']}.\n",
              f"FC rate: one fully-connected layer {fc} (tokens x in x out; batch b: b x tokens) exported with each "
              f"artefact kind's recipe. Medians of {report['runs']} single inferences after 3 warm-up runs, every FC layer, "
-             f"artefact and eager fp32 subnetwork of a batch size interleaved in the same run. Efficiency = subnetwork "
+             f"artefact and eager fp32 subnetwork of a batch size interleaved in the same run, each inference started once the "
+             f"previous one's threads had stopped spinning. Efficiency = subnetwork "
              f"MACs x batch / latency / FC rate at that batch; cells are efficiencies per head count. Batch 1: the "
              f"bundles' artefacts; larger batches: each bundle's smallest and largest head count exported again for "
              f"that batch with the same recipe. eager/artefact is reported, not a goal: it depends on the CPU's int8 "

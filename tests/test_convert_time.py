@@ -135,6 +135,15 @@ def test_default_jobs_are_bounded_by_cores_memory_and_work(monkeypatch: pytest.M
     assert workers.choose_jobs(None, 20, model).n == 8  # never more than the cores
 
 
+def test_the_memory_allowance_covers_the_peak_measured_for_b16_and_for_digits() -> None:
+    from hydra_edge.sizes import subnet_size
+
+    gib = 2**30
+    for name, peak in (("b16", 4.41 * gib), ("digits", 0.72 * gib)):  # measured worker peaks (workers.py)
+        cfg = preset(name)
+        assert peak <= workers.worker_bytes(4 * subnet_size(cfg, cfg.num_heads).params) <= 1.1 * peak + 0.1 * gib
+
+
 def test_ctrl_c_while_converting_several_targets_leaves_every_bundle_whole(checkpoint: Path, host: Path,
                                                                            tmp_path: Path) -> None:
     """SIGINT once the first artefact lands: in each bundle every artefact file is in its manifest,

@@ -14,11 +14,16 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-# Peak resident memory of one worker ~ BASE + PER_WEIGHT_BYTE x the fp32 model's bytes. A digits worker
-# (rpi + jetson artefacts) peaked at 0.72 GiB, all of it base (torch and the converters); the per-weight
-# factor is a conservative allowance for the converters' copies of the graph (b16: ~5 GiB per worker),
-# to be replaced by bench/convert.py's peak_worker_mib for b16.
-WORKER_BASE_BYTES = 1 << 30
+# Peak resident memory of one worker ~ BASE + PER_WEIGHT_BYTE x the fp32 model's bytes, from measured
+# peaks (ru_maxrss of the worker processes, 2-core host):
+# - base: a digits worker (1.7 MiB of weights) peaked at 0.72 GiB, torch and the converters;
+# - one b16 artefact per worker (12 heads, 330 MiB of fp32 weights, 8 verification images): 2.0 GiB
+#   for .pte, 2.3 GiB for .tflite, 3.1 GiB for ONNX (int8 QDQ or fp16), 4-7 x the weights above the base;
+# - a worker's peak grows with the artefacts it makes: b16, 8 artefacts (heads 3 and 12 for rpi,
+#   android and jetson) in 2 workers peaked at 4.41 GiB, 11.5 x the weights above the base.
+# The factor is that run's, rounded up to 12 for workers that make more artefacts (10 head counts):
+# b16's allowance is 4.6 GiB.
+WORKER_BASE_BYTES = 3 << 28  # 0.75 GiB
 WORKER_BYTES_PER_WEIGHT_BYTE = 12
 
 
