@@ -2,19 +2,34 @@
 
 from __future__ import annotations
 
+import os
 import signal
+from collections.abc import Iterator
 
 import torch
 import pytest
 
 from hydra_edge import HydraViT
 from hydra_edge.config import HydraConfig
+from hydra_edge.runtime.chatter import VERBOSE
 
 torch.set_num_threads(1)  # tiny models: one thread is fastest and keeps the shared machine usable
 # Tests send Ctrl-C (SIGINT) to the commands they start. A shell without job control starts a
 # background job with SIGINT ignored, and an ignored signal stays ignored in every child: restore it,
 # so the suite means the same however it is launched (a handler, unlike SIG_IGN, is reset at exec).
 signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture(autouse=True)
+def _verbose_stays_in_its_test() -> Iterator[None]:
+    """``-v`` sets HYDRA_EDGE_VERBOSE for the rest of the process (worker processes and device
+    runners inherit it): a test that passes -v through ``CliRunner`` must not make the next one loud."""
+    before = os.environ.get(VERBOSE)
+    yield
+    if before is None:
+        os.environ.pop(VERBOSE, None)
+    else:
+        os.environ[VERBOSE] = before
 
 
 @pytest.fixture
