@@ -62,20 +62,20 @@ def paired_ms(fns: dict[str, Callable[[], Any]], runs: int, warmup: int = 3) -> 
     return {name: statistics.median(ts) * 1e3 for name, ts in times.items()}
 
 
-def _settle(window_s: float = 0.005, busy: float = 0.2, limit_s: float = 1.0) -> None:
-    """Wait until this process uses under ``busy`` of one core over ``window_s`` (at most ``limit_s``).
+def _settle(window_s: float = 0.005, busy: float = 0.2, quiet: int = 3, limit_s: float = 1.0) -> None:
+    """Wait until this process uses under ``busy`` of one core in ``quiet`` windows of ``window_s`` in a
+    row (at most ``limit_s``): on a loaded host a spinning thread can be off the CPU for one window.
 
     Measured with 2 threads on a 197x3072x3072 FC layer, a runtime's threads keep a core busy after
     the call returns: onnxruntime's for about 60 ms, torch's (OpenMP) for about 8 ms, ExecuTorch's
     for about 4 ms, LiteRT's not at all. Timed back to back, the FC layer right after torch's ran
     beside its spinning thread for most of its 6-9 ms and its 2-thread rate came out low.
     """
-    end = time.perf_counter() + limit_s
-    while time.perf_counter() < end:
+    end, still = time.perf_counter() + limit_s, 0
+    while time.perf_counter() < end and still < quiet:
         cpu = time.process_time()
         time.sleep(window_s)
-        if time.process_time() - cpu < busy * window_s:
-            return
+        still = still + 1 if time.process_time() - cpu < busy * window_s else 0
 
 
 def host_cpu() -> str:
