@@ -98,7 +98,7 @@ def convert_all(args: argparse.Namespace, ckpt: Path, work: Path) -> dict[str, A
     """Every target converted in one run; where its wall time went."""
     targets = args.targets.split(",")
     opts = ConvertOptions(checkpoint=ckpt, target="", out=work, heads=args.heads, eval_limit=args.eval_images,
-                          layout="full", jobs=args.jobs, force=True)  # full: times each file; force: all made
+                          layout=args.layout, jobs=args.jobs, force=True)  # force: every artefact made
     start = time.perf_counter()
     results: list[ConvertResult] = convert_targets([replace(opts, target=t, out=work / t) for t in targets],
                                                    lambda f, s, n: print(f"  {f}: {s}", flush=True), print)
@@ -111,7 +111,7 @@ def convert_all(args: argparse.Namespace, ckpt: Path, work: Path) -> dict[str, A
         "wall_s": round(wall, 1), "export_s": round(sum(export.values()), 1), "verify_s": round(sum(verify.values()), 1),
         "reference_s": round(results[0].reference_seconds, 1),
         "wall_over_export": round(wall / max(sum(export.values()), 1e-9), 3),
-        "jobs": results[0].jobs, "peak_worker_mib": round(results[0].peak_worker_bytes / 2**20),
+        "layout": args.layout, "jobs": results[0].jobs, "peak_worker_mib": round(results[0].peak_worker_bytes / 2**20),
         "artefacts": sum(len(arts) for arts in made.values()), "failed": [f for r in results for f in r.failed],
         "per_target": {t: {"artefacts": len(made[t]), "export_s": round(export[t], 1), "verify_s": round(verify[t], 1)}
                        for t in made},
@@ -230,7 +230,8 @@ def _md_timing(t: dict[str, Any]) -> str:
     per = "".join(f"| {name} | {v['artefacts']} | {v['export_s']:.1f} | {v['verify_s']:.1f} |\n"
                   for name, v in t["per_target"].items())
     aim = "met" if t["wall_over_export"] <= 1.3 else "not met"
-    return (f"## Conversion time\n\nEvery target in one `hydra-edge convert` run, {t['artefacts']} artefacts, "
+    return (f"## Conversion time\n\nEvery target in one `hydra-edge convert --layout {t.get('layout', 'full')}` run, "
+            f"{t['artefacts']} artefacts, "
             f"{t['jobs']} worker(s), peak memory per worker {t['peak_worker_mib']} MiB.\n\n"
             f"| wall s | export s (sum) | verify s (sum) | references s | wall / export |\n|---|---|---|---|---|\n"
             f"| {t['wall_s']:.1f} | {t['export_s']:.1f} | {t['verify_s']:.1f} | {t['reference_s']:.1f} | "
@@ -283,7 +284,11 @@ def main() -> None:
     p.add_argument("--eval-images", type=int, default=1000,
                    help="--eval-limit: images each artefact is verified on (random inputs: at most 64)")
     p.add_argument("--work", default=str(ROOT / "runs" / "bench-convert"), help="checkpoints and bundles")
+    p.add_argument("--layout", choices=("full", "compact"), default="full",
+                   help="full: a file per head count, each timed; compact (convert's default): conversion time only")
     args = p.parse_args()
+    if args.layout == "compact" and args.runs:
+        p.error("--layout compact stores the smaller head counts as skeletons, which are not timed: add --runs 0")
     name = "convert" if (args.preset, args.depth) == ("b16", None) else f"convert_{_model_name(args)}"
     save_report(RESULTS, name, bench(args), markdown, plot)
 

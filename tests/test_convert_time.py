@@ -139,7 +139,7 @@ def test_the_memory_allowance_covers_the_peak_measured_for_b16_and_for_digits() 
     from hydra_edge.sizes import subnet_size
 
     gib = 2**30
-    for name, peak in (("b16", 6.40 * gib), ("digits", 0.72 * gib)):  # the largest measured worker peaks (workers.py)
+    for name, peak in (("b16", 6.45 * gib), ("digits", 0.72 * gib)):  # the largest measured worker peaks (workers.py)
         cfg = preset(name)
         assert peak <= workers.worker_bytes(4 * subnet_size(cfg, cfg.num_heads).params) <= 1.1 * peak + 0.1 * gib
 

@@ -22,7 +22,7 @@ from pathlib import Path
 # - a worker's peak grows with the number of artefacts it has made: b16,
 #   8 artefacts (heads 3 and 12 for rpi, android and jetson) in 2 workers peaked at 4.41 GiB, 11.5 x
 #   the weights above the base; all ten head counts of the three targets (40 artefacts, 20 per worker)
-#   at 6.40 GiB, 17.5 x.
+#   at 6.40 GiB (--layout full) and 6.45 GiB (compact), 17.7 x.
 # The factor is the largest run's, rounded up: b16's allowance is 6.6 GiB.
 WORKER_BASE_BYTES = 3 << 28  # 0.75 GiB
 WORKER_BYTES_PER_WEIGHT_BYTE = 18
