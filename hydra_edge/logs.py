@@ -95,17 +95,17 @@ def _flush() -> None:
 
 
 @contextlib.contextmanager
-def capture(log: Path, title: str) -> Iterator[None]:
+def capture(log: Path, title: str, fresh: bool = True) -> Iterator[None]:
     """Send everything this process prints (fd 1 and 2, Python streams) to ``log`` until the block
     ends, also by an exception or Ctrl-C; with ``verbose()`` also to the terminal.
 
-    The log is started afresh (it says what the latest attempt did) and written with ``O_APPEND``,
-    so concurrent writers in this process never overwrite one another; each artefact has its own
-    log, so worker processes never share one.
+    The log is written with ``O_APPEND``, so concurrent writers never overwrite one another. It is
+    started afresh (it says what the latest attempt did) unless ``fresh`` is false: worker processes
+    sharing one log append to it, and whoever starts them removes the last run's.
     """
     terminal()  # opened before the descriptors move, so it stays on the terminal
     log.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if fresh else 0), 0o644)
     os.write(fd, f"# {title}, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n".encode())
     _flush()
     saved = os.dup(1), os.dup(2)

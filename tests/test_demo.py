@@ -45,6 +45,8 @@ def test_demo_runs_the_whole_pipeline_on_a_compact_bundle_and_resumes(tmp_path: 
     # LiteRT's banner ("INFO: Created TensorFlow Lite XNNPACK delegate for CPU.") is in the app's
     # runtime log, named on the terminal, and nowhere on the terminal itself
     assert "XNNPACK" not in output, output
+    # nor what the conversion workers' imports print (absl's and TensorFlow's oneDNN banners)
+    assert "absl::InitializeLog" not in output and "oneDNN" not in output, output
     assert "XNNPACK" in (tmp_path / "app" / "runtime.log").read_text()
     assert f"runtime output: {tmp_path / 'app' / 'runtime.log'}" in output
 

@@ -92,6 +92,21 @@ def test_convert_keeps_library_output_in_the_artefact_log(checkpoint: Path, tmp_
     assert _noise(calibrated.stdout + calibrated.stderr) == []
 
 
+def test_conversion_workers_keep_what_their_imports_print_in_the_log(checkpoint: Path, tmp_path: Path) -> None:
+    """Two targets, two worker processes: each imports the converters up front, and their banners
+    (absl, oneDNN, torchao) go to the first bundle's workers.log, not to the terminal."""
+    out = tmp_path / "bundles"
+    result = _hydra_edge("convert", "-c", checkpoint, "-t", "rpi,android", "--heads", "3", "--eval-limit", "20",
+                         "--jobs", "2", "--out", out)
+    terminal = result.stdout + result.stderr
+    assert result.returncode == 0, terminal
+    assert "2 workers (--jobs 2)" in terminal
+    assert _noise(terminal) == [], terminal
+    log = (out / "rpi" / "logs" / "workers.log").read_text()
+    assert log.count("# hydra-edge ") == 2 and "importing" in log  # one header per worker
+    assert re.search(r"oneDNN custom operations|absl::InitializeLog", log), log
+
+
 def test_verbose_shows_library_output_and_still_logs_it(checkpoint: Path, tmp_path: Path) -> None:
     bundle = tmp_path / "bundle"
     result = _convert(checkpoint, bundle, "-v")

@@ -373,17 +373,23 @@ def _relay(stop: Any) -> None:
     os.kill(os.getpid(), signal.SIGINT)
 
 
-def _worker_init(torch_threads: int, reports: Any, stop: Any, modules: tuple[str, ...]) -> None:
+WORKERS_LOG = "workers.log"  # what the conversion workers' imports print, in the first bundle's logs/
+
+
+def _worker_init(torch_threads: int, reports: Any, stop: Any, modules: tuple[str, ...], log: str) -> None:
     """Once per worker: signals, torch's threads, and the converters and runtimes its artefacts use
-    imported here (seconds each), not per artefact."""
+    imported here (seconds each), not per artefact. What they print on import (absl's and oneDNN's
+    banners, torchao's missing CUDA kernels, deprecation warnings) goes to ``log``, shared by the workers."""
     signal.signal(signal.SIGINT, _Worker.on_sigint)
     _Worker.reports = reports
     threading.Thread(target=_relay, args=(stop,), daemon=True).start()
-    import torch
+    with capture(Path(log), f"hydra-edge {__version__}: worker {os.getpid()} importing {', '.join(modules)}",
+                 fresh=False):
+        import torch
 
-    torch.set_num_threads(torch_threads)
-    for name in modules:
-        import_module(name)
+        torch.set_num_threads(torch_threads)
+        for name in modules:
+            import_module(name)
 
 
 def warm_modules(jobs: Sequence[Job]) -> tuple[str, ...]:
@@ -627,8 +633,10 @@ def _run_parallel(jobs: list[Job], n: int, torch_threads: int, report: Report,
     """
     ctx = multiprocessing.get_context("spawn")  # fork would copy torch's thread pools mid-use
     reports, stop = ctx.Queue(), ctx.Event()
+    log = Path(jobs[0].out) / LOGS / WORKERS_LOG  # beside the references' log
+    log.unlink(missing_ok=True)  # this run's workers append to it
     with ProcessPoolExecutor(n, mp_context=ctx, initializer=_worker_init,
-                             initargs=(torch_threads, reports, stop, warm_modules(jobs))) as pool:
+                             initargs=(torch_threads, reports, stop, warm_modules(jobs), str(log))) as pool:
         futures: dict[Future, Job] = {pool.submit(_run_in_worker, job): job for job in jobs}
         recorded: set[Future] = set()
 
