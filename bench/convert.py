@@ -230,7 +230,7 @@ def _md_timing(t: dict[str, Any]) -> str:
     per = "".join(f"| {name} | {v['artefacts']} | {v['export_s']:.1f} | {v['verify_s']:.1f} |\n"
                   for name, v in t["per_target"].items())
     aim = "met" if t["wall_over_export"] <= 1.3 else "not met"
-    return (f"## Conversion time\n\nEvery target in one `hydra-edge convert --layout {t.get('layout', 'full')}` run, "
+    return (f"## Conversion time\n\nEvery target in one `hydra-edge convert --layout {t['layout']}` run, "
             f"{t['artefacts']} artefacts, "
             f"{t['jobs']} worker(s), peak memory per worker {t['peak_worker_mib']} MiB.\n\n"
             f"| wall s | export s (sum) | verify s (sum) | references s | wall / export |\n|---|---|---|---|---|\n"
