@@ -450,9 +450,11 @@ def test_a_golden_record_names_its_shared_inputs_with_their_sha256(root: Path, c
         Manifest.from_dict(doc)
 
 
-def test_a_tflite_over_2_gb_is_refused_in_one_line_naming_the_tensor(converted: Callable[[str, str], Path]) -> None:
-    """Above 2 GB LiteRT keeps buffers after the flatbuffer (Buffer.offset/size): the map refuses it, saying why
-    (conversion catches it and keeps the full files, with the line as the manifest's note)."""
+def test_a_tflite_buffer_beyond_the_file_is_refused_in_one_line_naming_the_tensor(
+        converted: Callable[[str, str], Path]) -> None:
+    """Buffers may lie after the flatbuffer (Buffer.offset/size: ai-edge-quantizer's layout, which the int8
+    artefacts have); one said to lie beyond the file is refused, saying why (conversion catches it and keeps
+    the full files, with the line as the manifest's note)."""
     from ai_edge_litert.tools import flatbuffer_utils
 
     bundle = converted("rpi", "fp32") / "full"
@@ -461,6 +463,6 @@ def test_a_tflite_over_2_gb_is_refused_in_one_line_naming_the_tensor(converted: 
                                                               else []))
     model.buffers[big].data, model.buffers[big].offset, model.buffers[big].size = None, 2**31, 4096
     data = bytes(flatbuffer_utils.convert_object_to_bytearray(model))
-    with pytest.raises(ValueError, match=r"^tensor subgraph 0 tensor \d+: its data lies outside the flatbuffer "
-                                         r"\(a model over 2 GB\); hydra-edge compacts only"):
+    with pytest.raises(ValueError, match=rf"^tensor subgraph 0 tensor \d+: its data, bytes {2**31}..{2**31 + 4096}, "
+                                         rf"lies beyond the file's {len(data)} bytes: the \.tflite is truncated"):
         exporter("tflite").tensor_map(data)

@@ -189,7 +189,7 @@ def test_checkpoint_without_data_spec_uses_random_inputs_or_data(host_target: Pa
 
 
 @pytest.mark.parametrize("case", ["target", "heads", "not-hydravit", "not-checkpoint", "unwritable", "quant",
-                                  "all-optional"])
+                                  "all-optional", "attention-option"])
 def test_user_errors_are_one_line_and_write_nothing(checkpoint: Path, tmp_path: Path, case: str) -> None:
     out = tmp_path / "bundle"
     args = {"-c": checkpoint, "-t": "rpi", "-o": out}
@@ -211,6 +211,12 @@ def test_user_errors_are_one_line_and_write_nothing(checkpoint: Path, tmp_path: 
     elif case == "all-optional":  # once "0 converted", exit 0 and an empty manifest
         (tmp_path / "host.toml").write_text(ONNX_FP32 + "optional = true\n")
         args["-t"], expected = tmp_path / "host.toml", "the profile's artefacts are all optional; pass --optional"
+    elif case == "attention-option":
+        rpi = (Path(__file__).resolve().parents[1] / "targets" / "rpi.toml").read_text()
+        (tmp_path / "pi4.toml").write_text(rpi.replace('runtime_min_version = "2.3.0"\n',
+                                                       'runtime_min_version = "2.3.0"\n'
+                                                       '[artefacts.options]\nattention_matmuls = "fp32"\n', 1))
+        args["-t"], expected = tmp_path / "pi4.toml", "option attention_matmuls = 'fp32': give \"int8\""
     else:
         extra, expected = ["--quant", "fp16"], "no quantisation 'fp16'"
     code, output = _run(*[str(v) for kv in args.items() for v in kv], *extra)

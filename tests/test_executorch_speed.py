@@ -23,10 +23,11 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Path],
     x = np.random.default_rng(0).standard_normal((1, 3, 64, 64), dtype=np.float32)
     out = tmp_path_factory.mktemp("pte")
     paths = {}
-    for quant in ("fp32", "int8-dynamic"):
-        paths[quant] = out / f"{quant}.pte"
+    for key, quant, options in (("fp32", "fp32", {}), ("int8-dynamic", "int8-dynamic", {}),
+                                ("float-attention", "int8-dynamic", {"attention_matmuls": "float32"})):
+        paths[key] = out / f"{key}.pte"
         with torch.no_grad():
-            executorch.export(sub, torch.from_numpy(x), quant, {}, x, paths[quant], lambda s: None)
+            executorch.export(sub, torch.from_numpy(x), quant, options, x, paths[key], lambda s: None)
     return paths, sub, x
 
 
@@ -65,7 +66,9 @@ def test_int8_attention_matmuls_run_in_xnnpack_int8_and_agree_with_eager_torch(
     per_op = op_times(paths["int8-dynamic"], x, threads=1, runs=1)
     bmm = {op for op in per_op if "Batch Matrix Multiply" in op}
     assert bmm == {"XNNPACK Batch Matrix Multiply (NC, QS8) GEMM"}, per_op
-    assert any("Batch Matrix Multiply (NC, F32)" in op for op in op_times(paths["fp32"], x, threads=1, runs=1))
+    for float_attention in ("fp32", "float-attention"):  # the latter: a profile for CPUs without int8 dot products
+        per_op = op_times(paths[float_attention], x, threads=1, runs=1)
+        assert {op for op in per_op if "Batch Matrix Multiply" in op} == {"XNNPACK Batch Matrix Multiply (NC, F32) GEMM"}
     with torch.no_grad():
         reference = sub(torch.from_numpy(x)).numpy()[0]
     out = load(paths["int8-dynamic"]).run(x)[0]

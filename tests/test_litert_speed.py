@@ -1,8 +1,9 @@
 """The rpi int8 artefact is written as XNNPACK runs fastest, and keeps the eager model's outputs.
 
 LiteRT's own op profiler (bench/op_profile_litert.py) reads what the runtime executed: every op
-inside XNNPACK and attention with K's transpose folded into the batch matmul; the file holds the
-patch convolution over patch rows with the weight in the model's own layout.
+inside XNNPACK, attention with K's transpose folded into the batch matmul and that matmul in int8
+(float32 where the profile asks); the file holds the patch convolution over patch rows with the
+weight in the model's own layout.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ import pytest
 import torch
 
 from hydra_edge.config import preset
+from hydra_edge.convert.attention import attention_matmuls
 from hydra_edge.convert.targets import load_target
-from hydra_edge.convert.tflite import export, for_xnnpack
+from hydra_edge.convert.tflite import export, for_xnnpack, tensor_map
+from hydra_edge.errors import HydraEdgeError
 from hydra_edge.model import HydraViT
 from hydra_edge.runtime.engines import load
 from hydra_edge.vit import PatchEmbed
@@ -40,13 +43,22 @@ def images() -> np.ndarray:
     return np.random.default_rng(0).standard_normal((4, 3, 8, 8), dtype=np.float32)
 
 
+def _export(subnet: torch.nn.Module, images: np.ndarray, path: Path, **options: str) -> Path:
+    """The subnetwork exported as the rpi profile's int8-dynamic artefact, with ``options`` on top of its own."""
+    variant = next(v for v in load_target("rpi").artefacts if (v.format, v.quant) == ("tflite", "int8-dynamic"))
+    export(subnet, torch.from_numpy(images[:1]), variant.quant, {**variant.options, **options}, images, path,
+           lambda s: None)
+    return path
+
+
 @pytest.fixture(scope="module")
 def artefact(subnet: torch.nn.Module, images: np.ndarray, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The subnetwork exported as the rpi profile's int8-dynamic artefact."""
-    variant = next(v for v in load_target("rpi").artefacts if (v.format, v.quant) == ("tflite", "int8-dynamic"))
-    path = tmp_path_factory.mktemp("rpi") / "vit_h3.tflite"
-    export(subnet, torch.from_numpy(images[:1]), variant.quant, dict(variant.options), images, path, lambda s: None)
-    return path
+    return _export(subnet, images, tmp_path_factory.mktemp("rpi") / "vit_h3.tflite")
+
+
+@pytest.fixture(scope="module")
+def float_attention(subnet: torch.nn.Module, images: np.ndarray, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _export(subnet, images, tmp_path_factory.mktemp("rpi") / "vit_h3.tflite", attention_matmuls="float32")
 
 
 def test_the_rewrite_keeps_every_parameter_and_the_outputs(subnet: torch.nn.Module, images: np.ndarray) -> None:
@@ -81,6 +93,27 @@ def test_liteRT_runs_every_op_in_xnnpack_with_k_transposed_inside_the_attention_
     # convolution (its patches one transpose), the classifier one more FC
     assert count == {"Convolution": 1, "Fully Connected": 4 * DEPTH + 1, "Batch Matrix Multiply": 2 * DEPTH,
                      "Transpose": 2 * DEPTH + 1}
+    # int8 x int8 with fixed scales: XNNPACK's own kernel, not LiteRT's BATCH_MATMUL (ten times slower)
+    assert {op for op in per_type if "Batch Matrix Multiply" in op} == {"Batch Matrix Multiply (NC, QS8) GEMM"}
+
+
+def test_attention_matmuls_stay_float32_where_the_profile_asks_and_nothing_else_changes(
+        artefact: Path, float_attention: Path, images: np.ndarray) -> None:
+    """A board without int8 dot products keeps them in float; either way every weight byte is the same."""
+    per_type = op_times(float_attention, images[:1], threads=1, runs=1)
+    assert {op for op in per_type if "Batch Matrix Multiply" in op} == {"Batch Matrix Multiply (NC, F32) GEMM"}
+    weights = [{t.array(data).tobytes() for t in tensor_map(data) if t.dtype == np.int8}
+               for data in (artefact.read_bytes(), float_attention.read_bytes())]
+    assert weights[0] == weights[1] and len(weights[0]) == 4 * DEPTH + 2  # per block 4 linears; patch, head
+
+
+@pytest.mark.parametrize("value", ["int4", 8, None])
+def test_an_unknown_attention_option_is_one_line(value: object) -> None:
+    with pytest.raises(HydraEdgeError) as e:
+        attention_matmuls({"attention_matmuls": value}, "board.toml: tflite_int8-dynamic")
+    assert str(e.value) == (f"board.toml: tflite_int8-dynamic: option attention_matmuls = {value!r}: give \"int8\" "
+                            "(CPUs with int8 dot products) or \"float32\" (CPUs without) in the profile's "
+                            "[artefacts.options]")
 
 
 def test_the_patch_convolution_reads_patch_rows_and_stores_the_weight_in_its_own_layout(

@@ -13,9 +13,6 @@ if TYPE_CHECKING:  # torch is imported by export() only: profiles are read on to
     from .nesting import Ranges
 
 QUANTS = ("fp32", "int8-dynamic", "int8-static")
-# Images whose activations set the attention matmuls' fixed int8 ranges under int8-dynamic (whose
-# linears need none); int8-static takes the profile's calibration_images for every activation.
-ATTENTION_CALIBRATION_IMAGES = 16
 TOOLS = ("torch", "executorch")
 NESTED = ("int8-dynamic", "int8-static")  # quants whose weights take given ranges (convert.nesting)
 IMPORTS = ("executorch.exir", "executorch.backends.xnnpack.partition.xnnpack_partitioner")  # warmed before timing, so convert_seconds excludes import time
@@ -32,7 +29,8 @@ def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: d
     (no-op expands, squeezes) that would otherwise run as portable kernels between delegate calls.
     A small subnetwork spent a third of its time in those kernels and the calls around them.
     Quantised, the attention's activation x activation matmuls run in XNNPACK's int8 batch matmul
-    with calibrated per-tensor ranges (``pt2e.attention_matmul_quantizer``); ExecuTorch's own
+    with calibrated per-tensor ranges unless the profile keeps them in float (``attention``,
+    ``pt2e.attention_matmul_quantizer``); ExecuTorch's own
     partitioner takes a ``bmm`` in float32 only, so ``_partitioner`` lets it take the int8 one too.
     """
     import torch
@@ -56,6 +54,7 @@ def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: d
         )
         from torchao.quantization.pt2e.quantizer.composable_quantizer import ComposableQuantizer
 
+        from .attention import CALIBRATION_IMAGES, attention_matmuls
         from .pt2e import attention_matmul_quantizer, quantize
         from .tflite import bmm_attention
 
@@ -64,9 +63,10 @@ def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: d
         quantizer = XNNPACKQuantizer().set_global(
             get_symmetric_quantization_config(is_per_channel=True, is_dynamic=dynamic)
         ).set_module_type(norm_type, None)  # LayerNorm stays float, as nn.LayerNorm did
-        images = calibration[: ATTENTION_CALIBRATION_IMAGES if dynamic else int(options.get("calibration_images", 64))]
-        model = quantize(bmm_attention(model), example, ComposableQuantizer([quantizer, attention_matmul_quantizer()]),
-                         images, ranges=ranges)
+        images = calibration[: CALIBRATION_IMAGES if dynamic else int(options.get("calibration_images", 64))]
+        if attention_matmuls(options) == "int8":
+            model, quantizer = bmm_attention(model), ComposableQuantizer([quantizer, attention_matmul_quantizer()])
+        model = quantize(model, example, quantizer, images, ranges=ranges)
     stage("export")
     program = torch.export.export(model, (example,))
     stage("lower (XNNPACK)")
@@ -78,11 +78,13 @@ def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: d
     path.write_bytes(lowered.buffer)
     schemes = {
         "fp32": "float32",
-        "int8-dynamic": "PT2E: int8 per-channel symmetric weights, dynamic int8 activations; attention "
-                        "matmuls int8 with per-tensor ranges from train-split images",
+        "int8-dynamic": "PT2E: int8 per-channel symmetric weights, dynamic int8 activations",
         "int8-static": "PT2E: int8 per-channel weights, static int8 activations from train-split images",
     }
-    return {"scheme": schemes[quant], "delegate": "XNNPACK"}
+    scheme = schemes[quant]
+    if quant != "fp32" and attention_matmuls(options) == "int8":
+        scheme += "; attention matmuls int8 with per-tensor ranges from train-split images"
+    return {"scheme": scheme, "delegate": "XNNPACK"}
 
 
 def _partitioner() -> Any:

@@ -41,6 +41,7 @@ from ..logs import LOGS, artefact_log, capture
 from ..records.manifest import Nesting
 from ..runtime.engines import FORMATS, load, runtime_version
 from ..slicing import weight_index
+from .attention import attention_matmuls
 from .formats import all_tools, exporter, tools
 from .golden import golden_name
 from .layout import LAYOUTS, apply_layout
@@ -449,6 +450,7 @@ def check_inputs(opts: ConvertOptions) -> Inputs:
     target = load_target(opts.target)
     variants = target.variants(opts.quant, opts.optional)
     for v in variants:
+        attention_matmuls(v.options, f"{target.source}: {v.key}")
         if v.quant in exporter(v.format).NESTED:
             max_cost(v.options, f"{target.source}: {v.key}")
     model, saved = load_checkpoint_file(opts.checkpoint, ema=opts.ema)

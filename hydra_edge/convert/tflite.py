@@ -1,4 +1,5 @@
-"""LiteRT ``.tflite`` through litert-torch; int8 is PT2E dynamic-range (int8 weights per channel)."""
+"""LiteRT ``.tflite`` through litert-torch; int8 is PT2E dynamic-range (int8 weights per channel), with
+the attention matmuls in static int8 through ai-edge-quantizer."""
 
 from __future__ import annotations
 
@@ -9,17 +10,19 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from .attention import CALIBRATION_IMAGES, attention_matmuls
+
 if TYPE_CHECKING:  # torch is imported by export() only: profiles are read on torch-free devices
     import torch
 
     from .nesting import Ranges
 
 QUANTS = ("fp32", "int8-dynamic")
-TOOLS = ("torch", "litert-torch", "ai-edge-litert")
+TOOLS = ("torch", "litert-torch", "ai-edge-quantizer", "ai-edge-litert")
 # litert-torch prints a log line per stage; our progress display replaces them. Set before any import.
 os.environ.setdefault("LITERT_TORCH_SHOW_PROGRESS", "n")
 NESTED = ("int8-dynamic",)  # quants whose weights take given ranges (convert.nesting)
-IMPORTS = ("litert_torch", "torchao.quantization.pt2e.quantize_pt2e")  # warmed before timing, so convert_seconds excludes import time
+IMPORTS = ("litert_torch", "torchao.quantization.pt2e.quantize_pt2e", "ai_edge_quantizer.quantizer")  # warmed before timing, so convert_seconds excludes import time
 
 
 def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: dict[str, Any],
@@ -51,8 +54,43 @@ def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: d
     edge = litert_torch.convert(model, (example,), **kwargs)
     stage("serialise")
     edge.export(str(path))
-    return {"scheme": "PT2E dynamic-range: int8 per-channel weights, int8 activations per inference"
-            if quant != "fp32" else "float32"}
+    if quant == "fp32":
+        return {"scheme": "float32"}
+    scheme = "PT2E dynamic-range: int8 per-channel weights, int8 activations per inference"
+    if attention_matmuls(options) == "int8":
+        stage("quantise attention matmuls (ai-edge-quantizer)")
+        int8_batch_matmuls(path, calibration[:CALIBRATION_IMAGES] if len(calibration) else example.numpy())
+        scheme += "; attention matmuls int8 with per-tensor ranges from train-split images"
+    return {"scheme": scheme}
+
+
+def int8_batch_matmuls(path: Path, images: np.ndarray) -> None:
+    """Rewrite the ``.tflite`` at ``path`` with every BATCH_MATMUL in static int8, all else as it was.
+
+    litert-torch cannot do this from PT2E: it carries a ``bmm``'s fixed int8 ranges back through the
+    reshapes into the QKV layer, whose int8 output from a float input LiteRT refuses to run
+    (docs/dependencies.md). ai-edge-quantizer works on the converted model instead: it puts a
+    QUANTIZE before each batch matmul operand and a DEQUANTIZE after it, with per-tensor ranges
+    from ``images`` (MinMax), and leaves every other op and every int8 weight byte as it was, so
+    nesting and compaction see the same weights (it stores buffers after the flatbuffer, which
+    ``tensor_map`` reads). Symmetric ranges: XNNPACK's int8 batch matmul needs the right operand's
+    zero point at 0; without it LiteRT's own int8 kernel ran them, ten times slower than float32.
+    """
+    from ai_edge_litert.interpreter import Interpreter
+    from ai_edge_quantizer import qtyping, quantizer
+
+    q = quantizer.Quantizer(str(path))
+    int8 = qtyping.TensorQuantizationConfig(num_bits=8, symmetric=True)
+    q.update_quantization_recipe(  # a batch matmul's operands are activations; the weight config is required
+        regex=".*", operation_name=qtyping.TFLOperationName.BATCH_MATMUL,
+        op_config=qtyping.OpQuantizationConfig(activation_tensor_config=int8, weight_tensor_config=int8,
+                                               compute_precision=qtyping.ComputePrecision.INTEGER))
+    signatures = Interpreter(model_path=str(path)).get_signature_list()
+    (signature, io), = signatures.items()  # litert-torch writes one signature, one image input
+    (name,) = io["inputs"]
+    result = q.calibrate({signature: [{name: np.ascontiguousarray(x[None])} for x in images]},
+                         num_threads=len(os.sched_getaffinity(0)))
+    q.quantize(result, enable_progress_bar=False).export_model(str(path), overwrite=True)
 
 
 def for_xnnpack(model: torch.nn.Module) -> torch.nn.Module:
@@ -151,10 +189,12 @@ def tensor_map(data: bytes) -> list[Any]:
             t = graph.Tensors(i)
             buffer = model.Buffers(t.Buffer())
             name = f"subgraph {g} tensor {i}"  # its own name is the converter's trace, not the weight's
-            if buffer.Offset() > 1:
-                raise ValueError(f"tensor {name}: its data lies outside the flatbuffer (a model over 2 GB); "
-                                 "hydra-edge compacts only models whose buffers are inline")
-            span = _vector(buffer._tab, _DATA)
+            # offset > 1: the bytes lie after the flatbuffer, at that file offset (how ai-edge-quantizer
+            # writes a model over 256 KiB); 0 or 1: inline in Buffer.data
+            span = (buffer.Offset(), buffer.Size()) if buffer.Offset() > 1 else _vector(buffer._tab, _DATA)
+            if span is not None and span[0] + span[1] > len(data):
+                raise ValueError(f"tensor {name}: its data, bytes {span[0]}..{span[0] + span[1]}, lies beyond the "
+                                 f"file's {len(data)} bytes: the .tflite is truncated or not LiteRT's")
             if span is None or not span[1] or t.Type() not in _TYPES or span[0] in tensors:
                 continue
             shape = tuple(int(d) for d in t.ShapeAsNumpy()) if t.ShapeLength() else ()
