@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from hydra_edge.measure.device import RuntimeMissingError, ensure_python, runtime_requirements
-from hydra_edge.config import preset
+from hydra_edge.config import HydraConfig, preset
 from hydra_edge.convert.formats import exporter
 from hydra_edge.convert.targets import load_target
 from hydra_edge.errors import HydraEdgeError
@@ -189,3 +189,32 @@ def test_a_variant_may_name_tflite_runtime_only_for_what_runs_correctly_there(tm
     line = str(info.value)
     assert "\n" not in line and "tflite-runtime runs only fp32 tflite artefacts correctly, not int8-dynamic" in line
     assert ("board.toml: $.artefacts[0].runtime" in line) == (how == "profile")
+
+
+@pytest.mark.parametrize("machine, flags, saturates", [
+    ("x86_64", "fpu sse avx2 fma", True),  # AVX2 only: vpmaddubsw's 16-bit pair sums
+    ("x86_64", "fpu avx2 avx512f avx512_vnni", False), ("x86_64", "fpu avx2 avx_vnni", False),
+    ("x86_64", "fpu avx2 amx_int8 amx_tile", False), ("aarch64", "fp asimd", False),
+])
+def test_onnxruntime_int8_saturation_is_decided_from_the_cpus_int8_instructions(machine: str, flags: str,
+                                                                                 saturates: bool) -> None:
+    cpuinfo = f"processor\t: 0\nflags\t\t: {flags}\n\nprocessor\t: 1\nflags\t\t: {flags}\n"
+    assert engines.int8_kernels_saturate(cpuinfo, machine) is saturates
+
+
+def test_an_int8_qdq_artefact_runs_as_written_whatever_the_cpu(tmp_path: Path, b16_like: HydraConfig) -> None:
+    """The engine computes what the QDQ graph says (dequantize, then the float op: what TensorRT computes).
+    On an x86 without VNNI onnxruntime's fused int8 kernels saturate (logits off by over 10 % here);
+    the engine then runs the Q/DQ pairs as written."""
+    import onnxruntime as ort
+
+    torch.manual_seed(0)
+    sub = HydraViT(b16_like).subnetwork(3).eval()
+    x = np.random.default_rng(1).standard_normal((4, 3, 32, 32), dtype=np.float32)
+    path = _export(sub, "onnx", "int8-qdq", x, tmp_path)
+    as_written = ort.SessionOptions()
+    as_written.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(str(path), as_written, providers=["CPUExecutionProvider"])
+    want = np.concatenate([session.run(None, {session.get_inputs()[0].name: x[i : i + 1]})[0] for i in range(4)])
+    out = load(path, threads=1).run(x)
+    assert np.linalg.norm(out - want) <= 0.05 * np.linalg.norm(want)  # saturated: 16 % on an AVX2-only EPYC

@@ -92,6 +92,8 @@ def int8_batch_matmuls(path: Path, images: np.ndarray) -> None:
         op_config=qtyping.OpQuantizationConfig(activation_tensor_config=int8, weight_tensor_config=int8,
                                                compute_precision=qtyping.ComputePrecision.INTEGER))
     model = path.read_bytes()
+    if not _has_op(model, "BATCH_MATMUL"):  # no attention (a single layer): nothing to calibrate or rewrite
+        return
     (signature, io), = Interpreter(model_content=model).get_signature_list().items()  # litert-torch: one, one input
     (name,) = io["inputs"]
     ranges = calibrator.Calibrator(model, num_threads=len(os.sched_getaffinity(0)),
@@ -99,6 +101,15 @@ def int8_batch_matmuls(path: Path, images: np.ndarray) -> None:
     ranges.calibrate({signature: [{name: np.ascontiguousarray(x[None])} for x in images]}, recipe)
     q = quantizer.Quantizer(model, recipe.get_quantization_recipe())
     q.quantize(ranges.get_model_qsvs(), enable_progress_bar=False).export_model(str(path), overwrite=True)
+
+
+def _has_op(data: bytes, op: str) -> bool:
+    """Whether the ``.tflite`` in ``data`` holds a builtin operator named ``op`` (schema.fbs's name)."""
+    from ai_edge_litert import schema_py_generated as fb
+
+    model, code = fb.Model.GetRootAs(data, 0), getattr(fb.BuiltinOperator, op)
+    return any(max(model.OperatorCodes(i).BuiltinCode(), model.OperatorCodes(i).DeprecatedBuiltinCode()) == code
+               for i in range(model.OperatorCodesLength()))
 
 
 def for_xnnpack(model: torch.nn.Module) -> torch.nn.Module:
