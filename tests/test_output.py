@@ -41,9 +41,12 @@ NOISE = [
     r"onnxruntime:",  # onnxruntime's own warnings ("[W:onnxruntime:...")
     r"^WARNING:",  # Python logging's last-resort format
 ]
-# What the log must hold: output of the exporter (C++) and of the runtime verifying the artefact.
-# (The exporter's op-count line is not printed on every run: its oneDNN banner, C++ too, always is.)
-CHATTER = [r"Estimated count of arithmetic ops|oneDNN custom operations", r"Created TensorFlow Lite XNNPACK delegate"]
+# What the log must hold: output of the exporter and of the runtime verifying the artefact (C++).
+# The exporter's C++ lines depend on the host: its op-count line is not printed on every run, and
+# TensorFlow prints its oneDNN banner only on CPUs with AVX-512; torch.export's FutureWarning is
+# printed on every host.
+CHATTER = [r"Estimated count of arithmetic ops|oneDNN custom operations|LeafSpec",
+           r"Created TensorFlow Lite XNNPACK delegate"]
 
 
 def _noise(text: str) -> list[str]:
@@ -104,7 +107,8 @@ def test_conversion_workers_keep_what_their_imports_print_in_the_log(checkpoint:
     assert _noise(terminal) == [], terminal
     log = (out / "rpi" / "logs" / "workers.log").read_text()
     assert log.count("# hydra-edge ") == 2 and "importing" in log  # one header per worker
-    assert re.search(r"oneDNN custom operations|absl::InitializeLog", log), log
+    # TensorFlow's banners (C++) where the CPU has AVX-512; torchao's missing CUDA kernels on every CPU-only host
+    assert re.search(r"oneDNN custom operations|absl::InitializeLog|Failed to load .*torchao", log), log
 
 
 def test_verbose_shows_library_output_and_still_logs_it(checkpoint: Path, tmp_path: Path) -> None:
