@@ -117,13 +117,19 @@ def int8_kernels_saturate(cpuinfo: str | None = None, machine: str | None = None
     return not any(flag in flags for flag in _X86_INT8_DOT)
 
 
+@functools.cache
+def _this_cpu_saturates() -> bool:
+    """``int8_kernels_saturate`` for this machine, read once (an engine is loaded per head count switch)."""
+    return int8_kernels_saturate()
+
+
 def _load_onnx(model: Model, threads: int, module: str) -> Step:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
-    if int8_kernels_saturate():  # run Q/DQ pairs as written (dequantize, float op), not fused into int8 kernels
+    if _this_cpu_saturates():  # run Q/DQ pairs as written (dequantize, float op), not fused into int8 kernels
         options.add_session_config_entry("session.disable_quant_qdq", "1")
     session = ort.InferenceSession(model if isinstance(model, bytes) else str(model), options,
                                    providers=["CPUExecutionProvider"])
