@@ -6,8 +6,8 @@ Multiply (NC, QS8)") when both operands and the result carry fixed per-tensor sc
 train-split images; with int8 dot products (x86 VNNI, Arm dotprod) that halved their time (a .pte
 on a Zen 4). Without them the int8 kernel was slower than float32 (an AVX2-only x86: 15 %), so a
 profile for such a board (a Raspberry Pi 4's Cortex-A72) can keep them in float:
-``attention_matmuls = "float32"`` in its ``[artefacts.options]``. The .tflite and .pte exporters read it here; ONNX int8 QDQ names its
-quantised ops itself (``op_types_to_quantize``).
+``attention_matmuls = "float32"`` in its ``[artefacts.options]``. The .tflite and .pte exporters
+read it here; ONNX int8 QDQ names its quantised ops itself (``op_types_to_quantize``).
 """
 
 from __future__ import annotations

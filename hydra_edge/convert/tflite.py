@@ -85,15 +85,15 @@ def int8_batch_matmuls(path: Path, images: np.ndarray) -> None:
     from ai_edge_quantizer import calibrator, qtyping, quantizer, recipe_manager
     from ai_edge_quantizer.utils import qsv_utils
 
+    model = path.read_bytes()
+    if not _has_op(model, "BATCH_MATMUL"):  # no attention (a single layer): nothing to calibrate or rewrite
+        return
     recipe = recipe_manager.RecipeManager()
     int8 = qtyping.TensorQuantizationConfig(num_bits=8, symmetric=True)
     recipe.add_quantization_config(  # a batch matmul's operands are activations; the weight config is required
         regex=".*", operation_name=qtyping.TFLOperationName.BATCH_MATMUL,
         op_config=qtyping.OpQuantizationConfig(activation_tensor_config=int8, weight_tensor_config=int8,
                                                compute_precision=qtyping.ComputePrecision.INTEGER))
-    model = path.read_bytes()
-    if not _has_op(model, "BATCH_MATMUL"):  # no attention (a single layer): nothing to calibrate or rewrite
-        return
     (signature, io), = Interpreter(model_content=model).get_signature_list().items()  # litert-torch: one, one input
     (name,) = io["inputs"]
     ranges = calibrator.Calibrator(model, num_threads=len(os.sched_getaffinity(0)),
