@@ -316,13 +316,13 @@ def test_a_per_channel_scale_is_a_slice_through_the_rows_of_its_weight(transpose
     source, source_tensors = artefact(q, scale)
     nested, tensors = artefact(q[np.ix_(rows, cols)], scale[rows])
     done = compact(2, "k.bin", nested, tensors, largest("12.bin", source, source_tensors, 6, {"w": w}, index),
-                   {"w": w}, index, "k.skeleton")
+                   index, "k.skeleton")
     assert [r.offset for r in done.recipe.ranges] == [t.offset for t in tensors]
     assert done.skeleton == b"headtail"
     own, tensors = artefact(*_quantised(w[np.ix_(rows, cols)]))
     with pytest.raises(ValueError, match="no weight of k.bin is a slice of 12.bin's"):
         compact(2, "k.bin", own, tensors, largest("12.bin", source, source_tensors, 6, {"w": w}, index),
-                {"w": w}, index, "k.skeleton")
+                index, "k.skeleton")
 
 
 @pytest.fixture(scope="module")

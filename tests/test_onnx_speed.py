@@ -70,20 +70,24 @@ def test_onnxruntime_runs_softmax_in_float_and_the_patch_embedding_in_int8(bundl
         assert ops["Softmax"] == 2 and "QLinearSoftmax" not in ops, (a.file, ops)
         assert ops["QLinearConv"] == 1 and "Conv" not in ops, (a.file, ops)
         assert ops["Gelu"] == 2, (a.file, ops)  # GELU fused into one op: no Q/DQ pair splits its pattern
-        # 2 per block + the final one, each a plain LayerNormalization: no SkipLayerNormalization fused
-        assert ops["LayerNormalization"] == 5 and "SkipLayerNormalization" not in ops, (a.file, ops)
+        # 2 per block + the final one. onnxruntime fuses a residual Add into the next norm as a
+        # SkipLayerNormalization, whose CPU kernel took 8x the Add and norm's time on every token: only
+        # where the norm sees the cls token alone (the last block's second and the final one) is it fused
+        assert ops["LayerNormalization"] + ops["SkipLayerNormalization"] == 5, (a.file, ops)
+        assert ops["LayerNormalization"] >= 3, (a.file, ops)
 
 
-def test_the_final_norm_runs_on_the_cls_token_alone(bundle: Path, tmp_path: Path) -> None:
+def test_the_last_block_after_its_attention_runs_on_the_cls_token_alone(bundle: Path) -> None:
+    """Both norms of every block see every token, but the last block's second norm and the final one
+    see only the cls token: the last block's projection and MLP run for one token (``rewrites``)."""
     for a in read_manifest(bundle).artefacts:
-        for graph in (onnx.load(str(bundle / a.file)).graph, _optimised(bundle / a.file, tmp_path)):
-            made_by = {out: n for n in graph.node for out in n.output}
-            (gather,) = [n for n in graph.node if n.op_type == "Gather"]
-            *_, last_norm = [n for n in graph.node if n.op_type == "LayerNormalization"]
-            assert made_by[last_norm.input[0]] is gather, (a.file, last_norm.input[0])
+        graph = onnx.shape_inference.infer_shapes(onnx.load(str(bundle / a.file))).graph
+        shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in (*graph.input, *graph.value_info)}
+        tokens = [shapes[n.input[0]][1] for n in graph.node if n.op_type == "LayerNormalization"]
+        assert tokens == [17, 17, 17, 1, 1], (a.file, tokens)  # 16 patches + cls; blocks 1, 2; the final norm
 
 
-def test_the_fp32_graph_with_the_norm_moved_gives_torch_s_logits(tmp_path: Path) -> None:
+def test_the_fp32_graph_gives_torch_s_logits(tmp_path: Path) -> None:
     from hydra_edge.convert import onnx as exporter
 
     torch.manual_seed(0)
@@ -94,8 +98,6 @@ def test_the_fp32_graph_with_the_norm_moved_gives_torch_s_logits(tmp_path: Path)
     with torch.no_grad():
         exporter.export(sub, x, "fp32", {}, np.zeros((1, *x.shape[1:]), np.float32), path, lambda s: None)
         expected = sub(x).numpy()
-    graph = onnx.load(str(path)).graph
-    assert [n.op_type for n in graph.node][-3:] == ["Gather", "LayerNormalization", "Gemm"]
     got = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"input": x.numpy()})[0]
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 

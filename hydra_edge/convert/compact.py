@@ -59,6 +59,7 @@ class Source:
 
     tensor: Tensor
     name: str  # the model parameter it holds (or whose rows it describes)
+    shape: tuple[int, ...]  # the parameter's shape as the tensor holds it (``_forms``)
     axes: tuple[int, ...]
     positions: tuple[np.ndarray, ...]
 
@@ -70,6 +71,15 @@ def _positions(index: tuple, shape: Sequence[int]) -> list[np.ndarray]:
         i = index[axis] if axis < len(index) else slice(None)
         out.append(np.arange(size)[i] if isinstance(i, slice) else np.asarray(i, dtype=np.int64))
     return out
+
+
+def _forms(param: np.ndarray, index: tuple) -> list[np.ndarray]:
+    """The shapes an artefact may hold ``param`` in: its own and, for a kernel of more than two axes whose
+    slice keeps every axis after the first whole, those axes merged: a patch convolution's kernel
+    (D, C, p, p) exported as a fully-connected weight (D, C * p * p) over flattened patches."""
+    if param.ndim > 2 and len(index) <= 1:
+        return [param, param.reshape(param.shape[0], -1)]
+    return [param]
 
 
 def _spans(relative: np.ndarray) -> list[tuple[int, int]]:
@@ -141,10 +151,11 @@ def identify(tensors: Iterable[Tensor], data: bytes, params: Mapping[str, np.nda
     Equal values (zero biases, unit norms of an untrained model) give several sources for one tensor;
     ``plan_ranges`` takes the first whose slice has the destination's bytes.
     """
-    sliced = {}
-    for name, p in params.items():
-        pos = _positions(index(name, heads), p.shape)
-        sliced[name] = (p[np.ix_(*pos)], pos)
+    sliced = []
+    for name, param in params.items():
+        for p in _forms(param, index(name, heads)):
+            pos = _positions(index(name, heads), p.shape)
+            sliced.append((name, p.shape, p[np.ix_(*pos)], pos))
     tensors = list(tensors)
     rows: dict[str, list[Tensor]] = {}
     for t in tensors:
@@ -155,10 +166,10 @@ def identify(tensors: Iterable[Tensor], data: bytes, params: Mapping[str, np.nda
         if t.rows_of is not None:
             continue
         values, step = _dequantised(t, rows.get(t.name, []), data)
-        for name, (s, pos) in sliced.items():
+        for name, shape, s, pos in sliced:
             for axes, where in _layouts(values, step, s, pos):
-                found.append(Source(t, name, axes, where))
-                found += [Source(r, name, (axes[r.axis],), (where[r.axis],)) for r in rows.get(t.name, [])]
+                found.append(Source(t, name, shape, axes, where))
+                found += [Source(r, name, shape, (axes[r.axis],), (where[r.axis],)) for r in rows.get(t.name, [])]
     return found
 
 
@@ -174,19 +185,18 @@ def _relative(want: Sequence[np.ndarray], have: Sequence[np.ndarray]) -> list[li
 
 
 def plan_ranges(dest: Iterable[Tensor], dest_data: bytes, sources: Sequence[Source], source_data: bytes,
-                params_shape: Mapping[str, Sequence[int]], index: Callable[[str, int], tuple],
-                heads: int) -> list[Range]:
+                index: Callable[[str, int], tuple], heads: int) -> list[Range]:
     """A range for each destination tensor whose bytes equal a slice of a source tensor, ordered by offset."""
     ranges = []
-    positions: dict[str, list[np.ndarray]] = {}
+    positions: dict[tuple[str, tuple[int, ...]], list[np.ndarray]] = {}
     for t in dest:
         want = dest_data[t.offset:t.offset + t.nbytes]
         for s in sources:
             if s.tensor.dtype != t.dtype or len(s.tensor.shape) != len(t.shape):
                 continue
-            if s.name not in positions:
-                positions[s.name] = _positions(index(s.name, heads), params_shape[s.name])
-            spans = _relative([positions[s.name][a] for a in s.axes], s.positions)
+            if (s.name, s.shape) not in positions:
+                positions[s.name, s.shape] = _positions(index(s.name, heads), s.shape)
+            spans = _relative([positions[s.name, s.shape][a] for a in s.axes], s.positions)
             if spans is None or tuple(sum(b - a for a, b in ax) for ax in spans) != t.shape:
                 continue
             r = Range(offset=t.offset, source_offset=s.tensor.offset, dtype=t.dtype.str,
@@ -232,13 +242,12 @@ def largest(file: str, data: bytes, tensors: Sequence[Tensor], heads: int, param
 
 
 def compact(heads: int, artefact: str, data: bytes, tensors: Sequence[Tensor], source: Largest,
-            params: Mapping[str, np.ndarray], index: Callable[[str, int], tuple], skeleton_file: str) -> Compacted:
+            index: Callable[[str, int], tuple], skeleton_file: str) -> Compacted:
     """Skeleton and recipe of ``data`` (the ``heads`` artefact) over ``source``; verified by rebuilding.
 
     Raises ValueError (saying why) when no weight is a slice or the rebuild differs from ``data``.
     """
-    shapes = {name: p.shape for name, p in params.items()}
-    ranges = plan_ranges(tensors, data, source.sources, source.data, shapes, index, heads)
+    ranges = plan_ranges(tensors, data, source.sources, source.data, index, heads)
     if not ranges:
         raise ValueError(f"no weight of {artefact} is a slice of {source.piece.file}'s")
     skeleton = skeleton_of(data, ranges)

@@ -27,7 +27,9 @@ def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: d
     The whole network lowers into XNNPACK: LayerNorm is written with ops XNNPACK runs
     (``_delegable``), and ExecuTorch's own XNNPACK lowering passes drop the shape-only copies
     (no-op expands, squeezes) that would otherwise run as portable kernels between delegate calls.
-    A small subnetwork spent a third of its time in those kernels and the calls around them.
+    A small subnetwork spent a third of its time in those kernels and the calls around them. The
+    patch convolution runs as a fully-connected layer (``rewrites.PatchLinearEmbed``) and the last
+    block for the class token only (``rewrites.class_token_only``).
     Quantised, the attention's activation x activation matmuls run in XNNPACK's int8 batch matmul
     with calibrated per-tensor ranges unless the profile keeps them in float (``attention``,
     ``pt2e.attention_matmul_quantizer``); ExecuTorch's own
@@ -45,8 +47,11 @@ def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: d
         get_xnnpack_executorch_backend_config,
     )
     from executorch.exir import to_edge_transform_and_lower
+    from executorch.exir.passes.constant_prop_pass import constant_prop_pass
 
-    model, norm_type = _delegable(model)
+    from .rewrites import class_token_only, patch_linear
+
+    model, norm_type = _delegable(patch_linear(class_token_only(model)))
     if quant != "fp32":
         from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
             XNNPACKQuantizer,
@@ -56,7 +61,7 @@ def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: d
 
         from .attention import CALIBRATION_IMAGES, attention_matmuls
         from .pt2e import attention_matmul_quantizer, quantize
-        from .tflite import bmm_attention
+        from .rewrites import bmm_attention
 
         stage("quantise (PT2E)")
         dynamic = quant == "int8-dynamic"
@@ -69,6 +74,8 @@ def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: d
         model = quantize(model, example, quantizer, images, ranges=ranges)
     stage("export")
     program = torch.export.export(model, (example,))
+    if quant == "fp32":  # the patch kernel read as a matrix is a view of a parameter, which XNNPACK does not
+        program = constant_prop_pass(program)  # take as a weight: folded into a constant, as PT2E's convert does
     stage("lower (XNNPACK)")
     lowered = to_edge_transform_and_lower(
         program, partitioner=[_partitioner()], compile_config=get_xnnpack_edge_compile_config(),

@@ -57,12 +57,11 @@ def _expand(out: Path, manifest: Manifest, record: ArtefactRecord) -> None:
 
 
 def _compact(out: Path, manifest: Manifest, record: ArtefactRecord, source: Callable[[], Largest],
-             tensor_map: Callable[[bytes], List[Tensor]], params: Dict[str, np.ndarray], index: Any) -> None:
+             tensor_map: Callable[[bytes], List[Tensor]], index: Any) -> None:
     data = (out / record.file).read_bytes()
     try:
         # the largest artefact is read on first use, inside the try: a map it cannot give is a note too
-        done = compact(record.heads, record.file, data, tensor_map(data), source(), params, index,
-                       skeleton_name(record.file))
+        done = compact(record.heads, record.file, data, tensor_map(data), source(), index, skeleton_name(record.file))
     except ValueError as e:
         _replace(manifest, out, record, f"full: {e}")
         return
@@ -122,6 +121,6 @@ def apply_layout(out: Path, manifest: Manifest, layout: str, checkpoint: str, re
             continue
         report(record.file, "compact", None)
         model = model or _model_params(checkpoint, ema)
-        _compact(out, manifest, record, lambda: largest_of(source, tensor_map), tensor_map, *model)
+        _compact(out, manifest, record, lambda: largest_of(source, tensor_map), tensor_map, model[1])
         report(record.file, "done", manifest.by_id()[record.id].bytes)
     share_inputs(out, manifest)

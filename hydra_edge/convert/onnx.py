@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 if TYPE_CHECKING:  # torch is imported by export() only: profiles are read on torch-free devices
-    import onnx
     import torch
 
     from .nesting import Ranges
@@ -69,88 +68,28 @@ def _weight_overrides(onnx_file: Path, model: torch.nn.Module, ranges: Ranges) -
     return overrides
 
 
-def _normalise_after_gather(model: onnx.ModelProto) -> int:
-    """Move every LayerNormalization that only feeds one Gather of a single token behind that Gather.
-
-    A ViT normalises all its tokens and then reads the cls token alone; LayerNormalization works
-    on each token by itself, so gathering first and normalising one token gives the same logits
-    for a 197th of the work. It also stops onnxruntime fusing the last residual Add into a
-    SkipLayerNormalization, whose CPU kernel took 8x the time of that Add and LayerNormalization
-    (b16, 1 thread). Exact, and standard ops only, so TensorRT builds the artefact unchanged.
-    Returns how many were moved.
-    """
-    import onnx
-    from onnx import numpy_helper
-
-    graph = model.graph
-    inferred = onnx.shape_inference.infer_shapes(model).graph
-    rank = {v.name: len(v.type.tensor_type.shape.dim) for v in (*inferred.input, *inferred.value_info)
-            if v.type.tensor_type.HasField("shape")}
-    scalars = {i.name for i in graph.initializer if not i.dims}
-    scalars |= {n.output[0] for n in graph.node if n.op_type == "Constant" and n.attribute
-                and n.attribute[0].name == "value" and not numpy_helper.to_array(n.attribute[0].t).shape}
-    consumers: dict[str, list[onnx.NodeProto]] = {}
-    for n in graph.node:
-        for name in n.input:
-            consumers.setdefault(name, []).append(n)
-    outputs = {o.name for o in graph.output}
-
-    def attr(node: onnx.NodeProto, name: str, default: int) -> int:
-        return next((a.i for a in node.attribute if a.name == name), default)
-
-    moved = 0
-    for ln in [n for n in graph.node if n.op_type == "LayerNormalization"]:
-        x, (y, *extra) = ln.input[0], ln.output
-        readers = consumers.get(y, [])
-        if extra or y in outputs or len(readers) != 1 or x not in rank:
-            continue
-        (gather,) = readers
-        r, norm_axis = rank[x], attr(ln, "axis", -1)
-        norm_axis += r if norm_axis < 0 else 0
-        axis = attr(gather, "axis", 0)
-        axis += r if axis < 0 else 0
-        if gather.op_type != "Gather" or gather.input[0] != y or gather.input[1] not in scalars or not axis < norm_axis:
-            continue
-        # gather(x) -> ln -> (the gather's old output name), so every later node reads what it read before
-        picked = f"{gather.output[0]}_before_norm"
-        gather.input[0], out = x, gather.output[0]
-        gather.output[0] = picked
-        ln.input[0], ln.output[0] = picked, out
-        for a in ln.attribute:
-            if a.name == "axis":
-                a.i = norm_axis - r  # the same trailing axes, counted from the end of the one-rank-smaller tensor
-        graph.node.remove(ln)
-        graph.node.insert(list(graph.node).index(gather) + 1, ln)
-        stale = {y, out}
-        kept = [v for v in graph.value_info if v.name not in stale]
-        del graph.value_info[:]
-        graph.value_info.extend(kept)
-        moved += 1
-    return moved
-
-
 def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: dict[str, Any],
            calibration: np.ndarray, path: Path, stage: Callable[[str], None],
            ranges: Ranges | None = None) -> dict[str, Any]:
     """Write ``model`` as ``.onnx`` to ``path``; returns notes for the manifest (incl. QDQ settings).
 
     ``ranges`` (int8-qdq): the largest head count's per-channel weight ranges, so the int8 weights
-    and their scales are nested.
+    and their scales are nested. The last block is exported for the class token only
+    (``rewrites.class_token_only``): standard ops, so TensorRT builds it unchanged.
     """
     import torch
 
     import onnx
+
+    from .rewrites import class_token_only
 
     notes: dict[str, Any] = {"opset": OPSET, "scheme": "float32"}
     with tempfile.TemporaryDirectory(prefix="hydra-onnx-") as tmp:
         fp32 = Path(tmp) / "fp32.onnx"
         stage("export (ONNX)")
         # The TorchScript exporter: ~10x faster than dynamo here and the graph is a plain ViT.
-        torch.onnx.export(model, (example,), str(fp32), dynamo=False, opset_version=OPSET,
+        torch.onnx.export(class_token_only(model), (example,), str(fp32), dynamo=False, opset_version=OPSET,
                           input_names=[INPUT], output_names=[OUTPUT])
-        exported = onnx.load(str(fp32))
-        if _normalise_after_gather(exported):
-            onnx.save(exported, str(fp32))
         if quant == "fp32":
             shutil.copyfile(fp32, path)
         elif quant == "fp16":

@@ -3,7 +3,6 @@ the attention matmuls in static int8 through ai-edge-quantizer."""
 
 from __future__ import annotations
 
-import copy
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -113,68 +112,16 @@ def _has_op(data: bytes, op: str) -> bool:
 
 
 def for_xnnpack(model: torch.nn.Module) -> torch.nn.Module:
-    """A copy of ``model`` with the same parameters and outputs, written as XNNPACK runs fastest.
+    """A copy of ``model`` with the same parameters and logits, written as XNNPACK runs fastest.
 
-    LiteRT's op profile of a 3-head b16 (bench/op_profile_litert.py) showed two fixed costs:
-
-    - the 16x16 stride-16 patch convolution read the 3-channel image as 3 contiguous int8 values
-      per kernel tap, so XNNPACK's int8 IGEMM ran at a fraction of its fully-connected rate. The
-      same convolution over the patches laid out as p channels (one row of a patch) by C x p
-      pixels, with a (C, p) kernel and stride, runs near the FC rate, and LiteRT stores its weight
-      as (D, C, p, p): the parameter's own layout and rows, so nested ranges and compaction see
-      the same weight.
-    - attention transposed K on its own after splitting Q, K, V. Multiplying by K's transpose
-      inside ``bmm`` lets the converter fold it into the batch matmul (``adj_y``): one transpose
-      and several reshapes fewer per block (``bmm_attention``).
+    LiteRT's op profile of a 3-head b16 (bench/op_profile_litert.py) showed the fixed costs these
+    remove: the patch convolution reading 3 channels per kernel tap (``rewrites.PatchRowsEmbed``),
+    K transposed on its own in every block (``rewrites.BmmAttention``), and the last block's work
+    on tokens the logits never read (``rewrites.class_token_only``).
     """
-    import torch
-    import torch.nn.functional as F
+    from .rewrites import bmm_attention, class_token_only, patch_rows
 
-    from ..vit import PatchEmbed
-
-    class PatchRowsEmbed(PatchEmbed):
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            B, C, H, W = x.shape
-            p = self.proj.kernel_size[0]
-            patches = x.reshape(B, C, H // p, p, W // p, p).permute(0, 2, 4, 1, 3, 5)  # (B, h, w, C, p, p)
-            # NHWC (B, (patch, c), i, j) seen as NCHW: the converter's own NCHW -> NHWC transposes cancel these
-            rows = patches.reshape(B, -1, p, p).permute(0, 3, 1, 2)
-            out = F.conv2d(rows, self.proj.weight.permute(0, 3, 1, 2), self.proj.bias, stride=(C, p))
-            return out.permute(0, 2, 3, 1).reshape(B, -1, out.shape[1])  # (B, patches, D)
-
-    model = bmm_attention(model)
-    for m in model.modules():  # the class changes, the module and its parameters stay
-        if type(m) is PatchEmbed:
-            m.__class__ = PatchRowsEmbed
-    return model
-
-
-def bmm_attention(model: torch.nn.Module) -> torch.nn.Module:
-    """A copy of ``model`` whose attention runs as two 3-D ``bmm`` over (batch x heads), K transposed inside.
-
-    ``q @ k.transpose(-2, -1)`` on 4-D tensors exports as ``matmul``, which lowers to expands and views
-    around a ``bmm``: a converter folds K's transpose only when it is the ``bmm``'s own operand, and
-    a quantizer can put int8 quantize/dequantize pairs straight around the ``bmm`` only when nothing
-    lies between them (``pt2e.AttentionMatmulQuantizer``). Same parameters, same outputs.
-    """
-    import torch
-
-    from ..vit import Attention
-
-    class BmmAttention(Attention):
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            B, N, D = x.shape
-            h, d = self.num_heads, self.head_dim
-            qkv = self.qkv(x).reshape(B, N, 3, h, d).permute(2, 0, 3, 1, 4).reshape(3, B * h, N, d)
-            q, k, v = qkv.unbind(0)  # (B * heads, N, head_dim)
-            attn = torch.bmm(q * d**-0.5, k.transpose(1, 2)).softmax(dim=-1)
-            return self.proj(torch.bmm(attn, v).reshape(B, h, N, d).transpose(1, 2).reshape(B, N, D))
-
-    model = copy.deepcopy(model)
-    for m in model.modules():  # the class changes, the module and its parameters stay
-        if type(m) is Attention:
-            m.__class__ = BmmAttention
-    return model
+    return patch_rows(bmm_attention(class_token_only(model)))
 
 
 # TensorType -> numpy dtype string, for the types a converted ViT stores (schema.fbs)

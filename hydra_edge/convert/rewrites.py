@@ -1,0 +1,121 @@
+"""Export-time forms of a dense subnetwork: the same parameters and the same logits, less work for a runtime.
+
+Each function returns a copy of the model with some modules' classes changed; no parameter is copied,
+renamed or reshaped in place, so nested weight ranges and compaction see the weights they expect.
+The eager model (``vit.py``) stays the reference every artefact is verified against.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn.functional as F
+
+from ..vit import Attention, Block, PatchEmbed, VisionTransformer
+
+
+class BmmAttention(Attention):
+    """Attention as two 3-D ``bmm`` over (batch x heads), K transposed inside the first.
+
+    ``q @ k.transpose(-2, -1)`` on 4-D tensors exports as ``matmul``, which lowers to expands and views
+    around a ``bmm``: a converter folds K's transpose only when it is the ``bmm``'s own operand, and a
+    quantizer can put int8 quantize/dequantize pairs straight around the ``bmm`` only when nothing lies
+    between them (``pt2e.attention_matmul_quantizer``). ``queries``: only the first that many tokens ask
+    (``class_token_only``); keys and values still come from every token.
+    """
+
+    queries: int | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, N, D = x.shape
+        h, d = self.num_heads, self.head_dim
+        qkv = self.qkv(x).reshape(B, N, 3, h, d).permute(2, 0, 3, 1, 4).reshape(3, B * h, N, d)
+        q, k, v = qkv.unbind(0)  # (B * heads, N, head_dim)
+        if self.queries is not None:
+            q, N = q[:, :self.queries], self.queries
+        attn = torch.bmm(q * d**-0.5, k.transpose(1, 2)).softmax(dim=-1)
+        return self.proj(torch.bmm(attn, v).reshape(B, h, N, d).transpose(1, 2).reshape(B, N, h * d))
+
+
+class ClassTokenBlock(Block):
+    """A block whose output is the class token's alone (its attention asks with that token only)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x[:, :1] + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class PatchLinearEmbed(PatchEmbed):
+    """The stride-p patch convolution as one fully-connected layer over the flattened patches.
+
+    The kernel is read as (D, C * p * p), the convolution's own bytes. XNNPACK ran ExecuTorch's patch
+    convolution (3 input channels, 16x16 taps, NCHW input transposed first) at a fifth of its
+    fully-connected rate: 3.5 of a 3-head b16's 32 ms on an AVX2 host, 0.6 ms as a matmul.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, C, H, W = x.shape
+        p = self.proj.kernel_size[0]
+        patches = x.reshape(B, C, H // p, p, W // p, p).permute(0, 2, 4, 1, 3, 5).reshape(B, -1, C * p * p)
+        return F.linear(patches, self.proj.weight.reshape(self.proj.weight.shape[0], -1), self.proj.bias)
+
+
+class PatchRowsEmbed(PatchEmbed):
+    """The patch convolution over the patches laid out as p channels (one row of a patch) by C x p pixels.
+
+    For LiteRT, whose converter writes NHWC: the 3-channel image made XNNPACK's int8 IGEMM read 3
+    contiguous values per kernel tap, a fraction of its fully-connected rate; with a (C, p) kernel
+    and stride it runs near that rate. LiteRT stores the kernel as (D, C, p, p): the parameter's own
+    layout and rows.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, C, H, W = x.shape
+        p = self.proj.kernel_size[0]
+        patches = x.reshape(B, C, H // p, p, W // p, p).permute(0, 2, 4, 1, 3, 5)  # (B, h, w, C, p, p)
+        # NHWC (B, (patch, c), i, j) seen as NCHW: the converter's own NCHW -> NHWC transposes cancel these
+        rows = patches.reshape(B, -1, p, p).permute(0, 3, 1, 2)
+        out = F.conv2d(rows, self.proj.weight.permute(0, 3, 1, 2), self.proj.bias, stride=(C, p))
+        return out.permute(0, 2, 3, 1).reshape(B, -1, out.shape[1])  # (B, patches, D)
+
+
+def _with_class(model: torch.nn.Module, old: type, new: type) -> torch.nn.Module:
+    model = copy.deepcopy(model)
+    for m in model.modules():  # the class changes, the module and its parameters stay
+        if type(m) is old:
+            m.__class__ = new
+    return model
+
+
+def class_token_only(model: VisionTransformer) -> VisionTransformer:
+    """A copy whose last block computes the class token's output alone, the only token the logits read.
+
+    After the last attention's softmax everything works on each token by itself (projection, residual,
+    MLP, the final norm), and that attention needs every token's keys and values but only the class
+    token's query. The other tokens' part of the last block, a twelfth of a subnetwork's
+    multiply-accumulates, is never computed. Exact: each remaining op sees the same values.
+    """
+    model = copy.deepcopy(model)
+    last = model.blocks[-1]
+    if type(last) is Block:
+        last.__class__ = ClassTokenBlock
+        if type(last.attn) is Attention:
+            last.attn.__class__ = BmmAttention
+        last.attn.queries = 1
+    return model
+
+
+def bmm_attention(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy whose attention runs as two 3-D ``bmm`` (``BmmAttention``)."""
+    return _with_class(model, Attention, BmmAttention)
+
+
+def patch_linear(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy whose patch embedding is one fully-connected layer (``PatchLinearEmbed``)."""
+    return _with_class(model, PatchEmbed, PatchLinearEmbed)
+
+
+def patch_rows(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy whose patch embedding is a convolution over patch rows (``PatchRowsEmbed``)."""
+    return _with_class(model, PatchEmbed, PatchRowsEmbed)
