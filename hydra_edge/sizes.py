@@ -14,7 +14,9 @@ class SubnetSize:
     heads: int
     width: int
     params: int
-    macs: int
+    macs: int  # the model's, for one image
+    # what an exported artefact computes: its last block for the class token alone (convert.rewrites)
+    exported_macs: int
 
     @property
     def gmacs(self) -> float:
@@ -46,7 +48,10 @@ def subnet_size(cfg: HydraConfig, k: int) -> SubnetSize:
     )
     block_macs = n * (3 * p * p + p * p + 2 * h * p) + 2 * n * n * p  # linears + q@k^T + attn@v
     macs = cfg.num_patches * patch_in * p + cfg.depth * block_macs + cfg.num_classes * p
-    return SubnetSize(heads=k, width=p, params=params, macs=macs)
+    # the last block: keys and values (and the unused queries) of every token, one token's attention,
+    # projection and MLP
+    last_block = n * 3 * p * p + 2 * n * p + p * p + 2 * h * p
+    return SubnetSize(heads=k, width=p, params=params, macs=macs, exported_macs=macs - block_macs + last_block)
 
 
 def size_table(cfg: HydraConfig) -> list[SubnetSize]:

@@ -47,3 +47,22 @@ def test_info_rejects_an_unknown_preset():
     result = CliRunner().invoke(main, ["info", "--preset", "b99"])
     assert result.exit_code == 1
     assert result.output.strip().splitlines() == ["Error: unknown preset 'b99'; choose one of ['b16', 'digits']"]
+
+
+def test_analytic_macs_equal_what_the_model_and_its_exported_form_compute():
+    """torch's own FLOP counter (2 per multiply-accumulate, matmuls and convolutions) on the eager
+    subnetwork and on the form every exporter writes (its last block for the class token alone)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from hydra_edge.convert.rewrites import class_token_only
+
+    model = HydraViT.from_preset("digits")
+    x = torch.zeros(1, model.config.in_chans, model.config.img_size, model.config.img_size)
+    for k in (3, 12):
+        sub = model.subnetwork(k).eval()
+        for module, expected in ((sub, subnet_size(model.config, k).macs),
+                                 (class_token_only(sub), subnet_size(model.config, k).exported_macs)):
+            with FlopCounterMode(display=False) as counter, torch.no_grad():
+                module(x)
+            assert counter.get_total_flops() == 2 * expected, (k, type(module.blocks[-1]).__name__)
+        assert subnet_size(model.config, k).exported_macs < subnet_size(model.config, k).macs
