@@ -88,14 +88,17 @@ def _with_class(model: torch.nn.Module, old: type, new: type) -> torch.nn.Module
     return model
 
 
-def class_token_only(model: VisionTransformer) -> VisionTransformer:
+def class_token_only(model: torch.nn.Module) -> torch.nn.Module:
     """A copy whose last block computes the class token's output alone, the only token the logits read.
 
     After the last attention's softmax everything works on each token by itself (projection, residual,
     MLP, the final norm), and that attention needs every token's keys and values but only the class
     token's query. The other tokens' part of the last block, a twelfth of a subnetwork's
     multiply-accumulates, is never computed. Exact: each remaining op sees the same values.
+    Any other module (a single layer a benchmark exports) is returned as it is.
     """
+    if not isinstance(model, VisionTransformer):
+        return model
     model = copy.deepcopy(model)
     last = model.blocks[-1]
     if type(last) is Block:
