@@ -18,8 +18,9 @@ def op_times(path: Path, x: np.ndarray, threads: int, runs: int) -> dict[str, fl
     """
     import onnxruntime as ort
 
-    options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    from hydra_edge.runtime.engines import onnx_session_options
+
+    options = onnx_session_options(threads)  # the engine's own: the graph it runs on this CPU
     options.enable_profiling = True
     with tempfile.TemporaryDirectory(prefix="hydra-ort-") as tmp:
         options.profile_file_prefix = str(Path(tmp) / "profile")

@@ -123,7 +123,9 @@ def _this_cpu_saturates() -> bool:
     return int8_kernels_saturate()
 
 
-def _load_onnx(model: Model, threads: int, module: str) -> Step:
+def onnx_session_options(threads: int) -> Any:
+    """The onnxruntime session options an ONNX engine runs with; its profiler takes them too, so that it
+    profiles the graph the engine runs."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -131,6 +133,13 @@ def _load_onnx(model: Model, threads: int, module: str) -> Step:
     options.inter_op_num_threads = 1
     if _this_cpu_saturates():  # run Q/DQ pairs as written (dequantize, float op), not fused into int8 kernels
         options.add_session_config_entry("session.disable_quant_qdq", "1")
+    return options
+
+
+def _load_onnx(model: Model, threads: int, module: str) -> Step:
+    import onnxruntime as ort
+
+    options = onnx_session_options(threads)
     session = ort.InferenceSession(model if isinstance(model, bytes) else str(model), options,
                                    providers=["CPUExecutionProvider"])
     name = session.get_inputs()[0].name
