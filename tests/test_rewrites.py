@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from hydra_edge.config import preset
-from hydra_edge.convert.rewrites import bmm_attention, class_token_only, patch_linear, patch_rows
+from hydra_edge.convert.rewrites import bmm_attention, class_token_only, patch_linear, patch_rows, rewritten
 from hydra_edge.model import HydraViT
 from hydra_edge.vit import VisionTransformer
 
@@ -22,30 +22,36 @@ def subnet() -> VisionTransformer:
     return HydraViT(preset("digits", depth=3, in_chans=3), init_scheme="torch-default").subnetwork(3).eval()
 
 
-@pytest.mark.parametrize("rewrite", [*REWRITES, lambda m: patch_linear(bmm_attention(class_token_only(m)))],
+@pytest.mark.parametrize("changes", [[r] for r in REWRITES] + [[class_token_only, bmm_attention, patch_linear]],
                          ids=[*(r.__name__ for r in REWRITES), "composed"])
 def test_a_rewrite_keeps_every_parameter_and_the_logits(subnet: VisionTransformer,
-                                                        rewrite: Callable[[VisionTransformer], VisionTransformer]) -> None:
+                                                        changes: list[Callable[[VisionTransformer], None]]) -> None:
     before = {n: p.clone() for n, p in subnet.named_parameters()}
-    rewritten = rewrite(subnet)
-    theirs = dict(rewritten.named_parameters())
+    changed = rewritten(subnet, *changes)
+    theirs = dict(changed.named_parameters())
     assert list(theirs) == list(before) and all(torch.equal(theirs[n], p) for n, p in before.items())
     x = torch.randn(4, 3, 8, 8)
     with torch.no_grad():
-        torch.testing.assert_close(rewritten(x), subnet(x), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(changed(x), subnet(x), rtol=1e-5, atol=1e-5)
     assert [type(m) for m in subnet.modules()] == [type(m) for m in HydraViT(
         preset("digits", depth=3, in_chans=3)).subnetwork(3).modules()]  # the caller's model is left as it was
 
 
 def test_the_last_block_works_on_the_class_token_alone(subnet: VisionTransformer) -> None:
     tokens: dict[str, int] = {}
-    rewritten = class_token_only(subnet)
-    for name, m in rewritten.named_modules():
+    changed = rewritten(subnet, class_token_only)
+    for name, m in changed.named_modules():
         if name.endswith(("mlp.fc1", "attn.proj")) or name == "norm":
             m.register_forward_hook(lambda m, args, out, name=name: tokens.__setitem__(name, args[0].shape[1]))
     with torch.no_grad():
-        rewritten(torch.randn(2, 3, 8, 8))
+        changed(torch.randn(2, 3, 8, 8))
     everyone = subnet.config.num_patches + 1
     assert tokens == {"blocks.0.attn.proj": everyone, "blocks.0.mlp.fc1": everyone,
                       "blocks.1.attn.proj": everyone, "blocks.1.mlp.fc1": everyone,
                       "blocks.2.attn.proj": 1, "blocks.2.mlp.fc1": 1, "norm": 1}
+
+
+def test_a_module_that_is_not_a_vit_exports_as_it_is() -> None:
+    layer = torch.nn.Linear(4, 4)
+    changed = rewritten(layer, class_token_only, bmm_attention, patch_linear)
+    assert type(changed) is torch.nn.Linear and torch.equal(changed.weight, layer.weight)

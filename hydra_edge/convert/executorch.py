@@ -25,7 +25,7 @@ def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: d
 
     ``ranges``: the largest head count's per-row weight ranges, so the int8 weights are nested.
     The whole network lowers into XNNPACK: LayerNorm is written with ops XNNPACK runs
-    (``_delegable``), and ExecuTorch's own XNNPACK lowering passes drop the shape-only copies
+    (``_xnnpack_norms``), and ExecuTorch's own XNNPACK lowering passes drop the shape-only copies
     (no-op expands, squeezes) that would otherwise run as portable kernels between delegate calls.
     A small subnetwork spent a third of its time in those kernels and the calls around them. The
     patch convolution runs as a fully-connected layer (``rewrites.PatchLinearEmbed``) and the last
@@ -49,9 +49,13 @@ def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: d
     from executorch.exir import to_edge_transform_and_lower
     from executorch.exir.passes.constant_prop_pass import constant_prop_pass
 
-    from .rewrites import class_token_only, patch_linear
+    from .attention import CALIBRATION_IMAGES, attention_matmuls
+    from .rewrites import bmm_attention, class_token_only, patch_linear, rewritten
 
-    model, norm_type = _delegable(patch_linear(class_token_only(model)))
+    int8_attention = quant != "fp32" and attention_matmuls(options) == "int8"
+    changes = (class_token_only, patch_linear, *([bmm_attention] if int8_attention else []))
+    model = rewritten(model, *changes)
+    norm_type = _xnnpack_norms(model)
     if quant != "fp32":
         from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
             XNNPACKQuantizer,
@@ -59,9 +63,7 @@ def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: d
         )
         from torchao.quantization.pt2e.quantizer.composable_quantizer import ComposableQuantizer
 
-        from .attention import CALIBRATION_IMAGES, attention_matmuls
         from .pt2e import attention_matmul_quantizer, quantize
-        from .rewrites import bmm_attention
 
         stage("quantise (PT2E)")
         dynamic = quant == "int8-dynamic"
@@ -69,8 +71,8 @@ def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: d
             get_symmetric_quantization_config(is_per_channel=True, is_dynamic=dynamic)
         ).set_module_type(norm_type, None)  # LayerNorm stays float, as nn.LayerNorm did
         images = calibration[: CALIBRATION_IMAGES if dynamic else int(options.get("calibration_images", 64))]
-        if attention_matmuls(options) == "int8":
-            model, quantizer = bmm_attention(model), ComposableQuantizer([quantizer, attention_matmul_quantizer()])
+        if int8_attention:
+            quantizer = ComposableQuantizer([quantizer, attention_matmul_quantizer()])
         model = quantize(model, example, quantizer, images, ranges=ranges)
     stage("export")
     program = torch.export.export(model, (example,))
@@ -89,7 +91,7 @@ def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: d
         "int8-static": "PT2E: int8 per-channel weights, static int8 activations from train-split images",
     }
     scheme = schemes[quant]
-    if quant != "fp32" and attention_matmuls(options) == "int8":
+    if int8_attention:
         scheme += "; attention matmuls int8 with per-tensor ranges from train-split images"
     return {"scheme": scheme, "delegate": "XNNPACK"}
 
@@ -114,8 +116,8 @@ def _partitioner() -> Any:
     return XnnpackPartitioner(configs=[Int8BMMConfig if c is BMMConfig else c for c in ALL_PARTITIONER_CONFIGS])
 
 
-def _delegable(model: torch.nn.Module) -> tuple[torch.nn.Module, type]:
-    """A copy of ``model`` whose LayerNorms XNNPACK can run, and their type (for the quantizer to skip).
+def _xnnpack_norms(model: torch.nn.Module) -> type:
+    """Rewrite ``model``'s LayerNorms, in place, as ops XNNPACK runs; returns their type (for the quantizer to skip).
 
     ExecuTorch's XNNPACK partitioner has no LayerNorm, so ``nn.LayerNorm`` ran as a portable kernel
     (slower than the int8 matmuls around it at 3 heads) and cut the network into a delegate call per
@@ -123,8 +125,6 @@ def _delegable(model: torch.nn.Module) -> tuple[torch.nn.Module, type]:
     axes: (batch, tokens, channels, 1). No constant is added and the LayerNorm's parameters keep their
     names, so nesting and compaction see the same weights.
     """
-    import copy
-
     import torch
     import torch.nn.functional as F
 
@@ -141,13 +141,12 @@ def _delegable(model: torch.nn.Module) -> tuple[torch.nn.Module, type]:
             normed = centred * torch.rsqrt((centred * centred).mean((2, 3), keepdim=True) + self.eps)
             return normed.squeeze(-1) * self.weight + self.bias
 
-    model = copy.deepcopy(model)
     for parent in list(model.modules()):
         for name, child in parent.named_children():
             if (isinstance(child, torch.nn.LayerNorm) and len(child.normalized_shape) == 1 and child.elementwise_affine
                     and child.bias is not None):
                 setattr(parent, name, XnnpackLayerNorm(child))
-    return model, XnnpackLayerNorm
+    return XnnpackLayerNorm
 
 
 # A .pte keeps the XNNPACK delegates' constants in the program's named data (one segment per unique

@@ -81,14 +81,14 @@ def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: d
 
     import onnx
 
-    from .rewrites import class_token_only
+    from .rewrites import class_token_only, rewritten
 
     notes: dict[str, Any] = {"opset": OPSET, "scheme": "float32"}
     with tempfile.TemporaryDirectory(prefix="hydra-onnx-") as tmp:
         fp32 = Path(tmp) / "fp32.onnx"
         stage("export (ONNX)")
         # The TorchScript exporter: ~10x faster than dynamo here and the graph is a plain ViT.
-        torch.onnx.export(class_token_only(model), (example,), str(fp32), dynamo=False, opset_version=OPSET,
+        torch.onnx.export(rewritten(model, class_token_only), (example,), str(fp32), dynamo=False, opset_version=OPSET,
                           input_names=[INPUT], output_names=[OUTPUT])
         if quant == "fp32":
             shutil.copyfile(fp32, path)

@@ -1,13 +1,14 @@
 """Export-time forms of a dense subnetwork: the same parameters and the same logits, less work for a runtime.
 
-Each function returns a copy of the model with some modules' classes changed; no parameter is copied,
-renamed or reshaped in place, so nested weight ranges and compaction see the weights they expect.
+Each change swaps some modules' classes in a copy that ``rewritten`` makes; no parameter is renamed or
+reshaped, so nested weight ranges and compaction see the weights they expect.
 The eager model (``vit.py``) stays the reference every artefact is verified against.
 """
 
 from __future__ import annotations
 
 import copy
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -80,45 +81,49 @@ class PatchRowsEmbed(PatchEmbed):
         return out.permute(0, 2, 3, 1).reshape(B, -1, out.shape[1])  # (B, patches, D)
 
 
-def _with_class(model: torch.nn.Module, old: type, new: type) -> torch.nn.Module:
+def rewritten(model: torch.nn.Module, *changes: Callable[[torch.nn.Module], None]) -> torch.nn.Module:
+    """A copy of ``model`` with each change applied to it in turn: one copy, however many changes
+    (a 12-head b16 is 350 MB in float32, and a conversion worker's memory is budgeted)."""
     model = copy.deepcopy(model)
+    for change in changes:
+        change(model)
+    return model
+
+
+def _reclass(model: torch.nn.Module, old: type, new: type) -> None:
     for m in model.modules():  # the class changes, the module and its parameters stay
         if type(m) is old:
             m.__class__ = new
-    return model
 
 
-def class_token_only(model: torch.nn.Module) -> torch.nn.Module:
-    """A copy whose last block computes the class token's output alone, the only token the logits read.
+def class_token_only(model: torch.nn.Module) -> None:
+    """Make the last block compute the class token's output alone, the only token the logits read.
 
     After the last attention's softmax everything works on each token by itself (projection, residual,
     MLP, the final norm), and that attention needs every token's keys and values but only the class
-    token's query. The other tokens' part of the last block, a twelfth of a subnetwork's
-    multiply-accumulates, is never computed. Exact: each remaining op sees the same values.
-    Any other module (a single layer a benchmark exports) is returned as it is.
+    token's query. The other tokens' part of the last block, a sixteenth of a b16 subnetwork's
+    multiply-accumulates (``sizes.SubnetSize.exported_macs``), is never computed. Exact up to float
+    rounding: each remaining op sees the same values. A module that is not a ViT (a single layer a
+    benchmark exports) is left as it is.
     """
     if not isinstance(model, VisionTransformer):
-        return model
-    model = copy.deepcopy(model)
+        return
     last = model.blocks[-1]
-    if type(last) is Block:
-        last.__class__ = ClassTokenBlock
-        if type(last.attn) is Attention:
-            last.attn.__class__ = BmmAttention
+    if type(last) is Block and type(last.attn) is Attention:
+        last.__class__, last.attn.__class__ = ClassTokenBlock, BmmAttention
         last.attn.queries = 1
-    return model
 
 
-def bmm_attention(model: torch.nn.Module) -> torch.nn.Module:
-    """A copy whose attention runs as two 3-D ``bmm`` (``BmmAttention``)."""
-    return _with_class(model, Attention, BmmAttention)
+def bmm_attention(model: torch.nn.Module) -> None:
+    """Make every attention run as two 3-D ``bmm`` (``BmmAttention``)."""
+    _reclass(model, Attention, BmmAttention)
 
 
-def patch_linear(model: torch.nn.Module) -> torch.nn.Module:
-    """A copy whose patch embedding is one fully-connected layer (``PatchLinearEmbed``)."""
-    return _with_class(model, PatchEmbed, PatchLinearEmbed)
+def patch_linear(model: torch.nn.Module) -> None:
+    """Make the patch embedding one fully-connected layer (``PatchLinearEmbed``)."""
+    _reclass(model, PatchEmbed, PatchLinearEmbed)
 
 
-def patch_rows(model: torch.nn.Module) -> torch.nn.Module:
-    """A copy whose patch embedding is a convolution over patch rows (``PatchRowsEmbed``)."""
-    return _with_class(model, PatchEmbed, PatchRowsEmbed)
+def patch_rows(model: torch.nn.Module) -> None:
+    """Make the patch embedding a convolution over patch rows (``PatchRowsEmbed``)."""
+    _reclass(model, PatchEmbed, PatchRowsEmbed)

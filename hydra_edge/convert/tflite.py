@@ -119,9 +119,9 @@ def for_xnnpack(model: torch.nn.Module) -> torch.nn.Module:
     K transposed on its own in every block (``rewrites.BmmAttention``), and the last block's work
     on tokens the logits never read (``rewrites.class_token_only``).
     """
-    from .rewrites import bmm_attention, class_token_only, patch_rows
+    from .rewrites import bmm_attention, class_token_only, patch_rows, rewritten
 
-    return patch_rows(bmm_attention(class_token_only(model)))
+    return rewritten(model, class_token_only, bmm_attention, patch_rows)
 
 
 # TensorType -> numpy dtype string, for the types a converted ViT stores (schema.fbs)
