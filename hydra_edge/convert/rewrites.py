@@ -47,6 +47,14 @@ class ClassTokenBlock(Block):
         return x + self.mlp(self.norm2(x))
 
 
+class ClassTokenViT(VisionTransformer):
+    """A ViT whose last block hands on the class token alone: the classifier reads it as (B, D) with a
+    reshape rather than a select, which ExecuTorch ran outside XNNPACK between two delegate calls."""
+
+    def forward_head(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(x.flatten(1))  # (B, 1, D) -> (B, classes)
+
+
 class PatchLinearEmbed(PatchEmbed):
     """The stride-p patch convolution as one fully-connected layer over the flattened patches.
 
@@ -106,11 +114,9 @@ def class_token_only(model: torch.nn.Module) -> None:
     rounding: each remaining op sees the same values. A module that is not a ViT (a single layer a
     benchmark exports) is left as it is.
     """
-    if not isinstance(model, VisionTransformer):
-        return
-    last = model.blocks[-1]
+    last = model.blocks[-1] if type(model) is VisionTransformer else None
     if type(last) is Block and type(last.attn) is Attention:
-        last.__class__, last.attn.__class__ = ClassTokenBlock, BmmAttention
+        model.__class__, last.__class__, last.attn.__class__ = ClassTokenViT, ClassTokenBlock, BmmAttention
         last.attn.queries = 1
 
 
