@@ -121,6 +121,7 @@ def apply_layout(out: Path, manifest: Manifest, layout: str, checkpoint: str, re
             continue
         report(record.file, "compact", None)
         model = model or _model_params(checkpoint, ema)
-        _compact(out, manifest, record, lambda: largest_of(source, tensor_map), tensor_map, model[1])
+        _, index = model
+        _compact(out, manifest, record, lambda: largest_of(source, tensor_map), tensor_map, index)
         report(record.file, "done", manifest.by_id()[record.id].bytes)
     share_inputs(out, manifest)
