@@ -155,9 +155,10 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         if ckpt["path"] not in models:
             models[ckpt["path"]] = load_checkpoint(ckpt["path"], ema=ckpt.get("weights") != "state_dict")
     rows = [{"bundle": str(folder), "target": m.target["name"], "heads": a.heads, "format": a.format,
-             "quant": a.quant, "file": a.file, "gmacs": subnet_size(cfg, a.heads).gmacs,
-             "gmacs_run": subnet_size(cfg, a.heads).exported_macs / 1e9, "checkpoint": m.checkpoint["path"]}
-            for folder, m, cfg in bundles for a in m.artefacts if (a.format, a.quant) in {r[:2] for r in RECIPES}]
+             "quant": a.quant, "file": a.file, "gmacs": size.gmacs, "gmacs_run": size.exported_macs / 1e9,
+             "checkpoint": m.checkpoint["path"]}
+            for folder, m, cfg in bundles for a in m.artefacts if (a.format, a.quant) in {r[:2] for r in RECIPES}
+            for size in [subnet_size(cfg, a.heads)]]
     timed: dict[tuple[int, int], dict[str, float]] = {}  # (batch, threads) -> median ms per program
     measured: dict[int, list[dict[str, Any]]] = {}  # batch -> rows timed at that batch
     refused: list[str] = []  # programs a runtime would not run (a bundle's rows are then left out at that batch)
@@ -228,14 +229,14 @@ def _report(args: argparse.Namespace, fc_macs: int, measured: dict[int, list[dic
             eager = ms[f"eager {r['bundle']} {r['heads']}"]
             largest = max((o for o in rows if o["bundle"] == r["bundle"]), key=lambda o: o["heads"])
             gmacs = b * r["gmacs"]
+            limit = rate[f"{r['format']} {r['quant']}", b, t]
             artefacts.append({
                 **{k: r[k] for k in ("bundle", "target", "heads", "format", "quant", "file")},
                 "batch": b, "threads": t, "gmacs": round(gmacs, 6), "ms": round(latency, 4),
                 "gmac_per_s": round(gmacs / (latency / 1e3), 3),
-                "efficiency": round(gmacs / (latency / 1e3) / rate[f"{r['format']} {r['quant']}", b, t], 3),
+                "efficiency": round(gmacs / (latency / 1e3) / limit, 3),
                 # the same on the MACs the artefact computes (its last block works for the cls token alone)
-                "efficiency_on_macs_run": round(b * r["gmacs_run"] / (latency / 1e3)
-                                                / rate[f"{r['format']} {r['quant']}", b, t], 3),
+                "efficiency_on_macs_run": round(b * r["gmacs_run"] / (latency / 1e3) / limit, 3),
                 "eager_fp32_ms": round(eager, 4), "eager_over_artefact": round(eager / latency, 2),
                 "over_largest_latency": round(latency / ms[f"artefact {r['bundle']} {largest['heads']}"], 3),
                 "over_largest_macs": round(r["gmacs"] / largest["gmacs"], 3),
