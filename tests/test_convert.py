@@ -151,6 +151,29 @@ def test_interrupted_run_resumes(checkpoint: Path, host_target: Path, tmp_path: 
     assert len(pipeline.convert(pipeline.ConvertOptions(**{**opts.__dict__, "force": True})).converted) == 3
 
 
+def test_ctrl_c_before_the_temp_file_is_guarded_leaves_no_temp_file(checkpoint: Path, host_target: Path,
+                                                                    tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C can land after an artefact's temp file exists but before the block that removes it is
+    entered (a parallel worker starting its next artefact as the interrupt arrives): the interrupted
+    run still leaves no temp file in the bundle."""
+    real, abandoned = pipeline.atomic_path, []
+
+    def interrupted_on_entry(path: Path):
+        writer = real(path)
+        writer.__enter__()  # the temp file now exists; nothing will close this writer
+        abandoned.append(writer)  # kept alive, as in a worker that exits without collecting it
+        raise KeyboardInterrupt
+
+    out = tmp_path / "out"
+    monkeypatch.setattr(pipeline, "atomic_path", interrupted_on_entry)
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.convert(pipeline.ConvertOptions(checkpoint=checkpoint, target=str(host_target), out=out,
+                                                 layout="full", jobs=1))
+    assert len(abandoned) == 1 and not list(out.glob(".*.tmp")), sorted(p.name for p in out.iterdir())
+    assert read_manifest(out).artefacts == []
+
+
 def test_max_drop_failure_names_the_artefact(checkpoint: Path, host_target: Path, tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     real = pipeline.load

@@ -202,7 +202,8 @@ def _prepare_out(out: Path) -> None:
 
 
 def _remove_stale(out: Path) -> None:
-    """Temp files of a killed run (atomic writes never expose them); call with the bundle locked."""
+    """Temp files of a killed or interrupted run (atomic writes never expose them); call with the
+    bundle locked and no worker running."""
     for stale in [*out.glob(".vit_h*.tmp"), *out.glob(f".{MANIFEST}.*.tmp")]:
         stale.unlink(missing_ok=True)
 
@@ -561,7 +562,13 @@ def convert_targets(runs: Sequence[ConvertOptions], report: Report | None = None
         for opts in runs:
             _remove_stale(opts.out)
         plans = [plan(opts, i, shown) for opts, i, shown in zip(runs, inputs, prefixes)]
-        results = _convert(runs, plans, report, note, _model_bytes(inputs[0].config))
+        try:
+            results = _convert(runs, plans, report, note, _model_bytes(inputs[0].config))
+        finally:
+            # Every worker has stopped. A Ctrl-C that lands between creating an artefact's temp file
+            # and entering the block that removes it leaves that file: clear it now, not next run.
+            for opts in runs:
+                _remove_stale(opts.out)
         for opts, i, result, shown in zip(runs, inputs, results, prefixes):
             apply_layout(opts.out, result.manifest, opts.layout, str(opts.checkpoint),
                          lambda file, stage, size: report(shown + file, stage, size), ema=i.weights in EMA_ENTRIES)
