@@ -11,7 +11,7 @@ from typing import Any
 
 from ..errors import HydraEdgeError
 from .adb import AdbTransport
-from .base import Result, Stream, Transport
+from .base import Stream, Transport
 from .errors import (
     AuthenticationError,
     ConnectionLostError,
@@ -29,6 +29,7 @@ from .errors import (
     UnreachableError,
 )
 from .local import LocalTransport
+from .result import Result
 from .ssh import SshTransport
 
 __all__ = [

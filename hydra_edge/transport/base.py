@@ -32,22 +32,10 @@ from .errors import (
     TransportInterrupted,
     TransportTimeout,
 )
+from .result import Result
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _SHA256 = re.compile(r"[0-9a-f]{64}\Z")
-
-
-@dataclass(frozen=True)
-class Result:
-    """What a finished device command left behind."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-
-    @property
-    def ok(self) -> bool:
-        return self.returncode == 0
 
 
 class Launch(NamedTuple):

@@ -6,12 +6,8 @@ that care (the fleet calibrator retrying one board) catch the narrow class.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ..errors import HydraEdgeError
-
-if TYPE_CHECKING:
-    from .base import Result
+from .result import Result
 
 
 class TransportError(HydraEdgeError):
