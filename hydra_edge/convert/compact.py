@@ -153,8 +153,9 @@ def identify(tensors: Iterable[Tensor], data: bytes, params: Mapping[str, np.nda
     """
     sliced = []
     for name, param in params.items():
-        for p in _forms(param, index(name, heads)):
-            pos = _positions(index(name, heads), p.shape)
+        kept = index(name, heads)
+        for p in _forms(param, kept):
+            pos = _positions(kept, p.shape)
             sliced.append((name, p.shape, p[np.ix_(*pos)], pos))
     tensors = list(tensors)
     rows: dict[str, list[Tensor]] = {}
