@@ -1,11 +1,12 @@
-"""Files: atomic writes (a reader sees the old file or the new one, never half of either), and the
-JSON reads and sha256 hashes that pair with them. Standard library only: devices use it too."""
+"""Files: atomic writes (a reader sees the old file or the new one, never half of either), the
+bounded reads and sha256 hashes that pair with them. Standard library only: devices use it too."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -77,6 +78,44 @@ def read_json(path: str | Path, what: str, hint: str) -> dict[str, Any]:
     if not isinstance(d, dict):
         raise HydraEdgeError(f"{path} is not a hydra-edge {what}")
     return d
+
+
+class NotARegularFile(OSError):
+    """A path that names a FIFO, a device, a socket or a folder where a plain file was expected."""
+
+
+class TooLarge(OSError):
+    """A file larger than its reader allows (a 300 MB "sensor", a manifest the size of a disk)."""
+
+
+def read_limited(path: str | Path, max_bytes: int) -> bytes:
+    """The bytes of the regular file ``path``, at most ``max_bytes`` of them; raises ``OSError``.
+
+    Why not ``Path.read_bytes``: a FIFO put where a sensor or a bundle file belongs blocks a plain
+    ``open`` forever (the switcher stops polling, the app hangs), and a huge file costs its whole
+    size in memory on every read. The open here never blocks (``O_NONBLOCK``), anything but a
+    regular file is refused (``NotARegularFile``; sysfs attributes are regular files), and a file
+    longer than ``max_bytes`` is refused (``TooLarge``) after reading at most one byte more.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
+            raise NotARegularFile(f"{path} is {kind}")
+        chunks, left = [], max_bytes + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > max_bytes:
+        raise TooLarge(f"{path} is larger than {max_bytes} bytes")
+    return data
 
 
 def sha256_file(path: str | Path) -> str:
