@@ -3,9 +3,9 @@
 The attention's two batch matmuls (Q x K^T and softmax x V) multiply activation by activation, so
 dynamic-range int8 (int8 weights) leaves them in float32. XNNPACK runs them in int8 ("Batch Matrix
 Multiply (NC, QS8)") when both operands and the result carry fixed per-tensor scales, calibrated on
-train-split images; with int8 dot products (x86 VNNI, Arm dotprod) that halved their time (a .pte
-on a Zen 4). Without them the int8 kernel was slower than float32 (an AVX2-only x86: 15 %), so a
-profile for such a board (a Raspberry Pi 4's Cortex-A72) can keep them in float:
+train-split images. That is faster on CPUs with int8 dot products (x86 VNNI, Arm dotprod); on CPUs
+without them the int8 kernel is slower than float32 (docs/benchmarks.md), so a profile for such a
+board (a Raspberry Pi 4's Cortex-A72) can keep them in float:
 ``attention_matmuls = "float32"`` in its ``[artefacts.options]``. The .tflite and .pte exporters
 read it here; ONNX int8 QDQ names its quantised ops itself (``op_types_to_quantize``).
 """

@@ -87,7 +87,8 @@ def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: d
     with tempfile.TemporaryDirectory(prefix="hydra-onnx-") as tmp:
         fp32 = Path(tmp) / "fp32.onnx"
         stage("export (ONNX)")
-        # The TorchScript exporter: ~10x faster than dynamo here and the graph is a plain ViT.
+        # The TorchScript exporter: the graph is a plain ViT, and it exports much faster than dynamo
+        # (docs/benchmarks.md).
         torch.onnx.export(rewritten(model, class_token_only), (example,), str(fp32), dynamo=False, opset_version=OPSET,
                           input_names=[INPUT], output_names=[OUTPUT])
         if quant == "fp32":

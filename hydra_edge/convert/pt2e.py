@@ -68,8 +68,8 @@ def attention_matmul_quantizer() -> Any:
     """A PT2E quantizer giving every ``bmm`` static per-tensor int8 inputs and output.
 
     The attention's two batch matmuls multiply activation by activation, so a dynamic-range scheme
-    leaves them in float32 (XNNPACK's "Batch Matrix Multiply (NC, F32)", about a third of a 3-head
-    b16's time at float32's peak rate). XNNPACK runs them in int8 ("NC, QS8": int8 x int8 -> int8,
+    leaves them in float32 (XNNPACK's "Batch Matrix Multiply (NC, F32)", a large share of a small
+    subnetwork's time: docs/benchmarks.md). XNNPACK runs them in int8 ("NC, QS8": int8 x int8 -> int8,
     the right-hand side with zero point 0, repacked per inference) when each operand and the result
     have a fixed scale: calibrated ranges, per tensor. The left-hand operand (softmax output, or Q)
     is asymmetric; the right-hand one (K, V) symmetric, as the kernel requires.

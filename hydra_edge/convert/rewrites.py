@@ -58,9 +58,9 @@ class ClassTokenViT(VisionTransformer):
 class PatchLinearEmbed(PatchEmbed):
     """The stride-p patch convolution as one fully-connected layer over the flattened patches.
 
-    The kernel is read as (D, C * p * p), the convolution's own bytes. XNNPACK ran ExecuTorch's patch
-    convolution (3 input channels, 16x16 taps, NCHW input transposed first) at a fifth of its
-    fully-connected rate: 1.6-3.5 ms of a 3-head b16's 32 ms on an AVX2 host, 0.6 ms as a matmul.
+    The kernel is read as (D, C * p * p), the convolution's own bytes. XNNPACK runs ExecuTorch's patch
+    convolution (3 input channels, 16x16 taps, NCHW input transposed first) far below its
+    fully-connected rate, and the same work as a matmul at that rate (docs/benchmarks.md).
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -74,11 +74,10 @@ def int8_batch_matmuls(path: Path, images: np.ndarray) -> None:
     buffers after the flatbuffer, which ``tensor_map`` reads).
 
     - Ranges are each tensor's min and max over all of ``images``. ai-edge-quantizer's default keeps
-      a moving average (0.95) of per-image ranges, which clips what later images reach: on the
-      demo's digits model at 3 heads the logits' SQNR against eager fell from 40 to 22 dB with it,
-      and to 32 dB with the true min/max (ExecuTorch's PT2E MinMax ranges: 33 dB).
+      a moving average (0.95) of per-image ranges, which clips what later images reach and costs
+      logit SQNR that the true min/max keeps (docs/benchmarks.md).
     - Symmetric: XNNPACK's int8 batch matmul needs the right operand's zero point at 0; without it
-      LiteRT's own int8 kernel ran them, ten times slower than float32.
+      LiteRT's own int8 kernel runs them, much slower than float32 (docs/benchmarks.md).
     """
     from ai_edge_litert.interpreter import Interpreter
     from ai_edge_quantizer import calibrator, qtyping, quantizer, recipe_manager
@@ -114,7 +113,7 @@ def _has_op(data: bytes, op: str) -> bool:
 def for_xnnpack(model: torch.nn.Module) -> torch.nn.Module:
     """A copy of ``model`` with the same parameters and logits, written as XNNPACK runs fastest.
 
-    LiteRT's op profile of a 3-head b16 (bench/op_profile_litert.py) showed the fixed costs these
+    LiteRT's own op profile of a 3-head b16 (docs/benchmarks.md) showed the fixed costs these
     remove: the patch convolution reading 3 channels per kernel tap (``rewrites.PatchRowsEmbed``),
     K transposed on its own in every block (``rewrites.BmmAttention``), and the last block's work
     on tokens the logits never read (``rewrites.class_token_only``).
