@@ -11,9 +11,11 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 import re
 import subprocess
 import sys
+import threading
 import typing
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -29,6 +31,8 @@ from hydra_edge.atomic import sha256_file
 from hydra_edge.convert.manifest import MANIFEST, bundle_files, read_manifest
 from hydra_edge.convert.targets import load_target
 from hydra_edge.errors import HydraEdgeError
+from hydra_edge.records.codec import RECORD_MAX_BYTES
+from hydra_edge.records.target import read_profile
 from hydra_edge.lut.command import lut, make_lut
 from hydra_edge.lut.policy import Policy, load_policy
 from hydra_edge.runtime.lut import LutError, read_table
@@ -557,3 +561,62 @@ def test_calibrate_names_a_missing_artefact_in_one_line(tmp_path: Path, bundle: 
     result = CliRunner().invoke(calibrate, ["--bundle", str(bundle), "--local", "--out", str(tmp_path / "cal")])
     assert result.exit_code == 1 and "Traceback" not in result.output, result.output
     assert len(error_lines(result.output)) == 1 and "vit_h3_onnx_fp32.onnx is missing" in error_lines(result.output)[0]
+
+
+# --- bounded reads: a FIFO, a folder or a huge file where a record belongs -------------------------------
+
+
+def without_blocking(call: Callable[[], Any], fifo: Path, seconds: float = 5.0) -> Any:
+    """``call()``'s result or the exception it raised; fails the test if it blocks on ``fifo``.
+
+    The call runs on a thread; one still blocked after ``seconds`` is released by opening and closing the
+    FIFO's write end (the blocked open then reads an empty file), so a failing test ends.
+    """
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as e:  # noqa: BLE001 - handed to the test as it is
+            outcome["error"] = e
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        thread.join(seconds)
+        pytest.fail(f"reading {fifo} blocked")
+    if "error" in outcome:
+        return outcome["error"]
+    return outcome.get("value")
+
+
+def not_a_file(path: Path, kind: str) -> None:
+    """``path`` replaced by a FIFO, a folder, or a file larger than any record (sparse: costs no disk)."""
+    path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
+    else:
+        with open(path, "wb") as f:
+            f.truncate(RECORD_MAX_BYTES + 1)
+
+
+KINDS = {"fifo": "is a FIFO", "folder": "is a folder", "huge": f"is larger than {RECORD_MAX_BYTES} bytes"}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("record", ["manifest", "calibration", "lut", "target"])
+def test_a_record_that_is_no_plain_file_or_too_large_is_one_line_and_never_blocks(
+        tmp_path: Path, bundle: Path, cal_file: Path, lut_file: Path, record: str, kind: str) -> None:
+    target = tmp_path / "t.toml"
+    target.write_text("name = 'pi'\n")
+    path, read = {"manifest": (bundle / MANIFEST, lambda: read_manifest(bundle)),
+                  "calibration": (cal_file, lambda: read_calibration(cal_file)),
+                  "lut": (lut_file, lambda: read_table(lut_file)),
+                  "target": (target, lambda: read_profile(str(target)))}[record]
+    not_a_file(path, kind)
+    error = without_blocking(read, path)
+    assert isinstance(error, HydraEdgeError), error
+    assert "\n" not in str(error) and f"{path} {KINDS[kind]}" in str(error), str(error)

@@ -16,6 +16,7 @@ from typing import Any, Optional, Tuple, Type, TypeVar, Union
 
 import msgspec
 
+from ..atomic import NotARegularFile, TooLarge, read_limited
 from ..errors import HydraEdgeError
 from .fields import finite, locate
 
@@ -23,6 +24,10 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - devices on 3.9/3.10 read JSON records only; TOML is read on the host
     tomllib = None
+
+# The most a record (manifest, recipe, calibration, lookup table, profile) may hold: they are KiB; a
+# manifest of every head count in every format is ~100 KiB. A larger file is no record.
+RECORD_MAX_BYTES = 8 << 20
 
 T = TypeVar("T")
 Schema = Tuple[str, int]  # (schema name, version) a JSON record carries in its first two keys
@@ -94,12 +99,19 @@ def _non_finite(data: Union[bytes, str]) -> Optional[str]:
     return None
 
 
-def read_bytes(path: Path, what: str, hint: str, error: Type[HydraEdgeError] = HydraEdgeError) -> bytes:
-    """The bytes of ``path``; a missing or unreadable file is one ``error`` line naming ``what``."""
+def read_bytes(path: Path, what: str, hint: str, error: Type[HydraEdgeError] = HydraEdgeError,
+               max_bytes: int = RECORD_MAX_BYTES) -> bytes:
+    """The bytes of ``path``, at most ``max_bytes``; one ``error`` line naming ``what`` otherwise.
+
+    Every bundle file is read here or through ``read_limited`` the same way: a FIFO put where a
+    manifest belongs must not hang the reader, nor a huge file fill its memory.
+    """
     try:
-        return path.read_bytes()
+        return read_limited(path, max_bytes)
     except FileNotFoundError:
         raise error(f"no {what} at {path}; {hint}") from None
+    except (NotARegularFile, TooLarge) as e:
+        raise error(f"cannot read {what}: {e}; {hint}") from None
     except OSError as e:
         raise error(f"cannot read {what} {path}: {e.strerror}; {hint}") from None
 
