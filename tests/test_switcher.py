@@ -316,10 +316,40 @@ def test_an_artefact_that_will_not_load_is_not_retried(bundle: Path, board: Boar
         assert sw.poll() == 12
         assert sw.predict(IMAGE).heads == 3  # the fastest instead, with the reason logged
         assert sw.events[-1].reason.startswith("load failed") and "sha256" in sw.events[-1].reason
+        clock.now += 60  # long past the dwell: 12 is still what the table says, 9 the most that loads
+        assert sw.poll() == 3  # a rise: granted once the table has asked for it raise_after_s
         for _ in range(5):
-            clock.now += 60  # long past the dwell: 12 is still what the table says
+            clock.now += 60
+            assert sw.poll() == 9 and sw.predict(IMAGE).heads == 9
+        assert [e.to_heads for e in sw.events] == [12, 3, 9]
+
+
+def test_after_a_failed_load_the_switcher_never_runs_more_heads_than_the_table_allows(bundle: Path, board: Board,
+                                                                                      tmp_path: Path) -> None:
+    broken = tmp_path / "bundle"
+    shutil.copytree(bundle, broken)
+    h6 = broken / "vit_h6_onnx_fp32.onnx"
+    data = bytearray(h6.read_bytes())
+    data[len(data) // 2] ^= 1  # one byte flipped: its sha256 no longer matches
+    h6.write_bytes(bytes(data))
+    clock = Clock()
+    with Switcher(broken, root=str(board.root), clock=clock, prefetch=False) as sw:
+        board.temp(75)  # the table says 6: it will not load, so 3 runs
+        assert sw.poll() == 6 and sw.predict(IMAGE).heads == 3
+        board.temp(40)
+        clock.now += 20
+        assert sw.poll() == 3
+        clock.now += sw.settings.raise_after_s
+        assert sw.poll() == 12 and sw.predict(IMAGE).heads == 12
+        board.temp(75)  # the table says 6 again: the largest loadable count no larger than 6 is 3, not 12
+        for _ in range(40):
+            clock.now += 1
             assert sw.poll() == 3 and sw.predict(IMAGE).heads == 3
-        assert len(sw.events) == 2
+        board.temp(65)  # the table says 9: loadable, and no more than it allows
+        clock.now += sw.settings.raise_after_s + 1
+        sw.poll()
+        clock.now += sw.settings.raise_after_s
+        assert sw.poll() == 9 and sw.predict(IMAGE).heads == 9
 
 
 # --- failing sensors --------------------------------------------------------------------------

@@ -10,7 +10,9 @@ instead of a rebuild too. With prefetch the cache holds the current head count a
 only (at most three engines, once the new head count's first result is out); without, the
 ``cache_size`` most recently used. A neighbour that will not load (a tampered recipe, a missing
 file) is logged in one line and the current model runs on; a switch to it tries again and falls
-back to the fastest if it still fails. Every switch is logged in ``events``, with its reason.
+back to the fastest if it still fails; from then on, wherever the table picks a head count that
+failed, the largest one below it that has not failed runs (never more than the table allows).
+Every switch is logged in ``events``, with its reason.
 
 A sensor that fails never buys heads (``failsafe``): its last good reading is held for the
 profile's ``stale_after_s``, then the worst band is assumed; the head count rises only on a
@@ -184,8 +186,7 @@ class Switcher:
             (battery_pct, charging), battery_note = self._battery.update(*self._battery_now(state), now)
             reading = Reading(battery_pct, charging, thermal)
             heads = self.table.select(battery_pct, charging, thermal, self.heads or 0, now - self._switched_at)
-            if heads in self._broken:  # failed to load once: not tried again at every dwell
-                heads = self.heads or self.table.heads[0]
+            heads = self._loadable(heads)
             if self.heads is not None:  # more heads only on a reading that has persisted
                 order = self.table.heads
                 fresh = not (self._thermal.held or self._battery.held)
@@ -197,6 +198,15 @@ class Switcher:
                 notes = [note for note in (thermal_note, battery_note) if note]
                 self._switch(heads, f"{reason}: {', '.join(notes)}" if notes else reason, reading, now)
             return heads
+
+    def _loadable(self, heads: int) -> int:
+        """``heads``, or the largest head count below it that has not failed to load (else the smallest).
+
+        A count that failed once is not tried again at every dwell, and what replaces it must never
+        be more than the table allows now: not the count running (it may be larger), the next one down.
+        """
+        allowed = [h for h in self.table.heads if h <= heads and h not in self._broken]
+        return max(allowed, default=min(self.table.heads))
 
     def _switch(self, heads: int, reason: str, reading: Optional[Reading], now: float) -> None:
         event = SwitchEvent(now, self.polls, self.heads, heads, reason, reading)
