@@ -307,6 +307,23 @@ def test_bad_lut_falls_back_to_the_smallest_head_count(bundle: Path, board: Boar
     assert sw.events[0].reason.startswith("fallback: ")
 
 
+@pytest.mark.parametrize("lut", ["stale lut.json", "no lut.json"])
+def test_a_bundle_without_artefacts_is_one_line_not_a_crash(bundle: Path, board: Board, tmp_path: Path,
+                                                            lut: str) -> None:
+    empty = tmp_path / "bundle"
+    shutil.copytree(bundle, empty)
+    manifest = read_manifest(empty)
+    manifest.artefacts = []  # what convert leaves when it is killed before its first artefact
+    manifest.write(empty)
+    if lut == "no lut.json":
+        (empty / "lut.json").unlink()
+    with pytest.raises(HydraEdgeError) as raised:
+        switcher(empty, board)
+    message = str(raised.value)
+    assert "\n" not in message
+    assert message.startswith(f"{empty / 'manifest.json'} lists no artefacts") and "hydra-edge convert" in message
+
+
 def test_an_artefact_that_will_not_load_is_not_retried(bundle: Path, board: Board, tmp_path: Path) -> None:
     broken = tmp_path / "bundle"
     shutil.copytree(bundle, broken)

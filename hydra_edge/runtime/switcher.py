@@ -40,7 +40,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple, Uni
 
 import numpy as np
 
-from ..records.manifest import read_manifest
+from ..errors import HydraEdgeError
+from ..records.manifest import MANIFEST, read_manifest
 from .engines import Engine
 from ..records.target import signals as checked_signals
 from .failsafe import Hold, RaiseGate
@@ -81,8 +82,13 @@ class Prediction:
 
 
 def fallback_table(bundle: Path) -> Table:
-    """A one-cell table that always picks the bundle's smallest head count."""
-    smallest = min(read_manifest(bundle).artefacts, key=lambda a: a.heads)
+    """A one-cell table that always picks the bundle's smallest head count; a bundle with none (its
+    convert was killed before the first artefact) is an error: there is nothing to run."""
+    artefacts = read_manifest(bundle).artefacts
+    if not artefacts:
+        raise HydraEdgeError(f"{bundle / MANIFEST} lists no artefacts (its convert stopped before the first); "
+                             "re-run hydra-edge convert for this bundle")
+    smallest = min(artefacts, key=lambda a: a.heads)
     only = Candidate(heads=smallest.heads, artefact=smallest.id, file=smallest.file, sha256=smallest.sha256,
                      format=smallest.format, threads=smallest.threads, latency_ms=math.nan, accuracy=math.nan)
     return Table(candidates=(only,), cells=((0,),), thermal_source="temperature", thermal_edges=(),
