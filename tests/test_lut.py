@@ -25,6 +25,7 @@ from hydra_edge.lut.command import OUTPUTS, lut
 from hydra_edge.lut.policy import Policy, load_policy, policy_from_dict
 from hydra_edge.lut.table import build_table
 from hydra_edge.pareto import Point, pareto
+from hydra_edge.records import lut as record
 from hydra_edge.runtime.lut import read_table
 
 PI_SIGNALS = {"files": {"temperature_mC": "/sys/class/thermal/thermal_zone0/temp"},
@@ -136,6 +137,39 @@ def test_measured_power_caps_energy_in_a_battery_band(tmp_path: Path) -> None:
     pol = policy_from_dict({"battery": {"bands": list(bands)}})
     doc = table(tmp_path, {3: 10, 12: 40}, budget_ms=100, policy=pol, power_w=4.0)  # 40 and 160 mJ
     assert [row[0] for row in heads_grid(doc)] == [12, 12, 3]
+
+
+
+@pytest.mark.parametrize("bands", [
+    ({"min_pct": 50.0, "budget_scale": 0.5}, {"min_pct": 0.0, "budget_scale": 1.0}),  # more budget when lower
+    ({"min_pct": 50.0, "budget_scale": 1.0, "max_energy_mj": 50.0}, {"min_pct": 0.0, "budget_scale": 1.0}),
+])
+def test_the_table_never_gives_more_heads_on_a_lower_battery_whatever_the_policy(tmp_path: Path, bands) -> None:
+    pol = policy_from_dict({"battery": {"bands": list(bands)}})
+    doc = table(tmp_path, {3: 10, 6: 20, 9: 30, 12: 40}, budget_ms=40, policy=pol, power_w=2.0)  # 20-80 mJ
+    grid = heads_grid(doc)
+    assert grid[2] == grid[1] != grid[0]  # the lower band runs no more than the band above it
+    assert doc["selection"]["expected_ms"][2] == doc["selection"]["expected_ms"][1]
+    record.encode(doc, "lut.json")  # the device's own checks accept it
+
+
+@pytest.mark.parametrize("cell, other, says", [
+    ((0, 3), (0, 2), "a hotter band"),  # the hottest band runs the most heads
+    ((3, 0), (2, 0), "a lower battery band"),
+])
+def test_a_table_that_runs_more_heads_when_hotter_or_lower_on_battery_is_refused(
+        tmp_path: Path, cell: tuple, other: tuple, says: str) -> None:
+    doc = table(tmp_path, {3: 10, 6: 20, 9: 30, 12: 40}, budget_ms=35)
+    b, t = cell
+    doc["selection"]["cells"][b][t] = len(doc["candidates"]) - 1  # 12 heads
+    path = tmp_path / "lut.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(HydraEdgeError) as raised:
+        read_table(path)
+    message = str(raised.value)
+    assert message.startswith(f"{path}: $.selection.cells[{b}][{t}]: 12 heads in {says} than "
+                              f"cells[{other[0]}][{other[1]}] (")
+    assert message.endswith("; re-run hydra-edge lut") and "\n" not in message
 
 
 def test_policy_docstring_example_is_the_defaults() -> None:

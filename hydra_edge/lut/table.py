@@ -3,7 +3,8 @@
 Candidates are the device's Pareto-optimal head counts (no other is both at least as fast and at
 least as accurate). Each (battery band, thermal band) cell gets the most accurate candidate whose
 expected latency (calibrated latency x the band's derating) meets the band's budget (and energy
-cap, where power was measured); when none does, the fastest candidate. The result is the
+cap, where power was measured); when none does, the fastest candidate. No cell runs more heads
+than the cell one band cooler or one battery band fuller, whatever the policy says. The result is the
 ``lut.json`` document; ``hydra_edge.runtime.lut`` reads it back on the device.
 """
 
@@ -116,13 +117,26 @@ def battery_axis(policy: Policy) -> dict[str, Any]:
             "max_energy_mj": [None, *(band.max_energy_mj for band in b.bands)]}
 
 
-def _choose(front: list[Point], budget: float, derating: float, max_energy: float | None) -> tuple[int, bool]:
-    """Index of the most accurate candidate that fits, else 0 (the fastest); and whether one fit."""
+def _choose(front: list[Point], budget: float, derating: float, max_energy: float | None,
+            max_heads: float) -> tuple[int, bool]:
+    """Index of the most accurate candidate of at most ``max_heads`` heads that fits, else the fastest
+    of those; and whether one fit."""
     def fits(p: Point) -> bool:
         energy_ok = max_energy is None or p.power_w is None or p.latency_ms * derating * p.power_w <= max_energy
         return p.latency_ms * derating <= budget and energy_ok
-    fitting = [i for i, p in enumerate(front) if fits(p)]
-    return (fitting[-1], True) if fitting else (0, False)
+    allowed = [i for i, p in enumerate(front) if p.heads <= max_heads]
+    fitting = [i for i in allowed if fits(front[i])]
+    return (fitting[-1], True) if fitting else (allowed[0], False)
+
+
+def _max_heads(front: list[Point], rows_above: list[list[int]], row: list[tuple[int, bool]]) -> float:
+    """The most heads the next cell of ``row`` may run: no more than the cell one thermal band cooler
+    (its left) or one battery band fuller (above it). A policy may give a lower battery band more budget
+    or energy than a fuller one; the table still never gives a device more heads as it drains or heats
+    up (lut.json's schema refuses such a table)."""
+    t = len(row)
+    neighbours = ([rows_above[-1][t]] if rows_above else []) + ([row[-1][0]] if row else [])
+    return min((front[i].heads for i in neighbours), default=math.inf)
 
 
 def build_table(bundle: Path, manifest: Manifest, calibration: Calibration, calibration_path: Path,
@@ -139,9 +153,12 @@ def build_table(bundle: Path, manifest: Manifest, calibration: Calibration, cali
     front, dominated = pareto(pts)
     thermal = thermal_axis(policy, thermal_source(policy, manifest, calibration.soak), calibration.soak)
     battery = battery_axis(policy)
-    cells, expected, meets = [], [], []
+    cells: list[list[int]] = []
+    expected, meets = [], []
     for scale, cap in zip(battery["budget_scale"], battery["max_energy_mj"]):
-        picks = [_choose(front, policy.budget_ms * scale, m, cap) for m in thermal["derating"]]
+        picks: list[tuple[int, bool]] = []
+        for m in thermal["derating"]:
+            picks.append(_choose(front, policy.budget_ms * scale, m, cap, _max_heads(front, cells, picks)))
         cells.append([i for i, _ in picks])
         meets.append([ok for _, ok in picks])
         expected.append([round(front[i].latency_ms * m, 3) for (i, _), m in zip(picks, thermal["derating"])])

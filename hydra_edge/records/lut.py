@@ -2,7 +2,8 @@
 
 Devices read it (``hydra_edge.runtime.lut``), so besides each field's type and range the shape is
 checked here once: bands in order, one cell per (battery band, thermal band), every cell naming a
-candidate, candidates fastest first with distinct head counts.
+candidate, candidates fastest first with distinct head counts, and no cell running more heads than
+a cooler or fuller-battery neighbour.
 """
 
 from __future__ import annotations
@@ -126,6 +127,20 @@ class LutDocument(msgspec.Struct, forbid_unknown_fields=True):
                 if i >= len(self.candidates):
                     raise ValueError(f"`.selection.cells[{b}][{t}]`: {i} names no candidate "
                                      f"(there are {len(self.candidates)})")
+        _never_more_heads(self.selection.cells, heads)
+
+
+def _never_more_heads(cells: List[List[int]], heads: List[int]) -> None:
+    """Refuse a cell that runs more heads than the cell one thermal band cooler or one battery band
+    fuller: a device that heats up or drains must never be given more heads (the switcher trusts
+    the table for that, and a hand-edited or foreign table is not built by ``hydra-edge lut``)."""
+    for b, row in enumerate(cells):
+        for t, i in enumerate(row):
+            for (nb, nt), says in (((b, t - 1), "a hotter band"), ((b - 1, t), "a lower battery band")):
+                if nb >= 0 and nt >= 0 and heads[i] > heads[cells[nb][nt]]:
+                    raise ValueError(f"`.selection.cells[{b}][{t}]`: {heads[i]} heads in {says} than "
+                                     f"cells[{nb}][{nt}] ({heads[cells[nb][nt]]} heads); head counts must not "
+                                     "rise with temperature or fall with battery")
 
 
 def decode(data: Union[bytes, str], where: str) -> LutDocument:
