@@ -153,6 +153,16 @@ def test_the_table_never_gives_more_heads_on_a_lower_battery_whatever_the_policy
     record.encode(doc, "lut.json")  # the device's own checks accept it
 
 
+def test_a_faster_candidate_never_runs_more_heads_than_a_slower_one(tmp_path: Path) -> None:
+    # noisy measurements: 6 heads timed faster than 3 but less accurate, so both are on the Pareto front
+    bundle = fake_bundle(tmp_path / "bundle", [3, 6, 12], top1={3: 60.0, 6: 50.0, 12: 70.0})
+    cal = calibration(bundle, {3: 20, 6: 10, 12: 40})
+    cal.write(tmp_path / "cal.json")
+    doc = build_table(bundle, read_manifest(bundle), cal, tmp_path / "cal.json", Policy(budget_ms=100))
+    assert [c["heads"] for c in doc["candidates"]] == [6, 12] and doc["dominated"][0]["heads"] == 3
+    record.encode(doc, "lut.json")
+
+
 @pytest.mark.parametrize("cell, other, says", [
     ((0, 3), (0, 2), "a hotter band"),  # the hottest band runs the most heads
     ((3, 0), (2, 0), "a lower battery band"),

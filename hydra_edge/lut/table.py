@@ -1,7 +1,7 @@
 """Build the lookup table: calibrated latencies x thermal derating against battery-scaled budgets.
 
 Candidates are the device's Pareto-optimal head counts (no other is both at least as fast and at
-least as accurate). Each (battery band, thermal band) cell gets the most accurate candidate whose
+least as accurate), each faster one running fewer heads. Each (battery band, thermal band) cell gets the most accurate candidate whose
 expected latency (calibrated latency x the band's derating) meets the band's budget (and energy
 cap, where power was measured); when none does, the fastest candidate. No cell runs more heads
 than the cell one band cooler or one battery band fuller, whatever the policy says. The result is the
@@ -117,6 +117,20 @@ def battery_axis(policy: Policy) -> dict[str, Any]:
             "max_energy_mj": [None, *(band.max_energy_mj for band in b.bands)]}
 
 
+def _fewer_heads_first(front: list[Point]) -> tuple[list[Point], list[Point]]:
+    """(candidates, dropped): the front, less any point with fewer heads than a faster one.
+
+    On a HydraViT more heads are slower and more accurate, but noisy timings or accuracies can put a
+    smaller head count behind a larger one on the front. The device ranks candidates by speed and takes
+    rank for head count (lut.json's schema refuses a table where they disagree), so the faster one stays.
+    """
+    kept: list[Point] = []
+    for p in front:
+        if not kept or p.heads > kept[-1].heads:
+            kept.append(p)
+    return kept, [p for p in front if p not in kept]
+
+
 def _choose(front: list[Point], budget: float, derating: float, max_energy: float | None,
             max_heads: float) -> tuple[int, bool]:
     """Index of the most accurate candidate of at most ``max_heads`` heads that fits, else the fastest
@@ -151,6 +165,8 @@ def build_table(bundle: Path, manifest: Manifest, calibration: Calibration, cali
                              "calibrate this bundle or pass its own calibration")
     pts, basis = points(manifest, calibration, str(calibration_path), bundle / MANIFEST)
     front, dominated = pareto(pts)
+    front, out_of_order = _fewer_heads_first(front)
+    dominated += out_of_order
     thermal = thermal_axis(policy, thermal_source(policy, manifest, calibration.soak), calibration.soak)
     battery = battery_axis(policy)
     cells: list[list[int]] = []

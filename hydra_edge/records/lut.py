@@ -2,8 +2,8 @@
 
 Devices read it (``hydra_edge.runtime.lut``), so besides each field's type and range the shape is
 checked here once: bands in order, one cell per (battery band, thermal band), every cell naming a
-candidate, candidates fastest first with distinct head counts, and no cell running more heads than
-a cooler or fuller-battery neighbour.
+candidate, candidates fastest first with fewer heads the faster, and no cell running more heads
+than a cooler or fuller-battery neighbour.
 """
 
 from __future__ import annotations
@@ -118,6 +118,10 @@ class LutDocument(msgspec.Struct, forbid_unknown_fields=True):
         latencies = [c.latency_ms for c in self.candidates]
         if latencies != sorted(latencies):
             raise ValueError("`.candidates`: candidates must be ordered fastest first")
+        for i, (faster, slower) in enumerate(zip(heads, heads[1:])):
+            if faster > slower:  # the switcher ranks candidates by speed and counts on rank meaning heads
+                raise ValueError(f"`.candidates[{i}].heads`: {faster} heads, more than the slower candidates[{i + 1}] "
+                                 f"({slower} heads); a faster candidate must run fewer heads")
         rows, columns = len(self.battery.min_pct) + 1, len(self.thermal.edges) + 1
         if len(self.selection.cells) != rows or any(len(r) != columns for r in self.selection.cells):
             raise ValueError(f"`.selection.cells`: needs {rows} rows (battery bands) of {columns} "
