@@ -7,8 +7,10 @@ import os
 import platform
 import subprocess
 import sys
+import threading
 import tomllib
 from pathlib import Path
+from typing import Callable, TypeVar
 
 import pytest
 
@@ -479,11 +481,11 @@ def denied(monkeypatch: pytest.MonkeyPatch) -> set:
     paths: dict = {}
     read_file = _text.read_file
 
-    def fail(path):
+    def fail(path, *limit):
         code = paths.get(Path(path))
         if code is not None:
             raise OSError(code, os.strerror(code), str(path))
-        return read_file(path)
+        return read_file(path, *limit)
 
     monkeypatch.setattr(_text, "read_file", fail)
     return paths
@@ -492,7 +494,7 @@ def denied(monkeypatch: pytest.MonkeyPatch) -> set:
 @pytest.mark.parametrize("bad, why", [
     ("garbage\n", "reads 'garbage', not a number"), ("", "reads '', not a number"),
     ("nan\n", "reads 'nan', not a number"), ("1000000000\n", "1e+06 °C is outside -50..150 °C"),
-    ("-300000\n", "-300 °C is outside -50..150 °C"), ("directory", "IsADirectoryError"),
+    ("-300000\n", "-300 °C is outside -50..150 °C"), ("directory", "is a folder"),
     ("dangling", "FileNotFoundError"), ("EACCES", "PermissionError: [Errno 13] Permission denied"),
     ("EIO", "OSError: [Errno 5] Input/output error")])
 def test_a_temperature_that_will_not_read_is_an_error_with_its_reason(tmp_path: Path, denied: dict, bad: str,
@@ -518,7 +520,7 @@ def test_one_zone_that_will_not_read_is_no_error_while_others_read(board: Path):
     assert only.thermal_zones == {"cpu-thermal": 47.0} and only.errors == {}  # the second cpu-thermal reads
     spoil(board / TZ / "thermal_zone1/temp", "directory")
     gpu = read_state({"thermal": "sysfs", "thermal_zones": ["gpu-thermal"]}, root=str(board))
-    assert gpu.thermal_zones == {} and "IsADirectoryError" in gpu.errors["thermal"]
+    assert gpu.thermal_zones == {} and "is a folder" in gpu.errors["thermal"]
 
 
 def test_no_thermal_zone_at_all_is_an_error_when_the_profile_names_one(tmp_path: Path):
@@ -526,9 +528,64 @@ def test_no_thermal_zone_at_all_is_an_error_when_the_profile_names_one(tmp_path:
     assert state.errors == {"thermal": f"no thermal zone under {tmp_path}/sys/class/thermal"}
 
 
+
+T = TypeVar("T")
+
+
+def within(seconds: float, call: Callable[[], T]) -> T:
+    """``call()``'s result; the test fails if it has not returned after ``seconds`` (a hang, not a speed check)."""
+    done: list = []
+    thread = threading.Thread(target=lambda: done.append(call()), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert done, f"did not return within {seconds} s"
+    return done[0]
+
+
+@pytest.fixture
+def fifo(tmp_path: Path):
+    """Turns a sysfs attribute into a FIFO (a plain open of it blocks until a writer comes); releases
+    any reader left blocked on it when the test ends."""
+    made: list = []
+
+    def make(path: Path) -> None:
+        path.unlink()
+        os.mkfifo(path)
+        made.append(path)
+
+    yield make
+    for path in made:
+        try:  # a writer that opens and closes gives a blocked reader end-of-file
+            os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:  # no reader left: nothing to release
+            pass
+
+
+def test_a_fifo_as_a_temperature_is_a_failed_sensor_not_a_hang(board: Path, fifo):
+    fifo(board / TZ / "thermal_zone1/temp")
+    zones = within(10, lambda: read_thermal_zones(str(board)))
+    assert zones[1].temp_c is None and "is a FIFO" in zones[1].error
+    state = within(10, lambda: read_state({"thermal": "sysfs", "thermal_zones": ["gpu-thermal"]}, root=str(board)))
+    assert state.thermal_zones == {} and "is a FIFO" in state.errors["thermal"]
+
+
+def test_a_fifo_as_a_trip_point_is_skipped_and_the_zone_still_reads(board: Path, fifo):
+    fifo(board / TZ / "thermal_zone0/trip_point_0_temp")
+    zone = within(10, lambda: read_thermal_zones(str(board)))[0]
+    assert zone.temp_c == pytest.approx(48.312) and [t.temp_c for t in zone.trip_points] == [110.0]
+
+
+def test_a_huge_sensor_file_is_refused_after_a_page(board: Path):
+    temp = board / TZ / "thermal_zone0/temp"
+    with temp.open("r+b") as f:
+        f.truncate(64 << 20)  # 64 MiB (sparse): "48312" and then NULs
+    (zone, *_) = read_thermal_zones(str(board))
+    assert zone.temp_c is None and "larger than 4096 bytes" in zone.error
+
+
 @pytest.mark.parametrize("bad, why", [
     ("-5\n", "-5 % is outside 0..100 %"), ("250\n", "250 % is outside 0..100 %"),
-    ("abc\n", "not a number"), ("directory", "IsADirectoryError"), ("EACCES", "PermissionError")])
+    ("abc\n", "not a number"), ("directory", "is a folder"), ("EACCES", "PermissionError")])
 def test_a_battery_level_that_will_not_read_is_an_error_not_mains(board: Path, denied: dict, bad: str, why: str):
     capacity = board / PS / "BAT0/capacity"
     if bad == "EACCES":
@@ -632,9 +689,9 @@ def opened(monkeypatch: pytest.MonkeyPatch) -> list:
     paths: list = []
     read_file = _text.read_file
 
-    def record(path):
+    def record(path, *limit):
         paths.append(Path(path))
-        return read_file(path)
+        return read_file(path, *limit)
 
     monkeypatch.setattr(_text, "read_file", record)
     return paths
@@ -744,6 +801,13 @@ def test_device_info_names_big_little_cores_and_x86(tmp_path: Path):
     assert (phone.model, phone.cpu_model) == ("Rockchip RK3588", "Cortex-A55 + Cortex-A76")
     pc = read_device_info(str(tmp_path / "pc"))
     assert (pc.model, pc.cpu_model) == ("Google Compute Engine", "AMD EPYC 7B13")
+
+
+def test_device_info_reads_the_cpuinfo_of_a_many_core_machine(tmp_path: Path):
+    block = "processor\t: {}\nmodel name\t: AMD EPYC 7B13\nflags\t\t: " + "fpu vme de pse tsc msr " * 40 + "\n\n"
+    cpuinfo = "".join(block.format(i) for i in range(64))  # ~64 KiB: far more than a sysfs page
+    write_tree(tmp_path, {"proc/cpuinfo": cpuinfo})
+    assert read_device_info(str(tmp_path)).cpu_model == "AMD EPYC 7B13"
 
 
 def test_device_info_with_nothing_to_read(tmp_path: Path):

@@ -109,7 +109,7 @@ def write(path: Path, content: str) -> None:
     elif path.is_dir():
         path.rmdir()
     if content == "directory":
-        path.mkdir()  # reading it: IsADirectoryError
+        path.mkdir()  # reading it: NotARegularFile (a folder)
     elif content == "dangling":
         path.symlink_to(path.with_name("gone"))  # reading it: FileNotFoundError
     else:
@@ -380,10 +380,10 @@ def denied(monkeypatch: pytest.MonkeyPatch) -> Set[Path]:
     paths: Set[Path] = set()
     read_file = _text.read_file
 
-    def deny(path: "str | Path") -> str:
+    def deny(path: "str | Path", *limit: int) -> str:
         if Path(path) in paths:
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
-        return read_file(path)
+        return read_file(path, *limit)
 
     monkeypatch.setattr(_text, "read_file", deny)
     return paths

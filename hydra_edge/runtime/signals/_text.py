@@ -11,6 +11,8 @@ import re
 from pathlib import Path
 from typing import Dict, Optional, Pattern, Tuple, Union
 
+from ...atomic import read_limited
+
 # A signed decimal with optional exponent; units that follow (``mW``, ``'C``, ``MB``) are left out.
 NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 
@@ -20,21 +22,30 @@ COLON_LINES = re.compile(r"^[ \t]*([^:\n]+?)[ \t]*:[ \t]*(.*?)[ \t]*$", re.MULTI
 EQUALS_TOKENS = re.compile(r"(\w+)=([-+.\w]+)")
 
 
-def read_file(path: Union[str, Path]) -> str:
-    """The stripped text of a file; raises ``OSError``. The one place that opens device files.
+# The most a sysfs attribute holds (one page): a longer "sensor" is not one, and reading all of a
+# 300 MB file at every poll costs the board close to a second and twice its size in memory.
+PAGE = 4096
 
-    Device-tree strings end in NUL, so that is stripped here once.
+
+def read_file(path: Union[str, Path], max_bytes: int = PAGE) -> str:
+    """The stripped text of a regular file of at most ``max_bytes``; raises ``OSError``. The one
+    place that opens device files.
+
+    A FIFO, a device or a socket where a sensor belongs is refused without blocking (a plain open
+    of a FIFO waits for a writer forever), and so is a file longer than ``max_bytes``
+    (``hydra_edge.atomic.read_limited``). Device-tree strings end in NUL, so that is stripped here once.
     """
-    return Path(path).read_text(errors="replace").strip().strip("\x00").strip()
+    return read_limited(path, max_bytes).decode(errors="replace").strip().strip("\x00").strip()
 
 
-def read_text(path: Union[str, Path]) -> Optional[str]:
-    """The stripped text of a file, or None when it is missing or unreadable.
+def read_text(path: Union[str, Path], max_bytes: int = PAGE) -> Optional[str]:
+    """The stripped text of a file, or None when it is missing, unreadable, not a regular file or
+    longer than ``max_bytes``.
 
     sysfs attributes can exist yet fail on read (a disabled zone answers EINVAL).
     """
     try:
-        return read_file(path)
+        return read_file(path, max_bytes)
     except OSError:
         return None
 

@@ -18,6 +18,8 @@ _ARM_PARTS = {"0xd03": "Cortex-A53", "0xd05": "Cortex-A55", "0xd07": "Cortex-A57
               "0xd42": "Cortex-A78AE", "0xd46": "Cortex-A510", "0xd47": "Cortex-A710"}
 _ARM_CPU_PART = re.compile(r"^CPU part\s*:\s*(0x[0-9a-f]+)\s*$", re.MULTILINE | re.IGNORECASE)
 _OS_RELEASE = re.compile(r'^(\w+)="?(.*?)"?\s*$', re.MULTILINE)
+# /proc/cpuinfo grows with the cores (about 1.5 KB each on x86), unlike a sysfs attribute's one page.
+CPUINFO_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,7 @@ def read_device_info(root: str = "/") -> DeviceInfo:
 
     ``arch``, ``cores`` and ``python`` come from the running interpreter, not from ``root``.
     """
-    cpuinfo = read_text(Path(root, "proc/cpuinfo"))
+    cpuinfo = read_text(Path(root, "proc/cpuinfo"), CPUINFO_BYTES)
     os_release = pairs(_OS_RELEASE, read_text(Path(root, "etc/os-release")))
     return DeviceInfo(
         model=next(filter(None, (read_text(Path(root, name)) for name in _MODEL_FILES)), None),
