@@ -20,8 +20,11 @@ from typing import Callable, Iterator
 
 from filelock import FileLock, Timeout
 
-from .atomic import write_json
+from .atomic import read_limited, write_json
 from .errors import HydraEdgeError
+
+
+NOTE_BYTES = 64 * 1024  # an owner note is a few hundred bytes; anyone can write one, even a FIFO
 
 
 class LockedError(HydraEdgeError):
@@ -39,11 +42,18 @@ def _owner_file(lock_file: Path) -> Path:
 def holder(lock_file: Path) -> str:
     """Who holds ``lock_file``, in words, from the note its holder wrote."""
     try:
-        note = json.loads(_owner_file(lock_file).read_text())
-        return (f"pid {note['pid']} on {note['host']} (`{note['command']}`, since "
-                f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(note['since']))})")
-    except (OSError, ValueError, KeyError, TypeError):
+        note = json.loads(read_limited(_owner_file(lock_file), NOTE_BYTES))
+        return f"pid {note['pid']} on {note['host']} (`{note['command']}`, since {_when(note['since'])})"
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return "another process (it has not said which yet)"
+
+
+def _when(since: object) -> str:
+    """A note's ``since`` as local time; a note anyone can write may hold a time no clock can show."""
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since))  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError, OSError):
+        return "an unknown time"
 
 
 @contextmanager

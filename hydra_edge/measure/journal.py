@@ -24,6 +24,7 @@ from ..records import codec
 from ..records.calibration import Calibration, HeadResult
 
 KIND = "hydra-edge/calibration-journal"
+_TOO_DEEP = object()  # a line that is JSON but nests deeper than Python's parser goes: no journal entry
 
 
 def journal_path(record: Path) -> Path:
@@ -47,12 +48,16 @@ def replay(calibration: Calibration, record: Path) -> Calibration:
             entries.append(json.loads(line))
         except ValueError:
             return calibration  # not a journal this hydra-edge wrote: the record alone stands
+        except RecursionError:
+            entries.append(_TOO_DEEP)  # refused below if the journal is this record's
     if not entries or entries[0] != _identity(calibration):
         return calibration
     journal = journal_path(record)
     hint = f"delete {journal} to keep only what {record} holds, or calibrate again with --force"
     for number, entry in enumerate(entries[1:], start=2):
         where = f"{journal} line {number}"
+        if entry is _TOO_DEEP:
+            raise HydraEdgeError(f"{where} nests too deeply to be a calibration journal entry; {hint}")
         if not isinstance(entry, dict) or not ({"device", "result"} & entry.keys()):
             raise HydraEdgeError(f"{where}: not a calibration journal entry; {hint}")
         if "device" in entry:
