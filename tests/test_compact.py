@@ -466,3 +466,48 @@ def test_a_tflite_buffer_beyond_the_file_is_refused_in_one_line_naming_the_tenso
     with pytest.raises(ValueError, match=rf"^tensor subgraph 0 tensor \d+: its data, bytes {2**31}..{2**31 + 4096}, "
                                          rf"lies beyond the file's {len(data)} bytes: the \.tflite is truncated"):
         exporter("tflite").tensor_map(data)
+
+
+FORMAT_VARIANTS = [("jetson", "fp16"), ("rpi", "fp32"), ("android", "fp32")]  # onnx, tflite, executorch
+
+
+@pytest.mark.parametrize("variant", FORMAT_VARIANTS, ids=["onnx", "tflite", "executorch"])
+def test_a_whole_artefact_swapped_after_its_check_still_loads_the_checked_bytes(
+        converted: Callable[[str, str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        variant: Tuple[str, str]) -> None:
+    """The 12-head file is replaced by the 6-head one (by rename, as an update would) the moment its sha256
+    has been computed: what loads is what was hashed, the 12-head model, never the file now at its path."""
+    root = converted(*variant)
+    bundle = tmp_path / "b"
+    shutil.copytree(root / "compact", bundle)
+    h6, h12 = read_manifest(root / "full").artefacts[1], read_manifest(bundle).artefacts[-1]
+    assert h12.heads == 12 and h12.compact is None
+    shutil.copyfile(root / "full" / h6.file, tmp_path / "h6")
+    real, swapped = hashlib.sha256, []
+
+    class SwapOnceHashed:
+        """hashlib's sha256, whose digest, once it is the 12-head artefact's, renames the 6-head file over it."""
+
+        def __init__(self, *data: bytes) -> None:
+            self.digest = real(*data)
+
+        def update(self, data: bytes) -> None:
+            self.digest.update(data)
+
+        def hexdigest(self) -> str:
+            got = self.digest.hexdigest()
+            if got == h12.sha256 and not swapped:
+                os.replace(tmp_path / "h6", bundle / h12.file)
+                swapped.append(got)
+            return got
+
+    monkeypatch.setattr(hashlib, "sha256", SwapOnceHashed)
+    from hydra_edge.runtime.rebuild import load_record
+
+    engine = load_record(bundle, h12, 1)
+    monkeypatch.undo()
+    assert swapped and sha256(bundle / h12.file) == h6.sha256
+    x = load_golden_pair(root / "compact", h12.golden)["inputs"]
+    expected = load(root / "full" / h12.file, format=h12.format).run(x)
+    assert not np.array_equal(load(root / "full" / h6.file, format=h6.format).run(x), expected)
+    assert np.array_equal(engine.run(x), expected)

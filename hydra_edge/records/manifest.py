@@ -236,6 +236,16 @@ def stored_files(folder: Union[str, Path], record: ArtefactRecord) -> List[Tuple
             (recipe.source.file, recipe.source.sha256, "recipe source")]
 
 
+def refuse_link_out(folder: Path, path: Path, where: str) -> None:
+    """``path``, a file of bundle ``folder``, may be a link inside the bundle but not one leading out (to
+    ``/etc/hostname``, or through a folder link ``sub -> /etc``): a bundle holds its own files, and nothing
+    that reads or copies a bundle may reach a file beside it. One line naming ``where`` otherwise."""
+    resolved = path.resolve()
+    if not resolved.is_relative_to(folder.resolve()):
+        raise HydraEdgeError(f"{path} is a link to {resolved}, outside the bundle ({where}); a bundle holds its "
+                             "own files: replace the link with the file or re-run hydra-edge convert")
+
+
 def bundle_files(folder: Union[str, Path], records: Iterable[ArtefactRecord], golden: bool = True,
                  digests: Optional[Dict[str, str]] = None) -> Dict[str, Path]:
     """``{name in the bundle: local file}`` of each record's artefact (and golden pair), for pushing.
@@ -248,7 +258,6 @@ def bundle_files(folder: Union[str, Path], records: Iterable[ArtefactRecord], go
     push need not hash the files again.
     """
     folder = Path(folder)
-    inside = folder.resolve()
     files: Dict[str, Path] = {}
     checked: Dict[str, str] = {} if digests is None else digests
     for r in records:
@@ -263,9 +272,7 @@ def bundle_files(folder: Union[str, Path], records: Iterable[ArtefactRecord], go
             path, where = folder / name, f"artefact {r.id} {field} in {folder / MANIFEST}"
             if not path.is_file():
                 raise HydraEdgeError(f"{path} is missing ({where}); re-run hydra-edge convert to restore the bundle")
-            if not path.resolve().is_relative_to(inside):
-                raise HydraEdgeError(f"{path} is a link to {path.resolve()}, outside the bundle ({where}); a bundle "
-                                     "holds its own files: replace the link with the file or re-run hydra-edge convert")
+            refuse_link_out(folder, path, where)
             if sha256_file(path) != sha256:
                 raise HydraEdgeError(f"{path} is not the file the manifest names (its sha256 differs; {where}); "
                                      "re-run hydra-edge convert to restore the bundle")

@@ -4,7 +4,10 @@ Device side (numpy and the standard library). Nothing is loaded whose bytes diff
 was verified at convert time: the recipe, skeleton and source are checked against their sha256
 first, every range is checked against the sizes of its source and of the rebuilt file before a
 byte of either is read, and the rebuilt bytes are checked against the manifest's sha256 before
-they are returned. Each failure is one ``HydraEdgeError`` line naming the file and what differs.
+they are returned. A whole artefact is read once and its bytes hashed, so what is hashed is what
+loads. Every file is read without blocking (a FIFO is refused, not waited on), at most the size
+its record gives, and never through a link leading out of the bundle. Each failure is one
+``HydraEdgeError`` line naming the file and what differs.
 """
 
 from __future__ import annotations
@@ -14,15 +17,16 @@ import mmap
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
+from stat import S_ISREG
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
-from ..atomic import sha256_file
 from ..errors import HydraEdgeError
 from ..records.codec import read_bytes
-from ..records.manifest import ArtefactRecord
+from ..records.manifest import ArtefactRecord, refuse_link_out
 from ..records.recipe import Piece, Range, Recipe, decode_recipe
 
 if TYPE_CHECKING:
@@ -41,23 +45,41 @@ def _checked(data: Any, path: Path, what: str, sha256: str) -> Any:
     return data
 
 
-def _read_piece(bundle: Path, piece: Piece, what: str) -> bytes:
-    """A skeleton: its size is compared before it is read, its sha256 after."""
-    path = bundle / piece.file
-    _check_size(path, piece, what)
-    return _checked(read_bytes(path, what, FIX), path, what, piece.sha256)
+# A whole artefact is read into memory to be hashed and loaded as one: b16 in fp32 is ~350 MB.
+ARTEFACT_MAX_BYTES = 4 << 30
 
 
-def _check_size(path: Path, piece: Piece, what: str) -> os.stat_result:
+def _bundle_path(bundle: Path, name: str, what: str) -> Path:
+    """The bundle file ``name``: a link leading out of the bundle is refused before anything is read."""
+    path = bundle / name
+    refuse_link_out(bundle, path, what)
+    return path
+
+
+@contextmanager
+def _reading(path: Path, what: str) -> Iterator[None]:
+    """An OSError while opening or mapping ``path`` as one line."""
     try:
-        stat = path.stat()
+        yield
     except FileNotFoundError:
         raise HydraEdgeError(f"{path}: {what} is missing; {FIX}") from None
     except OSError as e:
-        raise HydraEdgeError(f"{path}: cannot read {what}: {e.strerror}; {FIX}") from None
+        raise HydraEdgeError(f"{path}: cannot read {what}: {e.strerror or e}; {FIX}") from None
+
+
+def _check_size(path: Path, stat: os.stat_result, piece: Piece, what: str) -> None:
+    if not S_ISREG(stat.st_mode):
+        raise HydraEdgeError(f"{path}: {what} is not a regular file (a FIFO, a folder or a device); {FIX}")
     if stat.st_size != piece.bytes:
         raise HydraEdgeError(f"{path}: {what} is {stat.st_size} bytes, the recipe says {piece.bytes}; {FIX}")
-    return stat
+
+
+def _read_piece(bundle: Path, piece: Piece, what: str) -> bytes:
+    """A skeleton: its size is compared before it is read (at most that many bytes), its sha256 after."""
+    path = _bundle_path(bundle, piece.file, what)
+    with _reading(path, what):
+        _check_size(path, path.stat(), piece, what)
+    return _checked(read_bytes(path, what, FIX, max_bytes=piece.bytes), path, what, piece.sha256)
 
 
 # Sources whose sha256 this process has checked, by file identity: the largest artefact is read for
@@ -68,18 +90,19 @@ _VERIFIED: Dict[Tuple[int, int, int, int], str] = {}
 def _map_source(bundle: Path, piece: Piece) -> Union[bytes, mmap.mmap]:
     """The source artefact, mapped (a rebuild touches only the slices it takes).
 
-    Its sha256 is checked on first use and again whenever the file's identity (device, inode,
-    size, modification time) changes; the rebuilt bytes themselves are always hashed.
+    Opened without blocking (a FIFO in its place is refused, not waited on) and identified by the
+    open file, not its path. Its sha256 is checked on first use and again whenever that identity
+    (device, inode, size, modification time) changes; the rebuilt bytes themselves are always hashed.
     """
-    path = bundle / piece.file
-    stat = _check_size(path, piece, "source artefact")
-    if not piece.bytes:
-        return _checked(b"", path, "source artefact", piece.sha256)
-    try:
-        with open(path, "rb") as f:
-            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    except OSError as e:
-        raise HydraEdgeError(f"{path}: cannot read source artefact: {e.strerror}; {FIX}") from None
+    path = _bundle_path(bundle, piece.file, "source artefact")
+    with _reading(path, "source artefact"):
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        try:
+            stat = os.fstat(fd)
+            _check_size(path, stat, piece, "source artefact")
+            data = mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if piece.bytes else b""
+        finally:
+            os.close(fd)
     key = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
     if _VERIFIED.get(key) != piece.sha256:
         _checked(data, path, "source artefact", piece.sha256)
@@ -181,13 +204,15 @@ def _splice_hashed(skeleton: bytes, source: Union[bytes, mmap.mmap], ranges: Lis
 
 
 def recipe_of(bundle: Union[str, Path], record: ArtefactRecord) -> Recipe:
-    """The record's recipe, checked against the manifest's sha256, file name and size."""
+    """The record's recipe, checked against the manifest's sha256, head count, file name and size."""
     assert record.compact is not None
-    path = Path(bundle) / record.compact.recipe
+    bundle = Path(bundle)
+    path = _bundle_path(bundle, record.compact.recipe, "recipe")
     recipe = decode_recipe(_checked(read_bytes(path, "recipe", FIX), path, "recipe", record.compact.sha256), str(path))
-    if recipe.artefact != record.file or recipe.rebuilt_bytes() != record.bytes:
-        raise HydraEdgeError(f"{path}: rebuilds {recipe.artefact} ({recipe.rebuilt_bytes()} bytes), the manifest "
-                             f"names {record.file} ({record.bytes} bytes); {FIX}")
+    if (recipe.heads, recipe.artefact, recipe.rebuilt_bytes()) != (record.heads, record.file, record.bytes):
+        raise HydraEdgeError(f"{path}: rebuilds {recipe.artefact} ({recipe.heads} heads, {recipe.rebuilt_bytes()} "
+                             f"bytes), the manifest names {record.file} ({record.heads} heads, {record.bytes} bytes); "
+                             f"{FIX}")
     return recipe
 
 
@@ -203,35 +228,33 @@ def rebuild(bundle: Union[str, Path], record: ArtefactRecord) -> bytes:
     return data
 
 
+def _whole(bundle: Path, record: ArtefactRecord) -> bytes:
+    """A full artefact's file, read once (at most the manifest's size) and hashed: the bytes checked are
+    the bytes returned, whatever happens to the file after."""
+    path = _bundle_path(bundle, record.file, "artefact")
+    data = read_bytes(path, "artefact", FIX, max_bytes=min(record.bytes, ARTEFACT_MAX_BYTES))
+    if hashlib.sha256(data).hexdigest() != record.sha256:
+        raise HydraEdgeError(f"{path} is missing or its sha256 differs from the manifest; {FIX}")
+    return data
+
+
 def artefact_bytes(bundle: Union[str, Path], record: ArtefactRecord) -> bytes:
     """The verified bytes of ``record``'s artefact, from its file or rebuilt; sha256 checked either way."""
-    if record.compact is not None:
-        return rebuild(bundle, record)
-    path = Path(bundle) / record.file
-    return _checked(read_bytes(path, "artefact", FIX), path, "artefact", record.sha256)
+    return _whole(Path(bundle), record) if record.compact is None else rebuild(bundle, record)
 
 
 def load_record(bundle: Union[str, Path], record: ArtefactRecord, threads: int) -> "Engine":
-    """``record``'s artefact in its runtime: a compact one rebuilt and loaded from memory, a full one
-    loaded from its file; either way nothing is loaded whose sha256 differs from the manifest's."""
+    """``record``'s artefact in its runtime, loaded from the bytes whose sha256 was checked (a compact one
+    rebuilt in memory, a full one read once): a file swapped after its check is never what runs."""
     return load_timed(bundle, record, threads)[0]
 
 
 def load_timed(bundle: Union[str, Path], record: ArtefactRecord, threads: int) -> Tuple["Engine", Optional[float]]:
     """``load_record``, and the seconds its rebuild took (None for a full artefact): a switch that
     misses the cache pays it on top of the load, so calibration records it."""
-    from .engines import load, load_bytes
+    from .engines import load_bytes
 
-    if record.compact is None:
-        path = Path(bundle) / record.file
-        try:
-            intact = sha256_file(path) == record.sha256
-        except OSError:
-            intact = False
-        if not intact:
-            raise HydraEdgeError(f"{path} is missing or its sha256 differs from the manifest; {FIX}")
-        return load(path, threads, record.format, record.runtime), None
     start = time.perf_counter()
-    data = rebuild(bundle, record)
-    seconds = time.perf_counter() - start
+    data = artefact_bytes(bundle, record)
+    seconds = None if record.compact is None else time.perf_counter() - start
     return load_bytes(data, record.file, threads, record.format, record.runtime), seconds
