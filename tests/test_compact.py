@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Callable, Dict, List, Tuple
@@ -32,7 +33,7 @@ from hydra_edge.runtime.switcher import Switcher
 from test_calibrate import invoke as calibrate_cli
 from test_calibrate import device_python, one_line_error  # noqa: F401 - device_python is a fixture
 from test_lut import calibration
-from test_records import fuzz
+from test_records import fuzz, without_blocking
 from test_runner import pushed, run_runner  # noqa: F401 - pushed is a fixture
 from test_switcher import IMAGE, POLICY, PROFILE, Board
 
@@ -511,3 +512,128 @@ def test_a_whole_artefact_swapped_after_its_check_still_loads_the_checked_bytes(
     expected = load(root / "full" / h12.file, format=h12.format).run(x)
     assert not np.array_equal(load(root / "full" / h6.file, format=h6.format).run(x), expected)
     assert np.array_equal(engine.run(x), expected)
+
+
+def _copy(root: Path, tmp_path: Path) -> Path:
+    bundle = tmp_path / "b"
+    shutil.copytree(root / "compact", bundle)
+    return bundle
+
+
+def _bundle_file(bundle: Path, which: str) -> Tuple[Path, object]:
+    """A file of the bundle and the record whose load reads it: the h3 artefact's recipe, skeleton or source,
+    or the whole 12-head artefact (the same file as the source)."""
+    manifest, h3, recipe = _h3(bundle)
+    if which == "artefact":
+        return bundle / manifest.artefacts[-1].file, manifest.artefacts[-1]
+    return (bundle / h3.compact.recipe if which == "recipe" else _piece(bundle, which)[0]), h3
+
+
+def _expand_line(bundle: Path, out: Path) -> str:
+    """``expand``'s one error line (it must fail) and nothing written to ``out``."""
+    result = CliRunner().invoke(main, ["expand", "--bundle", str(bundle), "--out", str(out)])
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert not out.exists() or not [p for p in out.iterdir() if not p.name.startswith(".")]
+    (line,) = result.output.strip().splitlines()
+    return line
+
+
+@pytest.mark.parametrize("which", ["recipe", "skeleton", "source", "artefact"])
+def test_a_fifo_in_place_of_a_bundle_file_is_one_line_and_never_blocks(root: Path, tmp_path: Path,
+                                                                       which: str) -> None:
+    from hydra_edge.runtime.rebuild import load_record
+
+    bundle = _copy(root, tmp_path)
+    path, record = _bundle_file(bundle, which)
+    path.unlink()
+    os.mkfifo(path)
+    error = without_blocking(lambda: load_record(bundle, record, 1), path)
+    assert isinstance(error, HydraEdgeError) and "\n" not in str(error) and str(path) in str(error), error
+    line = without_blocking(lambda: _expand_line(bundle, tmp_path / "files"), path)
+    assert isinstance(line, str) and str(path) in line, line
+
+
+@pytest.mark.parametrize("which", ["recipe", "skeleton", "source", "artefact"])
+def test_a_bundle_file_linked_to_outside_the_bundle_is_refused_though_its_bytes_are_right(
+        root: Path, tmp_path: Path, which: str) -> None:
+    from hydra_edge.runtime.rebuild import load_record
+
+    bundle = _copy(root, tmp_path)
+    path, record = _bundle_file(bundle, which)
+    outside = tmp_path / "elsewhere" / path.name
+    outside.parent.mkdir()
+    path.rename(outside)
+    outside.chmod(0o600)
+    path.symlink_to(outside)
+    with pytest.raises(HydraEdgeError, match=f"^{path} is a link to {outside}, outside the bundle"):
+        load_record(bundle, record, 1)
+    assert f"{path} is a link to {outside}, outside the bundle (" in _expand_line(bundle, tmp_path / "files")
+
+
+def _recipe_changed(bundle: Path, change: Callable[[dict], object]) -> Path:
+    """The h3 recipe changed by ``change``, and the manifest changed to match (its sha256)."""
+    manifest, a, _ = _h3(bundle)
+    path = bundle / a.compact.recipe
+    doc = json.loads(path.read_text())
+    change(doc)
+    path.write_text(json.dumps(doc))
+    doc = manifest.to_dict()
+    doc["artefacts"][0]["compact"]["sha256"] = sha256(path)
+    Manifest.from_dict(doc).write(bundle)
+    return path
+
+
+def _more_axes(r: dict, axes: int = 65) -> None:
+    """The range's tensor given leading axes of size 1, up to ``axes``: the same bytes in as many dimensions."""
+    extra = axes - len(r["shape"])
+    r["shape"], r["index"] = [1] * extra + r["shape"], [[[0, 1]]] * extra + r["index"]
+
+
+def _as_f1(r: dict) -> None:
+    """The range's dtype made ``<f1``, its last axis widened to keep its bytes: what numpy cannot read."""
+    n = int(r["dtype"][2:])
+    r["dtype"], r["shape"][-1] = "<f1", r["shape"][-1] * n
+    r["index"][-1] = [[start * n, stop * n] for start, stop in r["index"][-1]]
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: _as_f1(d["ranges"][0]), r": \$\.ranges\[0\]\.dtype: expected `str` matching"),
+    (lambda d: _more_axes(d["ranges"][0]), r": \$\.ranges\[0\]\.shape: expected `array` of length <= 32"),
+    (lambda d: d.update(heads=6), r": rebuilds vit_h3_onnx_fp16\.onnx \(6 heads, \d+ bytes\), the manifest names "
+                                  r"vit_h3_onnx_fp16\.onnx \(3 heads, \d+ bytes\)"),
+], ids=["f1", "65-axes", "heads"])
+def test_a_recipe_the_rebuild_cannot_follow_is_one_line_in_load_and_expand(root: Path, tmp_path: Path,
+                                                                           change: Callable[[dict], object],
+                                                                           message: str) -> None:
+    from hydra_edge.runtime.rebuild import load_record
+
+    bundle = _copy(root, tmp_path)
+    path = _recipe_changed(bundle, change)
+    with pytest.raises(HydraEdgeError, match="^" + re.escape(str(path)) + message) as e:
+        load_record(bundle, read_manifest(bundle).artefacts[0], 1)
+    assert "\n" not in str(e.value)
+    assert _expand_line(bundle, tmp_path / "files").endswith(str(e.value))
+
+
+def test_every_recipe_dtype_is_one_numpy_reads() -> None:
+    """What the recipe's schema lets through, the rebuild can make: every dtype it accepts is numpy's, of the
+    size it says."""
+    import itertools
+
+    from hydra_edge.records.recipe import Range
+
+    dtypes = ["".join(c) for c in itertools.product("<>|", "fiub", "1248")]
+    accepted = [d for d in dtypes if _is_range_dtype(d, Range)]
+    assert "<f1" not in accepted and {"<f2", "<f4", "|i1", "|u1", "<i4", "|b1"} <= set(accepted)
+    assert all(np.dtype(d).itemsize == int(d[2]) for d in accepted)
+
+
+def _is_range_dtype(dtype: str, range_type: type) -> bool:
+    import msgspec
+
+    try:
+        msgspec.convert({"offset": 0, "source_offset": 0, "dtype": dtype, "shape": [1], "index": [[[0, 1]]]},
+                        range_type)
+    except msgspec.ValidationError:
+        return False
+    return True

@@ -10,7 +10,7 @@ verified at convert time. Format-agnostic: it names bytes, dtypes and shapes, ne
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, List, Tuple, Union
+from typing import Annotated, List, Tuple, TypeVar, Union
 
 import msgspec
 from msgspec import Meta
@@ -21,9 +21,13 @@ from .fields import Heads, Name, NonNegative, Positive, Sha256, relative_path
 SCHEMA = "hydra-edge/recipe"
 SCHEMA_VERSION = 1
 HINT = "re-run hydra-edge convert --layout compact into a new folder"
+T = TypeVar("T")
 
-Dtype = Annotated[str, Meta(pattern="^[<>|][fiub][1248]$")]  # a numpy dtype string: "<f2", "|i1"
+# A numpy dtype string ("<f2", "|i1"): only those numpy has (no "<f1"), with their size in bytes last.
+Dtype = Annotated[str, Meta(pattern="^[<>|](f[248]|[iu][1248]|b1)$")]
 Span = Tuple[NonNegative, Positive]  # [start, stop) along one axis
+MAX_AXES = 32  # numpy 1's most dimensions (2's: 64); a weight has a handful
+Axes = Annotated[List[T], Meta(max_length=MAX_AXES)]
 
 
 class Piece(msgspec.Struct, forbid_unknown_fields=True):
@@ -47,8 +51,8 @@ class Range(msgspec.Struct, forbid_unknown_fields=True):
     offset: NonNegative
     source_offset: NonNegative
     dtype: Dtype
-    shape: List[Positive]
-    index: List[List[Span]]
+    shape: Axes[Positive]
+    index: Axes[List[Span]]
 
     def __post_init__(self) -> None:
         if len(self.index) != len(self.shape):
