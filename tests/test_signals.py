@@ -516,8 +516,13 @@ def test_one_zone_that_will_not_read_is_no_error_while_others_read(board: Path):
     spoil(board / TZ / "thermal_zone0/temp", "garbage\n")
     state = read_state({"thermal": "sysfs"}, root=str(board))
     assert state.max_temp_c == 53.5 and state.errors == {}
+    assert sorted(state.zone_errors) == ["cpu-thermal", "soc0-thermal"]  # soc0-thermal has no temp file
+    assert state.zone_errors["cpu-thermal"].startswith("thermal_zone0: ")
+    assert "'garbage'" in state.zone_errors["cpu-thermal"]
     only = read_state({"thermal": "sysfs", "thermal_zones": ["cpu-thermal"]}, root=str(board))
-    assert only.thermal_zones == {"cpu-thermal": 47.0} and only.errors == {}  # the second cpu-thermal reads
+    # the second cpu-thermal reads, under its own name: a sensor's name never depends on another's failing
+    assert only.thermal_zones == {"cpu-thermal/thermal_zone2": 47.0} and only.errors == {}
+    assert list(only.zone_errors) == ["cpu-thermal"]
     spoil(board / TZ / "thermal_zone1/temp", "directory")
     gpu = read_state({"thermal": "sysfs", "thermal_zones": ["gpu-thermal"]}, root=str(board))
     assert gpu.thermal_zones == {} and "is a folder" in gpu.errors["thermal"]
@@ -526,6 +531,13 @@ def test_one_zone_that_will_not_read_is_no_error_while_others_read(board: Path):
 def test_no_thermal_zone_at_all_is_an_error_when_the_profile_names_one(tmp_path: Path):
     state = read_state({"thermal": "sysfs"}, root=str(tmp_path))
     assert state.errors == {"thermal": f"no thermal zone under {tmp_path}/sys/class/thermal"}
+
+
+def test_a_named_zone_that_is_not_there_is_a_sensor_that_failed(board: Path):
+    state = read_state({"thermal": "sysfs", "thermal_zones": ["gpu-thermal", "npu-thermal"]}, root=str(board))
+    assert state.thermal_zones == {"gpu-thermal": 51.0} and state.errors == {}
+    assert state.zone_errors == {"npu-thermal": "thermal_zones names 'npu-thermal', but no sensor of that name "
+                                                "was found"}
 
 
 

@@ -91,6 +91,16 @@ class Board:
     def temp(self, c: float) -> None:
         write(self.temp_file, f"{int(c * 1000)}\n")
 
+    @property
+    def gpu_file(self) -> Path:
+        return self.root / "sys/class/thermal/thermal_zone1/temp"
+
+    def gpu(self, c: float) -> None:
+        """A second sensor: thermal_zone1, of type gpu-thermal."""
+        self.gpu_file.parent.mkdir(exist_ok=True)
+        write(self.gpu_file.with_name("type"), "gpu-thermal\n")
+        write(self.gpu_file, f"{int(c * 1000)}\n")
+
     def battery(self, pct: int, status: str = "Discharging") -> None:
         bat = self.root / "sys/class/power_supply/BAT0"
         bat.mkdir(parents=True, exist_ok=True)
@@ -414,17 +424,93 @@ def test_a_failed_temperature_holds_the_last_reading_then_runs_as_hottest(bundle
         clock.now += 1
         assert sw.poll() == 3  # stale: the hottest band, never the coolest
         event = sw.event_log()[-1]
-        assert event["reason"] == "state: thermal unknown since 30 s" and math.isnan(event["reading"]["thermal"])
+        assert event["reason"] == "state: thermal sensor cpu-thermal unknown since 30 s"
+        assert math.isnan(event["reading"]["thermal"])
         json.dumps(sw.event_log())
         for _ in range(120):
             clock.now += 1
             assert sw.poll() == 3
 
 
+# Two named sensors, as a profile names them: temperature files, or thermal zones by type (on mains).
+TWO_SENSORS = {
+    "files": {"files": {"cpu_mC": "/sys/class/thermal/thermal_zone0/temp",
+                        "gpu_mC": "/sys/class/thermal/thermal_zone1/temp"}},
+    "thermal_zones": {"thermal": "sysfs", "thermal_zones": ["cpu-thermal", "gpu-thermal"]},
+}
+
+
+@pytest.mark.parametrize("bad", ["garbage\n", ""])
+@pytest.mark.parametrize("named", sorted(TWO_SENSORS))
+def test_a_failed_sensor_among_several_is_held_then_hottest_and_the_cooler_one_never_stands_in(
+        bundle: Path, board: Board, named: str, bad: str, caplog: pytest.LogCaptureFixture) -> None:
+    clock = Clock()
+    board.temp(65)  # cpu-thermal: 9 heads
+    board.gpu(40)  # 12 heads, were it the only sensor
+    with caplog.at_level(logging.WARNING, logger="hydra_edge.switcher"), \
+            switcher(bundle, board, clock=clock, prefetch=False, signals=TWO_SENSORS[named]) as sw:
+        assert sw.poll() == 9 and sw.events[0].reading.thermal == 65.0
+        write(board.temp_file, bad)
+        for _ in range(29):  # far past dwell and raise_after_s: the cpu's 65 °C is held, not the gpu's 40
+            clock.now += 1
+            assert sw.poll() == 9
+        clock.now += 1
+        assert sw.poll() == 3  # stale: the hottest band, as a lone sensor
+        event = sw.events[-1]
+        assert event.reason == "state: thermal sensor cpu-thermal unknown since 30 s"
+        assert math.isnan(event.reading.thermal)
+        for _ in range(120):
+            clock.now += 1
+            assert sw.poll() == 3
+        board.temp(40)  # both cool: more heads once that has persisted
+        clock.now += 1
+        assert sw.poll() == 3
+        clock.now += sw.settings.raise_after_s
+        assert sw.poll() == 12 and sw.events[-1].reason == "state" and sw.events[-1].reading.thermal == 40.0
+    failed, recovered = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert failed.startswith("thermal sensor cpu-thermal unreadable (thermal_zone0: ")
+    assert failed.endswith(" — holding the last reading 65.0 °C for up to 30 s")
+    assert recovered == "thermal sensor cpu-thermal readable again (40.0 °C) after 160 s with 150 failed reads"
+
+
+@pytest.mark.parametrize("named", sorted(TWO_SENSORS))
+def test_a_named_sensor_that_never_reads_is_the_hottest_band_from_the_start(bundle: Path, board: Board,
+                                                                          named: str) -> None:
+    board.gpu(40)
+    write(board.temp_file, "garbage\n")
+    with switcher(bundle, board, signals=TWO_SENSORS[named]) as sw:
+        assert sw.poll() == 3 and sw.events[0].reason == "start: thermal sensor cpu-thermal unknown since 0 s"
+
+
+def test_a_named_thermal_zone_that_is_gone_is_the_hottest_band(bundle: Path, board: Board) -> None:
+    clock = Clock()
+    board.gpu(40)
+    with switcher(bundle, board, clock=clock, signals=TWO_SENSORS["thermal_zones"]) as sw:
+        assert sw.poll() == 12
+        shutil.rmtree(board.gpu_file.parent)
+        clock.now += sw.settings.stale_after_s
+        assert sw.poll() == 3 and sw.events[-1].reason == "state: thermal sensor gpu-thermal unknown since 30 s"
+
+
+def test_reading_every_zone_a_zone_that_read_then_fails_counts_one_that_never_read_does_not(
+        bundle: Path, board: Board) -> None:
+    clock = Clock()
+    board.temp(65)
+    board.gpu(40)
+    disabled = board.root / "sys/class/thermal/thermal_zone2"  # a zone whose sensor is off: it never reads
+    disabled.mkdir()
+    (disabled / "type").write_text("soc-thermal\n")
+    with switcher(bundle, board, clock=clock, signals={"thermal": "sysfs"}) as sw:
+        assert sw.poll() == 9
+        write(board.temp_file, "garbage\n")
+        clock.now += sw.settings.stale_after_s
+        assert sw.poll() == 3 and sw.events[-1].reason == "state: thermal sensor cpu-thermal unknown since 30 s"
+
+
 def test_a_temperature_unreadable_from_the_start_is_the_hottest_band(bundle: Path, board: Board) -> None:
     write(board.temp_file, "garbage\n")
     with switcher(bundle, board) as sw:
-        assert sw.poll() == 3 and sw.events[0].reason == "start: thermal unknown since 0 s"
+        assert sw.poll() == 3 and sw.events[0].reason == "start: thermal sensor cpu-thermal unknown since 0 s"
 
 
 def test_a_profile_without_a_thermal_signal_runs_as_hottest_and_says_so(bundle: Path, board: Board,
@@ -498,7 +584,7 @@ def test_both_sensors_unreadable_run_the_smallest_head_count(bundle: Path, board
         for _ in range(600):
             assert sw.poll() == 3 == sw.table.heads[0]
             clock.now += 1
-        assert sw.events[0].reason == "start: thermal unknown since 0 s, battery unknown since 0 s"
+        assert sw.events[0].reason == "start: thermal sensor cpu-thermal unknown since 0 s, battery unknown since 0 s"
 
 
 def test_a_cool_down_raises_heads_only_after_raise_after_s_and_heating_lowers_at_once(bundle: Path,
@@ -566,7 +652,8 @@ def test_one_warning_when_a_sensor_fails_and_one_when_it_recovers(bundle: Path, 
         for _ in range(60):  # a minute unreadable, long past stale: one warning
             clock.now += 1
             sw.poll()
-        assert warnings() == [f"thermal unreadable (thermal_zone0: PermissionError: [Errno 13] Permission denied: "
+        assert warnings() == [f"thermal sensor cpu-thermal unreadable (thermal_zone0: PermissionError: [Errno 13] "
+                              f"Permission denied: "
                               f"'{board.temp_file}') — holding the last reading 40.0 °C for up to 30 s"]
         for i in range(40):  # readable and not by turns: the same failure, no message per poll
             (denied.add if i % 2 else denied.discard)(board.temp_file)
@@ -580,7 +667,7 @@ def test_one_warning_when_a_sensor_fails_and_one_when_it_recovers(bundle: Path, 
         assert len(warnings()) == 1
         clock.now += 1
         sw.poll()
-        assert warnings()[1] == "thermal readable again (40.0 °C) after 110 s with 80 failed reads"
+        assert warnings()[1] == "thermal sensor cpu-thermal readable again (40.0 °C) after 110 s with 80 failed reads"
         for _ in range(60):
             clock.now += 1
             sw.poll()

@@ -1,11 +1,12 @@
 """Build the lookup table: calibrated latencies x thermal derating against battery-scaled budgets.
 
 Candidates are the device's Pareto-optimal head counts (no other is both at least as fast and at
-least as accurate), each faster one running fewer heads. Each (battery band, thermal band) cell gets the most accurate candidate whose
-expected latency (calibrated latency x the band's derating) meets the band's budget (and energy
-cap, where power was measured); when none does, the fastest candidate. No cell runs more heads
-than the cell one band cooler or one battery band fuller, whatever the policy says. The result is the
-``lut.json`` document; ``hydra_edge.runtime.lut`` reads it back on the device.
+least as accurate), each faster one running fewer heads. Each (battery band, thermal band) cell
+gets the most accurate candidate whose expected latency (calibrated latency x the band's derating)
+meets the band's budget (and energy cap, where power was measured); when none does, the fastest
+candidate. No cell runs more heads than the cell one band cooler or one battery band fuller,
+whatever the policy says. The result is the ``lut.json`` document; ``hydra_edge.runtime.lut``
+reads it back on the device.
 """
 
 from __future__ import annotations

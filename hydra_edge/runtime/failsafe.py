@@ -4,7 +4,9 @@ Three rules (the C and Kotlin tables' comments ask their callers for the same):
 
 * A signal that stops reading (missing, unreadable, garbage, absurd) keeps its last good reading
   for ``stale_after_s``, so one bad poll does not move the head count; after that it is unknown:
-  the hottest thermal band (or the profile's ``assumed_hot``), the lowest battery band.
+  the hottest thermal band (or the profile's ``assumed_hot``), the lowest battery band. Each
+  temperature sensor is held on its own and the hottest counts, so a cooler sensor never stands
+  in for a hot one that failed.
 * The head count rises only when the table has asked for more for ``raise_after_s`` without a
   break, on readings taken at every poll (a held reading starts the wait over), and then only as
   far as it asked all along; it falls at once. A flapping reading therefore costs heads quickly
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Callable, Generic, Optional, Tuple, TypeVar
+from typing import Callable, Dict, Generic, Mapping, Optional, Tuple, TypeVar
 
 from ..records.target import Signals
 
@@ -75,6 +77,48 @@ class Hold(Generic[T]):
             self.log.warning("%s readable again (%s) after %.0f s with %d failed reads", self.name,
                              self.describe(self.last), now - self.bad_since, self.failures)
             self.bad_since = self.good_since = None
+
+
+class Hottest:
+    """Several temperature sensors, each with its own ``Hold``; the reading is the hottest of them.
+
+    A sensor that fails keeps its last good reading for ``stale_after_s`` and then counts as
+    ``unknown``, exactly as a lone sensor does: the others reading cool never stand in for it, and
+    NaN (unknown) is hotter than any reading. ``named``: every sensor reported counts from its first
+    report, a failing one too (the profile named it). Otherwise (a board whose every thermal zone is
+    read) a sensor counts once it has given a reading: a zone that never reads is a disabled one,
+    while one that read and stopped has failed.
+    """
+
+    def __init__(self, describe: Callable[[float], str], unknown: float, assume: str, settings: Signals,
+                 log: logging.Logger, named: bool) -> None:
+        self.describe, self.unknown, self.assume, self.settings, self.log = describe, unknown, assume, settings, log
+        self.named = named
+        self.holds: Dict[str, Hold[float]] = {}
+
+    @property
+    def held(self) -> bool:
+        """Whether the last update held some sensor's older reading."""
+        return any(hold.held for hold in self.holds.values())
+
+    def update(self, readings: Mapping[str, float], errors: Mapping[str, str], missing: str,
+               now: float) -> Tuple[Optional[float], Optional[str]]:
+        """The hottest of every sensor that counts (this poll's, held or ``unknown``) and, for those
+        that did not read, the notes for the switch event; (None, None) while no sensor counts.
+
+        ``errors`` says why a sensor gave no reading; ``missing`` why one that counts was not reported.
+        """
+        for sensor in [*readings, *(errors if self.named else ())]:
+            if sensor not in self.holds:
+                self.holds[sensor] = Hold(f"thermal sensor {sensor}", self.describe, self.unknown, self.assume,
+                                          self.settings, self.log)
+        if not self.holds:
+            return None, None
+        results = [hold.update(readings.get(sensor), errors.get(sensor, missing), now)
+                   for sensor, hold in self.holds.items()]
+        values = [value for value, _ in results]
+        hottest = math.nan if any(math.isnan(value) for value in values) else max(values)
+        return hottest, ", ".join(note for _, note in results if note) or None
 
 
 class RaiseGate:

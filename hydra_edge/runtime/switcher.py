@@ -17,7 +17,9 @@ Every switch is logged in ``events``, with its reason.
 A sensor that fails never buys heads (``failsafe``): its last good reading is held for the
 profile's ``stale_after_s``, then the worst band is assumed; the head count rises only on a
 reading that has persisted ``raise_after_s``, and a failing sensor is logged once, not per poll.
-A battery the profile names but that cannot be read is unknown (the lowest battery band), not
+Each temperature sensor is held on its own and the hottest counts, a failed one included: a cooler
+sensor never stands in for a hot one that stopped reading (where the profile reads every thermal
+zone rather than naming its sensors, a zone counts once it has given a reading). A battery the profile names but that cannot be read is unknown (the lowest battery band), not
 mains; only a profile that names no battery (``battery = "none"``) means a board on mains.
 
 A ``lut.json`` that is missing, damaged, of another schema or built for another bundle is
@@ -36,7 +38,7 @@ from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Set, Tuple, Union
 
 import numpy as np
 
@@ -44,10 +46,11 @@ from ..errors import HydraEdgeError
 from ..records.manifest import MANIFEST, read_manifest
 from .engines import Engine
 from ..records.target import signals as checked_signals
-from .failsafe import Hold, RaiseGate
+from .failsafe import Hold, Hottest, RaiseGate
 from .rebuild import load_record
 from .lut import Candidate, LutError, Table, read_table
-from .signals import THERMAL_SIGNALS, DeviceState, Runner, configured, read_state, run_command
+from .signals import (THERMAL_SIGNALS, DeviceState, Runner, configured, read_state, reads_every_zone,
+                      run_command)
 from .signals.android import thermal_status_name
 
 log = logging.getLogger("hydra_edge.switcher")
@@ -62,6 +65,14 @@ class Reading:
     thermal: float  # in the table's thermal unit; NaN: unknown
 
 
+class _Input(NamedTuple):
+    """One input of the selection after the fail-safe rules."""
+
+    value: Any
+    note: Optional[str]  # why it is not this poll's own reading ("battery unknown since 31 s"), or None
+    held: bool  # an older reading held over a failure: the head count may not rise on it
+
+
 @dataclass(frozen=True)
 class SwitchEvent:
     """One change of head count: when (the switcher's clock), at which poll, why, and on what reading."""
@@ -71,7 +82,7 @@ class SwitchEvent:
     from_heads: Optional[int]
     to_heads: int
     reason: str  # "start", "state", "fallback: ...", "load failed: ..."; a failing sensor is added
-    # after a colon: "state: thermal unknown since 31 s"
+    # after a colon: "state: thermal sensor cpu-thermal unknown since 31 s"
     reading: Optional[Reading]
 
 
@@ -151,9 +162,12 @@ class Switcher:
             self.table, self.fallback = fallback_table(self.bundle), str(e)
             log.warning("%s; running the smallest head count (%d)", e, self.table.heads[0])
         hot = self.settings.assumed_hot
-        self._thermal: Hold[float] = Hold(
-            "thermal", self._describe_thermal, math.nan if hot is None else hot,
-            "the hottest band" if hot is None else f"{self._describe_thermal(hot)} (assumed_hot)", self.settings, log)
+        unknown = math.nan if hot is None else hot
+        assume = "the hottest band" if hot is None else f"{self._describe_thermal(hot)} (assumed_hot)"
+        # the thermal signal as one value (Android's status, or no sensor at all), and temperature sensors one by one
+        self._thermal: Hold[float] = Hold("thermal", self._describe_thermal, unknown, assume, self.settings, log)
+        self._sensors = Hottest(self._describe_thermal, unknown, assume, self.settings, log,
+                                named=not reads_every_zone(self.signals))
         self._battery: Hold[Tuple[float, bool]] = Hold(
             "battery", lambda b: f"{b[0]:.0f} %{' charging' if b[1] else ''}", (math.nan, False),
             "the lowest battery band", self.settings, log)
@@ -166,21 +180,30 @@ class Switcher:
             return f"thermal status {thermal:g} ({thermal_status_name(int(thermal))})"
         return f"{thermal:.1f} °C"
 
-    def _thermal_now(self, state: DeviceState) -> Tuple[Optional[float], Optional[str]]:
-        """This poll's thermal input, or None and why not."""
+    def _thermal_input(self, state: DeviceState, now: float) -> "_Input":
+        """This poll's thermal input after the fail-safe rules: the hottest temperature sensor (each
+        held on its own), or the thermal signal as one value (Android's status; no sensor at all)."""
         throttled = state.throttling is not None and state.throttling.any_now
+        why_not = self._no_thermal or next((state.errors[s] for s in THERMAL_SIGNALS if s in state.errors),
+                                           "no sensor gave a reading")
+        if self.table.thermal_source == "temperature":
+            temp, note = self._sensors.update(state.thermal_zones, state.zone_errors, why_not, now)
+            if temp is not None:  # unknown stays unknown: the hottest band, whatever a throttle bit says
+                thermal = temp if math.isnan(temp) else self.table.thermal_input(temp, throttled)
+                return _Input(thermal, note, self._sensors.held)
         thermal = self.table.thermal_input(state.max_temp_c, throttled, state.android_thermal_status)
-        if not math.isnan(thermal):
-            return thermal, None
-        return None, self._no_thermal or state.errors.get("thermal", "no sensor gave a reading")
+        value, note = self._thermal.update(None if math.isnan(thermal) else thermal, why_not, now)
+        return _Input(value, note, self._thermal.held)
 
-    def _battery_now(self, state: DeviceState) -> Tuple[Optional[Tuple[float, bool]], Optional[str]]:
-        """This poll's (battery %, charging): (-1, False) without a battery, or None and why not."""
+    def _battery_input(self, state: DeviceState, now: float) -> "_Input":
+        """This poll's (battery %, charging) after the fail-safe rules: (-1, False) without a battery."""
         if not self._has_battery:
-            return (-1.0, False), None
+            return _Input((-1.0, False), None, False)
         if state.battery_capacity is None:
-            return None, state.errors.get("battery", "no battery level")
-        return (float(state.battery_capacity), bool(state.charging)), None
+            value, note = self._battery.update(None, state.errors.get("battery", "no battery level"), now)
+        else:
+            value, note = self._battery.update((float(state.battery_capacity), bool(state.charging)), None, now)
+        return _Input(value, note, self._battery.held)
 
     def poll(self) -> int:
         """Read the signals once and switch if the table says so; returns the head count now running."""
@@ -188,20 +211,20 @@ class Switcher:
         with self._lock:                                        # predict() never waits for a slow dumpsys
             self.polls += 1
             now = self.clock()
-            thermal, thermal_note = self._thermal.update(*self._thermal_now(state), now)
-            (battery_pct, charging), battery_note = self._battery.update(*self._battery_now(state), now)
-            reading = Reading(battery_pct, charging, thermal)
-            heads = self.table.select(battery_pct, charging, thermal, self.heads or 0, now - self._switched_at)
+            thermal, battery = self._thermal_input(state, now), self._battery_input(state, now)
+            battery_pct, charging = battery.value
+            reading = Reading(battery_pct, charging, thermal.value)
+            heads = self.table.select(battery_pct, charging, thermal.value, self.heads or 0, now - self._switched_at)
             heads = self._loadable(heads)
             if self.heads is not None:  # more heads only on a reading that has persisted
                 order = self.table.heads
-                fresh = not (self._thermal.held or self._battery.held)
+                fresh = not (thermal.held or battery.held)
                 heads = order[self._raise_gate(order.index(self.heads), order.index(heads), now, fresh)]
             if heads != self.heads:
                 reason = "start" if self.heads is None else "state"
                 if self.fallback and self.heads is None:
                     reason = f"fallback: {self.fallback}"
-                notes = [note for note in (thermal_note, battery_note) if note]
+                notes = [i.note for i in (thermal, battery) if i.note]
                 self._switch(heads, f"{reason}: {', '.join(notes)}" if notes else reason, reading, now)
             return heads
 

@@ -16,7 +16,7 @@ from .linux import (PowerSupply, TegraStats, ThermalZone, Throttling, TripPoint,
                     parse_get_throttled, parse_measure_temp, parse_tegrastats,
                     read_power_supplies, read_thermal_zones)
 from .state import (COMMANDS, SIGNALS, THERMAL_SIGNALS, DeviceState, Runner, configured, read_state,
-                    run_command, signals_from_profile, zone_temperatures)
+                    reads_every_zone, run_command, signals_from_profile, zone_temperatures)
 
 __all__ = [
     "THERMAL_STATUS_NAMES", "AndroidBattery", "AndroidThermal", "parse_battery", "parse_getprop",
@@ -26,6 +26,6 @@ __all__ = [
     "DeviceInfo", "android_device_info", "read_device_info",
     "PowerSupply", "TegraStats", "ThermalZone", "Throttling", "TripPoint", "parse_get_throttled",
     "parse_measure_temp", "parse_tegrastats", "read_power_supplies", "read_thermal_zones",
-    "COMMANDS", "SIGNALS", "THERMAL_SIGNALS", "DeviceState", "Runner", "configured", "read_state", "run_command",
-    "signals_from_profile", "zone_temperatures",
+    "COMMANDS", "SIGNALS", "THERMAL_SIGNALS", "DeviceState", "Runner", "configured", "read_state", "reads_every_zone",
+    "run_command", "signals_from_profile", "zone_temperatures",
 ]

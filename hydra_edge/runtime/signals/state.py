@@ -29,7 +29,7 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import PurePosixPath
-from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from ...errors import HydraEdgeError
 from ._text import range_error
@@ -98,7 +98,10 @@ class DeviceState:
     ``charging`` is true only while the battery status is Charging; ``power_w`` is measured
     draw, when the battery or a Jetson input rail reports it. ``errors`` maps a signal the
     profile names (``thermal``, ``battery``, ``tegrastats``) to why it gave no
-    usable reading; a signal that is not named is simply absent.
+    usable reading; a signal that is not named is simply absent. ``zone_errors`` maps each
+    temperature sensor that was read (or named) but gave no temperature to why: with several
+    sensors, one failing is no ``errors`` line while another reads, yet the switcher must not
+    take the others' reading for it.
     """
 
     timestamp: float
@@ -112,6 +115,7 @@ class DeviceState:
     android_thermal_status: Optional[int] = None
     tegrastats: Optional[TegraStats] = None
     errors: Dict[str, str] = field(default_factory=dict)
+    zone_errors: Dict[str, str] = field(default_factory=dict)
 
     @property
     def max_temp_c(self) -> Optional[float]:
@@ -140,19 +144,31 @@ class DeviceState:
         return cls(**values)
 
 
-def zone_temperatures(zones: Iterable[ThermalZone]) -> Dict[str, float]:
-    """{zone name: °C} for zones that read; a repeated name gets its directory appended."""
-    temps: Dict[str, float] = {}
+def _keyed(zones: Iterable[ThermalZone]) -> List[Tuple[str, ThermalZone]]:
+    """Each zone with its sensor name: the zone's name, and for a name an earlier zone has, the name
+    and the zone's directory (``cpu-thermal/thermal_zone2``). Whether a zone reads does not change
+    any name, so a failing sensor is never taken for another of the same type."""
+    seen: Set[str] = set()
+    keyed = []
     for zone in zones:
-        if zone.temp_c is not None:
-            key = zone.name if zone.name not in temps else f"{zone.name}/{zone.zone}"
-            temps[key] = zone.temp_c
-    return temps
+        keyed.append((zone.name if zone.name not in seen else f"{zone.name}/{zone.zone}", zone))
+        seen.add(zone.name)
+    return keyed
+
+
+def _sensor_type(sensor: str) -> str:
+    """The name a profile's ``thermal_zones`` gives for a sensor (``cpu-thermal/thermal_zone2``: ``cpu-thermal``)."""
+    return sensor.partition("/")[0]
+
+
+def zone_temperatures(zones: Iterable[ThermalZone]) -> Dict[str, float]:
+    """{sensor name: °C} for zones that read; a repeated name gets its directory appended."""
+    return {key: zone.temp_c for key, zone in _keyed(zones) if zone.temp_c is not None}
 
 
 def _zone_errors(zones: Iterable[ThermalZone]) -> Dict[str, str]:
-    """{zone name: why it gave no temperature} for zones that do not read."""
-    return {zone.name: f"{zone.zone}: {zone.error}" for zone in zones if zone.error is not None}
+    """{sensor name: why it gave no temperature} for zones that do not read."""
+    return {key: f"{zone.zone}: {zone.error}" for key, zone in _keyed(zones) if zone.error is not None}
 
 
 _THERMAL_DIRS = ("/sys/class/thermal/", "/sys/devices/virtual/thermal/")
@@ -280,6 +296,14 @@ def signals_from_profile(table: Mapping[str, Any]) -> Dict[str, Any]:
     return flat
 
 
+def reads_every_zone(profile_signals: Mapping[str, Any]) -> bool:
+    """Whether the profile reads every thermal zone (``thermal = "sysfs"``, naming no temperature file
+    and no ``thermal_zones``) rather than sensors it names. Only then may a sensor that never gave a
+    reading be left out: among every zone, one that never reads is a disabled one."""
+    return (configured(profile_signals).get("thermal") == "sysfs" and not temperature_files(profile_signals)
+            and not profile_signals.get("thermal_zones"))
+
+
 def configured(profile_signals: Mapping[str, Any]) -> Dict[str, Any]:
     """The signals ``read_state`` reads for this table, flat (``{"thermal": "sysfs", ...}``).
 
@@ -327,9 +351,21 @@ def read_state(profile_signals: Mapping[str, Any], root: str = "/",
         found.update({key: reading for key, reading in readings.items() if reading is not None})
     keep = profile_signals.get("thermal_zones")
     if keep:
-        zones = {name: temp for name, temp in zones.items() if name in keep}
-        unread = {name: error for name, error in unread.items() if name in keep}
+        zones, unread = _named(zones, unread, keep)
     if unread and not zones:  # no sensor gives a temperature: say why the first one did not
         more = f" (and {len(unread) - 1} more sensors)" if len(unread) > 1 else ""
         errors.setdefault("thermal", next(iter(unread.values())) + more)
-    return DeviceState(timestamp=timestamp, thermal_zones=zones, errors=errors, **found)
+    return DeviceState(timestamp=timestamp, thermal_zones=zones, errors=errors, zone_errors=unread, **found)
+
+
+def _named(zones: Dict[str, float], unread: Dict[str, str],
+           keep: Iterable[str]) -> Tuple[Dict[str, float], Dict[str, str]]:
+    """Only the sensors ``thermal_zones`` names; one it names that no reader found is unread too, so
+    a zone that vanishes (or never was) fails like one that will not read."""
+    keep = list(keep)
+    zones = {name: temp for name, temp in zones.items() if _sensor_type(name) in keep}
+    unread = {name: error for name, error in unread.items() if _sensor_type(name) in keep}
+    found = {_sensor_type(name) for name in (*zones, *unread)}
+    unread.update({name: f"thermal_zones names {name!r}, but no sensor of that name was found"
+                   for name in keep if name not in found})
+    return zones, unread
