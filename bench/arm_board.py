@@ -41,15 +41,13 @@ from typing import Any, Callable, Iterator
 from rich.console import Console
 from rich.table import Table
 
+from hydra_edge.atomic import write_json, write_text
+from hydra_edge.convert.targets import resolve
+from hydra_edge.demo import demo_budget, export_images, scenario_steps
+from hydra_edge.profiling.timing import host_cpu
+from hydra_edge.transport import open_transport
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.convert import host_cpu  # noqa: E402
-from hydra_edge.atomic import write_json, write_text  # noqa: E402
-from hydra_edge.convert.targets import resolve  # noqa: E402
-from hydra_edge.demo import demo_budget, export_images, scenario_steps  # noqa: E402
-from hydra_edge.transport import open_transport  # noqa: E402
-
 RESULTS = ROOT / "bench" / "results"
 SUITE, MIRROR = "bookworm", "http://deb.debian.org/debian"
 PACKAGES = "python3,python3-venv,openssh-server"

@@ -18,62 +18,29 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-from pathlib import Path
 from importlib import import_module
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 import torch
 
+from hydra_edge.checkpoint import load_checkpoint
+from hydra_edge.config import HydraConfig
+from hydra_edge.convert.manifest import read_manifest
+from hydra_edge.convert.pipeline import tool_versions
+from hydra_edge.errors import HydraEdgeError
+from hydra_edge.profiling.recipes import RECIPES, Stacked, export_with_recipe
+from hydra_edge.profiling.report import save_report, subplots
+from hydra_edge.profiling.timing import cpu_family, host_cpu, paired_ms
+from hydra_edge.runtime.engines import FORMATS, load
+from hydra_edge.sizes import subnet_size
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.convert import host_cpu, paired_ms  # noqa: E402
-from bench.report import save_report, subplots  # noqa: E402
-from hydra_edge.checkpoint import load_checkpoint  # noqa: E402
-from hydra_edge.config import HydraConfig  # noqa: E402
-from hydra_edge.convert.manifest import read_manifest  # noqa: E402
-from hydra_edge.convert.pipeline import tool_versions  # noqa: E402
-from hydra_edge.convert.targets import load_target  # noqa: E402
-from hydra_edge.errors import HydraEdgeError  # noqa: E402
-from hydra_edge.runtime.engines import FORMATS, load  # noqa: E402
-from hydra_edge.sizes import subnet_size  # noqa: E402
-
 RESULTS = ROOT / "bench" / "results"
-# (format, quant, target whose profile gives the exporter options): the artefacts' recipes
-RECIPES = (("tflite", "int8-dynamic", "rpi"), ("executorch", "int8-dynamic", "android"), ("onnx", "int8-qdq", "jetson"))
 # format -> the module whose ``op_times`` is that runtime's own per-op profiler
-PROFILERS = {"tflite": "bench.op_profile_litert", "executorch": "bench.op_profile_executorch",
-             "onnx": "bench.op_profile_onnxruntime"}
-
-
-def _options(fmt: str, quant: str, target: str) -> dict[str, Any]:
-    """The exporter options the target profile gives this format and quantisation."""
-    return next(dict(v.options) for v in load_target(target).artefacts if (v.format, v.quant) == (fmt, quant))
-
-
-def cpu_family() -> str:
-    """Vendor, family and model numbers from /proc/cpuinfo: "AMD EPYC" alone does not say which generation."""
-    try:
-        fields = dict(line.split(":", 1) for line in Path("/proc/cpuinfo").read_text().splitlines() if ":" in line)
-    except OSError:
-        return "unknown"
-    fields = {k.strip(): v.strip() for k, v in fields.items()}
-    return f"{fields.get('vendor_id', '?')} family {fields.get('cpu family', '?')} model {fields.get('model', '?')}"
-
-
-def _export(module: torch.nn.Module, x: np.ndarray, fmt: str, quant: str, target: str, calibration_shape: tuple[int, ...],
-            path: Path, what: str) -> Path:
-    """``module`` fed ``x``, exported with the recipe ``target``'s profile gives (fmt, quant); random calibration."""
-    options = _options(fmt, quant, target)
-    rng = np.random.default_rng(0)
-    calibration = rng.standard_normal((int(options.get("calibration_images", 1)), *calibration_shape), dtype=np.float32)
-    exporter = __import__(FORMATS[fmt].exporter, fromlist=["export"])
-    print(f"{what}: {fmt} {quant}", flush=True)
-    with torch.no_grad():
-        exporter.export(module, torch.from_numpy(x), quant, options, calibration, path,
-                        lambda s: print(f"  {fmt}: {s}", flush=True))
-    return path
+PROFILERS = {"tflite": "hydra_edge.profiling.litert", "executorch": "hydra_edge.profiling.executorch",
+             "onnx": "hydra_edge.profiling.onnxruntime"}
 
 
 def fc_artefacts(tokens: int, width_in: int, width_out: int, work: Path) -> tuple[dict[str, Path], torch.nn.Module, np.ndarray]:
@@ -84,32 +51,11 @@ def fc_artefacts(tokens: int, width_in: int, width_out: int, work: Path) -> tupl
     torch.manual_seed(0)
     fc = torch.nn.Linear(width_in, width_out).eval()
     x = np.random.default_rng(0).standard_normal((1, tokens, width_in), dtype=np.float32)
-    paths = {f"{fmt} {quant}": _export(fc, x, fmt, quant, target, (tokens, width_in),
-                                       work / f"fc{tokens}_{fmt}_{quant}{FORMATS[fmt].suffix}", f"FC {tokens}x{width_in}x{width_out}")
+    paths = {f"{fmt} {quant}": export_with_recipe(fc, x, fmt, quant, target, (tokens, width_in),
+                                                  work / f"fc{tokens}_{fmt}_{quant}{FORMATS[fmt].suffix}",
+                                                  f"FC {tokens}x{width_in}x{width_out}")
              for fmt, quant, target in RECIPES}
     return paths, fc, x
-
-
-class Stacked(torch.nn.Module):
-    """A subnetwork fed ``batch`` images stacked along channels, (1, batch*C, H, W), split into a batch.
-
-    The exporters calibrate one image at a time (``x[None]``), so a batch-b program whose input is
-    one "image" of b*C channels calibrates as it is. The batch is its b channel groups concatenated
-    along the batch axis, not a reshape: ExecuTorch 1.5's XNNPACK lowering, moving a dynamically
-    quantised convolution's input to channels-last, follows first arguments back from the quantise
-    node through any op to the node that has none (a reshape back to the program's input), so the
-    patch embedding's convolution was handed the (1, H, W, b*C) input and XNNPACK refused the
-    program at run time ("Propagating input shapes failed"). A concatenation (a list as its first
-    argument) ends that walk. It costs one copy of the input (4.8 MB for eight 224 px images), small
-    next to eight inferences.
-    """
-
-    def __init__(self, model: torch.nn.Module, batch: int) -> None:
-        super().__init__()
-        self.model, self.batch = model, batch
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.model(torch.cat(x.split(x.shape[1] // self.batch, dim=1)))
 
 
 def top_ops(per_op: dict[str, float], top: int = 10) -> list[dict[str, Any]]:
@@ -136,8 +82,8 @@ def _programs(rows: list[dict[str, Any]], models: dict[str, Any], batch: int, wo
             continue
         if r["heads"] in _ends(rows, r["bundle"]):
             path = work / f"b{batch}_{len(out)}_{r['file']}"
-            _export(Stacked(sub, batch), x, r["format"], r["quant"], r["target"], x.shape[1:], path,
-                    f"{r['target']} {r['heads']} heads, batch {batch}")
+            export_with_recipe(Stacked(sub, batch), x, r["format"], r["quant"], r["target"], x.shape[1:], path,
+                               f"{r['target']} {r['heads']} heads, batch {batch}")
             out.append((r, path, Stacked(sub, batch).eval(), x))
     return out
 

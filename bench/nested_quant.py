@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -24,17 +23,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from hydra_edge.config import parse_heads
+from hydra_edge.convert.nesting import both_scales, fake_quant_logits, nested_ranges
+from hydra_edge.convert.pipeline import tool_versions
+from hydra_edge.model import HydraViT
+from hydra_edge.profiling.report import save_report, subplots
+from hydra_edge.profiling.timing import host_cpu
+from hydra_edge.slicing import weight_index
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.report import save_report, subplots  # noqa: E402
-from bench.convert import host_cpu  # noqa: E402
-from hydra_edge.config import parse_heads  # noqa: E402
-from hydra_edge.convert.nesting import both_scales, fake_quant_logits, nested_ranges  # noqa: E402
-from hydra_edge.convert.pipeline import tool_versions  # noqa: E402
-from hydra_edge.model import HydraViT  # noqa: E402
-from hydra_edge.slicing import weight_index  # noqa: E402
-
 METHOD = ("eager torch, weight-only int8 fake quantisation (per-channel symmetric, [-127, 127], "
           "PT2E observer scales), activations fp32; not measured through a converted artefact")
 

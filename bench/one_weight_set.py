@@ -23,9 +23,6 @@ Engines and torch run with ``--threads`` threads. Writes one_weight_set.{json,md
 from __future__ import annotations
 
 import argparse
-import shutil
-import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -33,46 +30,18 @@ from typing import Any
 import numpy as np
 import torch
 
+from hydra_edge.config import parse_heads, preset
+from hydra_edge.convert.pipeline import LOCK, tool_versions
+from hydra_edge.profiling.bundles import full_and_compact
+from hydra_edge.profiling.report import save_report, subplots
+from hydra_edge.profiling.timing import host_cpu, paired_ms
+from hydra_edge.records.manifest import ArtefactRecord, read_manifest, stored_files
+from hydra_edge.runtime.engines import load, load_bytes
+from hydra_edge.runtime.rebuild import rebuild
+from hydra_edge.runtime.signals import percentile
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.report import save_report, subplots  # noqa: E402
-from bench.convert import host_cpu, paired_ms  # noqa: E402
-from hydra_edge.config import parse_heads, preset  # noqa: E402
-from hydra_edge.convert.pipeline import LOCK, ConvertOptions, convert, tool_versions  # noqa: E402
-from hydra_edge.model import HydraViT  # noqa: E402
-from hydra_edge.records.manifest import ArtefactRecord, read_manifest, stored_files  # noqa: E402
-from hydra_edge.runtime.engines import load, load_bytes  # noqa: E402
-from hydra_edge.runtime.rebuild import rebuild  # noqa: E402
-from hydra_edge.runtime.signals import percentile  # noqa: E402
-
-
 VARIANTS = "rpi:int8-dynamic,android:int8-dynamic,jetson:fp16"  # each target's shipped format
-
-
-def bundles(args: argparse.Namespace, heads: tuple[int, ...], target: str, quant: str) -> tuple[Path, Path]:
-    """The full bundle and its compacted copy (conversion reused when unchanged)."""
-    work = Path(args.work)
-    work.mkdir(parents=True, exist_ok=True)
-    ckpt = work / f"{args.preset}_random.pt"
-    if not ckpt.is_file():
-        torch.manual_seed(0)
-        HydraViT(preset(args.preset)).save(ckpt)  # no data spec: verified on random inputs
-    folder = work / f"{args.preset}_{target}_{quant}_h{'-'.join(map(str, heads))}"
-    full, compact = folder / "full", folder / "compact"  # one pair per setting: a bundle keeps other heads
-    options = dict(checkpoint=ckpt, target=target, quant=quant, heads=args.heads, eval_limit=args.eval_images)
-
-    def say(file: str, stage: str, size: int | None) -> None:
-        print(f"  {file}: {stage}", flush=True)
-
-    for out, layout in ((full, "full"), (compact, "compact")):
-        if out is compact:
-            shutil.rmtree(compact, ignore_errors=True)
-            shutil.copytree(full, compact)  # the same verified artefacts: nothing is converted twice
-        result = convert(ConvertOptions(out=out, layout=layout, **options), say)
-        if result.failed:
-            raise SystemExit(f"conversion failed: {result.failed[0]}")
-    return full, compact
 
 
 def bundle_bytes(folder: Path) -> int:
@@ -125,7 +94,7 @@ def inference(compact: Path, full: Path, r: ArtefactRecord, shape: tuple[int, ..
 def variant(args: argparse.Namespace, heads: tuple[int, ...], target: str, quant: str) -> dict[str, Any]:
     """Bytes, rebuild, load and inference of one target variant's compact bundle against its full one."""
     print(f"{target} {quant}:", flush=True)
-    full, compact = bundles(args, heads, target, quant)
+    full, compact = full_and_compact(Path(args.work), args.preset, heads, target, quant, args.eval_images)
     manifest = read_manifest(compact)
     records = manifest.artefacts
     largest = max(records, key=lambda r: r.heads)

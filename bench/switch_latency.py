@@ -1,11 +1,12 @@
 """Switch latency of the on-device switcher, compact against full bundles: state change -> first result.
 
 Converts a preset model (random weights) for one target variant as a full bundle and as its
-compacted copy (``bench/one_weight_set.py``'s ``bundles``: the same verified artefacts, sha256
-equal), times each artefact here to make a real calibration (``hydra-edge calibrate --local`` on
-the full bundle; the compact bundle's table uses the same measurements, bound to its manifest),
-builds a lookup table whose thermal bands pick one candidate each (hottest: fastest), then walks
-the temperature of a fake sysfs tree between neighbouring bands. Each trial times, from the moment
+compacted copy (``hydra_edge.profiling.bundles.full_and_compact``, as bench/one_weight_set.py makes
+them: the same verified artefacts, sha256 equal), times each artefact here to make a real
+calibration (``hydra-edge calibrate --local`` on the full bundle; the compact bundle's table uses
+the same measurements, bound to its manifest), builds a lookup table whose thermal bands pick one
+candidate each (hottest: fastest), then walks the temperature of a fake sysfs tree between
+neighbouring bands. Each trial times, from the moment
 the new temperature can be read: ``poll()`` (reads the tree, selects) -> ``predict()`` returns
 from the new head count (writing the fake file stands in for the kernel and is not timed). The next
 result from the same head count is timed too: the switch's overhead is the first result's time
@@ -33,22 +34,20 @@ from typing import Any
 import numpy as np
 import torch
 
+from hydra_edge.config import parse_heads, preset
+from hydra_edge.convert.manifest import read_manifest
+from hydra_edge.lut.command import make_lut
+from hydra_edge.measure.record import Calibration, read_calibration
+from hydra_edge.measure.session import CalibrateOptions, Session, bundle_record
+from hydra_edge.pareto import Point, pareto
+from hydra_edge.profiling.bundles import full_and_compact
+from hydra_edge.profiling.report import save_report, subplots
+from hydra_edge.profiling.timing import host_cpu
+from hydra_edge.runtime.signals import percentile
+from hydra_edge.runtime.switcher import Switcher
+from hydra_edge.transport import open_transport
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.report import save_report, subplots  # noqa: E402
-from bench.convert import host_cpu  # noqa: E402
-from bench.one_weight_set import bundles  # noqa: E402
-from hydra_edge.measure.record import Calibration, read_calibration  # noqa: E402
-from hydra_edge.measure.session import CalibrateOptions, Session, bundle_record  # noqa: E402
-from hydra_edge.config import parse_heads, preset  # noqa: E402
-from hydra_edge.convert.manifest import read_manifest  # noqa: E402
-from hydra_edge.lut.command import make_lut  # noqa: E402
-from hydra_edge.pareto import Point, pareto  # noqa: E402
-from hydra_edge.runtime.signals import percentile  # noqa: E402
-from hydra_edge.runtime.switcher import Switcher  # noqa: E402
-from hydra_edge.transport import open_transport  # noqa: E402
-
 EDGE0_C, BAND_C = 50.0, 10.0  # thermal bands <50, 50-60, 60-70, ... °C
 LAYOUTS = ("full", "compact")
 
@@ -131,7 +130,7 @@ def trials(bundle: Path, shape: tuple[int, ...], prefetch: bool, n: int, seed: i
 def bench(args: argparse.Namespace) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     heads = parse_heads(args.heads, preset(args.preset).num_heads)
-    full, compact = bundles(args, heads, args.target, args.quant)
+    full, compact = full_and_compact(Path(args.work), args.preset, heads, args.target, args.quant, args.eval_images)
     work = full.parent
     load_before = os.getloadavg()[0]
     calibrations = {"full": calibrate_here(full, args.runs, args.threads, work)}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -22,18 +21,17 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_bench_rates_every_runtime_and_each_artefact_against_its_runtime(tmp_path: Path, digits_model: HydraViT) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     ckpt, out = tmp_path / "digits.pt", tmp_path / "results"
     digits_model.save(ckpt)
     for target in ("rpi", "jetson"):  # jetson's bundle also holds fp16 artefacts, which have no FC rate to meet
         done = subprocess.run([sys.executable, "-m", "hydra_edge.cli", "convert", "-c", str(ckpt), "-t", target, "-o",
                                str(tmp_path / target), "--heads", "3,12", "--layout", "full", "-q"],
-                              capture_output=True, text=True, timeout=300, env=env)
+                              capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "int8_efficiency.py"), "--bundles", str(tmp_path / "rpi"),
                            str(tmp_path / "jetson"),
                            "--fc", "17x64x64", "--runs", "3", "--threads", "1", "--batch", "1,2", "--out", str(out)],
-                          capture_output=True, text=True, timeout=300, env=env)
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads((out / "int8_efficiency.json").read_text())
     assert report["fc"] == {"shape": "17x64x64", "macs": 17 * 64 * 64} and "int8-relevant flags" in report["host"]
@@ -73,13 +71,14 @@ def test_a_batch_of_colour_images_exports_with_each_recipe_and_runs_as_its_eager
         tmp_path: Path, b16_like: HydraConfig, fmt: str, quant: str, target: str) -> None:
     # Three channels: with one (digits) a channels-last copy of the stacked input has the same bytes,
     # so a program handed the wrong layout still runs and the test would not see it.
-    from bench.int8_efficiency import Stacked, _export
+    from hydra_edge.profiling.recipes import Stacked, export_with_recipe
 
     batch = 8
     torch.manual_seed(0)
     sub = HydraViT(b16_like).subnetwork(3).eval()
     x = np.random.default_rng(1).standard_normal((1, batch * 3, 32, 32), dtype=np.float32)
-    path = _export(Stacked(sub, batch), x, fmt, quant, target, x.shape[1:], tmp_path / f"b{batch}.{fmt}", "test")
+    path = export_with_recipe(Stacked(sub, batch), x, fmt, quant, target, x.shape[1:], tmp_path / f"b{batch}.{fmt}",
+                              "test")
     out = load(path, format=fmt).run(x)  # ExecuTorch refused the reshaped batch here: "Propagating input shapes failed"
     with torch.no_grad():
         want = sub(torch.from_numpy(x).reshape(batch, 3, 32, 32)).numpy()  # image i: channels 3i..3i+2
@@ -90,7 +89,7 @@ def test_a_batch_of_colour_images_exports_with_each_recipe_and_runs_as_its_eager
 
 def test_each_timed_run_starts_once_the_previous_runs_threads_have_gone_idle() -> None:
     # like onnxruntime's pool, which keeps a core busy for about 60 ms after an inference returns
-    from bench.convert import paired_ms
+    from hydra_edge.profiling.timing import paired_ms
 
     pool: list[threading.Thread] = []
 
@@ -113,7 +112,7 @@ def test_a_folder_without_a_bundle_is_one_line_and_writes_nothing(tmp_path: Path
     out = tmp_path / "results"
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "int8_efficiency.py"), "--bundles", str(tmp_path / "none"),
                            "--fc", "17x64x64", "--out", str(out)],
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
     assert done.stderr.strip().splitlines()[-1] == f"error: no manifest at {tmp_path / 'none'}; run hydra-edge convert first"
     assert not out.exists()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +15,7 @@ def test_the_bench_writes_bytes_rebuild_load_and_inference_per_variant_and_head_
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "one_weight_set.py"), "--preset", "digits",
                            "--heads", "3,12", "--variants", "rpi:int8-dynamic,jetson:fp16", "--repeats", "2",
                            "--runs", "2", "--work", str(tmp_path / "work"), "--out", str(out)],
-                          capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads((out / "one_weight_set.json").read_text())
     assert report["heads"] == [3, 12] and "int8-relevant flags" in report["host"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,8 +14,7 @@ def test_the_bench_times_switches_on_compact_and_full_bundles_in_one_run(tmp_pat
     out = tmp_path / "results"
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "switch_latency.py"), "--preset", "digits",
                            "--heads", "3,6,12", "--trials", "6", "--runs", "3", "--work", str(tmp_path / "work"),
-                           "--out", str(out)], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+                           "--out", str(out)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads((out / "switch_latency_digits.json").read_text())
     assert report["heads"] == [3, 6, 12] and report["format"] == "onnx" and report["compact_heads"] == [3, 6]

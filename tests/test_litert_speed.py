@@ -1,6 +1,6 @@
 """The rpi int8 artefact is written as XNNPACK runs fastest, and keeps the eager model's outputs.
 
-LiteRT's own op profiler (bench/op_profile_litert.py) reads what the runtime executed: every op
+LiteRT's own op profiler (hydra_edge.profiling.litert) reads what the runtime executed: every op
 inside XNNPACK, attention with K's transpose folded into the batch matmul and that matmul in int8
 (float32 where the profile asks); the file holds the patch convolution over patch rows with the
 weight in the model's own layout.
@@ -8,7 +8,6 @@ weight in the model's own layout.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,11 +20,9 @@ from hydra_edge.convert.targets import load_target
 from hydra_edge.convert.tflite import export, for_xnnpack, tensor_map
 from hydra_edge.errors import HydraEdgeError
 from hydra_edge.model import HydraViT
+from hydra_edge.profiling.litert import op_events, op_times
 from hydra_edge.runtime.engines import load
 from hydra_edge.vit import PatchEmbed
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.op_profile_litert import op_events, op_times  # noqa: E402
 
 DEPTH = 2
 
