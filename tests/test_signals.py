@@ -17,8 +17,8 @@ import pytest
 from hydra_edge.errors import HydraEdgeError
 from hydra_edge.runtime.signals import _text, state as state_module
 from hydra_edge.runtime.signals import (
-    COMMANDS, DeviceState, configured, Throttling, android_device_info, parse_battery, parse_benchmark_model,
-    parse_executor_runner, parse_get_throttled, parse_getprop, parse_measure_temp,
+    COMMANDS, BoundedReader, DeviceState, configured, Throttling, android_device_info, parse_battery,
+    parse_benchmark_model, parse_executor_runner, parse_get_throttled, parse_getprop, parse_measure_temp,
     parse_tegrastats, parse_thermalservice, read_device_info, read_power_supplies, read_state,
     read_thermal_zones, run_command, signals_from_profile, summarize_latencies,
     thermal_status_name)
@@ -774,6 +774,34 @@ def test_command_lines_of_the_profile_are_run_as_written():
     android = {"commands": {"thermal": "dumpsys thermalservice --hal", "battery": "dumpsys battery"}}
     run = fake_runner({("dumpsys", "thermalservice", "--hal"): "Thermal Status: 2\n"})
     assert read_state(android, run=run).android_thermal_status == 2
+
+
+def test_a_read_that_hangs_is_every_named_signal_failing_and_never_a_second_thread():
+    release = threading.Event()
+    calls = []
+
+    def hangs(argv):  # a command stuck past any timeout of its own
+        calls.append(tuple(argv))
+        release.wait()
+        return "temp=50.0'C\n" if argv[-1] == "measure_temp" else "level: 80\n"
+
+    read = BoundedReader({"vcgencmd": True, "battery": "dumpsys"}, run=hangs, timeout_s=0.1)
+    try:
+        for _ in range(5):
+            state = within(10, read)
+            why = "reading the signals took longer than 0.1 s (a driver or command that does not return)"
+            assert state.errors == {"vcgencmd": why, "battery": why} and state.thermal_zones == {}
+        assert calls == [("vcgencmd", "measure_temp")]  # one read outstanding, not one per call
+    finally:
+        release.set()
+    within(10, lambda: [t.join() for t in threading.enumerate() if t.name == "hydra-sensors"])
+    state = within(10, read)  # the stuck read's late answer is dropped; this is a fresh one
+    assert state.thermal_zones == {"vcgencmd": 50.0} and state.battery_capacity == 80 and state.errors == {}
+
+
+def test_a_bounded_read_still_raises_a_profile_error():
+    with pytest.raises(HydraEdgeError, match=r"\[signals\] thermal = 'bogus' is not supported"):
+        BoundedReader({"thermal": "bogus"})()
 
 
 def test_run_command_returns_stdout_or_none():

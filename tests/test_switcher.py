@@ -3,6 +3,7 @@ sensors that fail or flap included (on a fake clock)."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import itertools
 import json
@@ -30,6 +31,7 @@ from hydra_edge.runtime.engines import load, load_bytes
 from hydra_edge.runtime.signals import _text
 from hydra_edge.runtime.switcher import Switcher
 from test_lut import calibration
+from test_signals import within
 
 # sysfs paths, so signals_from_profile reads thermal and battery from sysfs
 PROFILE = ('name = "host"\nthreads = 1\n[[artefacts]]\nformat = "onnx"\nquant = "fp32"\nruntime = "onnxruntime"\n'
@@ -430,6 +432,77 @@ def test_a_failed_temperature_holds_the_last_reading_then_runs_as_hottest(bundle
         for _ in range(120):
             clock.now += 1
             assert sw.poll() == 3
+
+
+class Stuck:
+    """Paths whose read blocks (as a sysfs read can, inside a driver) until ``release`` is set."""
+
+    def __init__(self) -> None:
+        self.paths: Set[Path] = set()
+        self.release = threading.Event()
+
+
+@pytest.fixture
+def stuck(monkeypatch: pytest.MonkeyPatch):
+    """Blocks reads of ``stuck.paths`` at the one function that opens sysfs files, until the test ends."""
+    blocked = Stuck()
+    read_file = _text.read_file
+
+    def block(path: "str | Path", *limit: int) -> str:
+        if Path(path) in blocked.paths:
+            blocked.release.wait()
+        return read_file(path, *limit)
+
+    monkeypatch.setattr(_text, "read_file", block)
+    yield blocked
+    blocked.release.set()
+
+
+def sensor_threads() -> list:
+    return [t for t in threading.enumerate() if t.name == "hydra-sensors"]
+
+
+def test_a_sensor_read_that_never_returns_is_a_failed_sensor_and_the_switcher_polls_on(
+        bundle: Path, board: Board, stuck: Stuck, caplog: pytest.LogCaptureFixture) -> None:
+    clock = Clock()
+    board.temp(65)
+    with caplog.at_level(logging.WARNING, logger="hydra_edge.switcher"), \
+            switcher(bundle, board, clock=clock, prefetch=False, read_timeout_s=0.2) as sw:
+        assert sw.poll() == 9
+        stuck.paths.add(board.temp_file)
+        for _ in range(29):  # every poll returns; the last good readings are held
+            clock.now += 1
+            assert within(10, sw.poll) == 9
+        clock.now += 1
+        assert within(10, sw.poll) == 3  # stale: the hottest band and the lowest battery band
+        assert sw.events[-1].reason == ("state: thermal sensor cpu-thermal unknown since 30 s, "
+                                        "battery unknown since 30 s")
+        assert len(sensor_threads()) == 1  # one read outstanding, however many polls
+        assert "took longer than 0.2 s" in caplog.records[0].getMessage()
+        stuck.release.set()
+        wait_for(lambda: not sensor_threads())
+        board.temp(40)
+        clock.now += sw.table.min_dwell_s
+        assert sw.poll() == 3  # read again: more heads once that has persisted
+        clock.now += sw.settings.raise_after_s
+        assert sw.poll() == 12 and sw.events[-1].reading.thermal == 40.0
+
+
+@pytest.mark.parametrize("where", ["temp", "trip_point_0_temp"])
+def test_a_fifo_in_a_thermal_zone_never_stops_a_running_switcher(bundle: Path, board: Board, where: str) -> None:
+    board.temp(40)
+    fifo = board.temp_file.with_name(where)
+    fifo.unlink(missing_ok=True)
+    os.mkfifo(fifo)
+    board.gpu(40)
+    try:
+        with switcher(bundle, board, poll_s=0.02, signals={"thermal": "sysfs"}) as sw:
+            within(10, sw.start)
+            board.gpu(95)
+            wait_for(lambda: sw.heads == 3)
+    finally:  # a reader the old code left blocked on the FIFO gets end-of-file
+        with contextlib.suppress(OSError):
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
 
 
 # Two named sensors, as a profile names them: temperature files, or thermal zones by type (on mains).

@@ -19,8 +19,11 @@ profile's ``stale_after_s``, then the worst band is assumed; the head count rise
 reading that has persisted ``raise_after_s``, and a failing sensor is logged once, not per poll.
 Each temperature sensor is held on its own and the hottest counts, a failed one included: a cooler
 sensor never stands in for a hot one that stopped reading (where the profile reads every thermal
-zone rather than naming its sensors, a zone counts once it has given a reading). A battery the profile names but that cannot be read is unknown (the lowest battery band), not
-mains; only a profile that names no battery (``battery = "none"``) means a board on mains.
+zone rather than naming its sensors, a zone counts once it has given a reading). A read that does
+not return (a FIFO where a sensor was, a driver that hangs) never stops the polling: files open
+without blocking, and a read that takes longer than ``read_timeout_s`` counts as every sensor
+failing. A battery the profile names but that cannot be read is unknown (the lowest battery
+band), not mains; only a profile that names no battery (``battery = "none"``) means a board on mains.
 
 A ``lut.json`` that is missing, damaged, of another schema or built for another bundle is
 reported in one line and the switcher runs the bundle's smallest head count instead of crashing.
@@ -49,8 +52,8 @@ from ..records.target import signals as checked_signals
 from .failsafe import Hold, Hottest, RaiseGate
 from .rebuild import load_record
 from .lut import Candidate, LutError, Table, read_table
-from .signals import (THERMAL_SIGNALS, DeviceState, Runner, configured, read_state, reads_every_zone,
-                      run_command)
+from .signals import (READ_TIMEOUT_S, THERMAL_SIGNALS, BoundedReader, DeviceState, Runner, configured,
+                      reads_every_zone, run_command)
 from .signals.android import thermal_status_name
 
 log = logging.getLogger("hydra_edge.switcher")
@@ -121,6 +124,8 @@ class Switcher:
     ``prefetch`` loads the current head count's neighbours in the background and caches those three
     only; without it, ``cache_size`` engines stay loaded (least recently used first out).
     ``clock`` times dwell, sensor holds and events (monotonic by default; tests pass their own).
+    ``read_timeout_s`` bounds one read of the signals (on a worker thread): one that has not returned
+    by then, a driver or a command hanging, counts as every signal failing for that poll.
     ``signals`` also carries the fail-safe settings (``stale_after_s``, ``raise_after_s``,
     ``assumed_hot``), checked by ``records.target.Signals``).
     """
@@ -128,9 +133,9 @@ class Switcher:
     def __init__(self, bundle: Union[str, Path], lut: Optional[Union[str, Path]] = None,
                  signals: Optional[Mapping[str, Any]] = None, root: str = "/", run: Runner = run_command,
                  poll_s: float = 1.0, prefetch: bool = True, cache_size: int = 3, threads: Optional[int] = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, read_timeout_s: float = READ_TIMEOUT_S) -> None:
         self.bundle = Path(bundle)
-        self.root, self.run, self.poll_s, self.prefetch, self.clock = root, run, poll_s, prefetch, clock
+        self.poll_s, self.prefetch, self.clock = poll_s, prefetch, clock
         self.cache_size = max(1, cache_size)
         self.threads = threads
         manifest = read_manifest(self.bundle)
@@ -172,6 +177,7 @@ class Switcher:
             "battery", lambda b: f"{b[0]:.0f} %{' charging' if b[1] else ''}", (math.nan, False),
             "the lowest battery band", self.settings, log)
         self._raise_gate = RaiseGate(self.settings.raise_after_s)
+        self._read = BoundedReader(self.signals, root, run, read_timeout_s)
 
     # -- reading and choosing -------------------------------------------------------------------
 
@@ -207,8 +213,8 @@ class Switcher:
 
     def poll(self) -> int:
         """Read the signals once and switch if the table says so; returns the head count now running."""
-        state = read_state(self.signals, self.root, self.run)  # device commands: outside the lock, so
-        with self._lock:                                        # predict() never waits for a slow dumpsys
+        state = self._read()  # device commands: outside the lock, so predict() never waits for a slow dumpsys
+        with self._lock:
             self.polls += 1
             now = self.clock()
             thermal, battery = self._thermal_input(state, now), self._battery_input(state, now)

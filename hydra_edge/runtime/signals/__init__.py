@@ -15,8 +15,8 @@ from .info import DeviceInfo, android_device_info, read_device_info
 from .linux import (PowerSupply, TegraStats, ThermalZone, Throttling, TripPoint,
                     parse_get_throttled, parse_measure_temp, parse_tegrastats,
                     read_power_supplies, read_thermal_zones)
-from .state import (COMMANDS, SIGNALS, THERMAL_SIGNALS, DeviceState, Runner, configured, read_state,
-                    reads_every_zone, run_command, signals_from_profile, zone_temperatures)
+from .state import (COMMANDS, READ_TIMEOUT_S, SIGNALS, THERMAL_SIGNALS, BoundedReader, DeviceState, Runner,
+                    configured, read_state, reads_every_zone, run_command, signals_from_profile, zone_temperatures)
 
 __all__ = [
     "THERMAL_STATUS_NAMES", "AndroidBattery", "AndroidThermal", "parse_battery", "parse_getprop",
@@ -26,6 +26,6 @@ __all__ = [
     "DeviceInfo", "android_device_info", "read_device_info",
     "PowerSupply", "TegraStats", "ThermalZone", "Throttling", "TripPoint", "parse_get_throttled",
     "parse_measure_temp", "parse_tegrastats", "read_power_supplies", "read_thermal_zones",
-    "COMMANDS", "SIGNALS", "THERMAL_SIGNALS", "DeviceState", "Runner", "configured", "read_state", "reads_every_zone",
-    "run_command", "signals_from_profile", "zone_temperatures",
+    "COMMANDS", "READ_TIMEOUT_S", "SIGNALS", "THERMAL_SIGNALS", "BoundedReader", "DeviceState", "Runner", "configured",
+    "read_state", "reads_every_zone", "run_command", "signals_from_profile", "zone_temperatures",
 ]

@@ -26,7 +26,9 @@ unreadable".
 
 import shlex
 import subprocess
+import threading
 import time
+from concurrent.futures import Future, wait
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import PurePosixPath
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
@@ -321,6 +323,54 @@ def _source(signal: str, value: Any) -> Callable[[str, Runner, Mapping[str, Any]
         raise HydraEdgeError(f"[signals] {signal} = {value!r} is not supported; use {choices} "
                              f"or false")
     return source
+
+
+# How long a whole read may take before it counts as failed: as long as one command may (run_command).
+READ_TIMEOUT_S = 10.0
+
+
+class BoundedReader:
+    """``read_state`` on a worker thread, waited for at most ``timeout_s``.
+
+    Files are opened without blocking (``_text.read_file``), but a sysfs read can still block inside
+    a driver, and the caller (the switcher's poll) must go on. A read that overruns answers a state
+    in which every signal the profile names failed, saying why. At most one read is outstanding:
+    while one is stuck, later calls start no other (threads would pile up) and answer that failed
+    state at once; the stuck read's result, whenever it comes, is dropped as stale.
+    """
+
+    def __init__(self, profile_signals: Mapping[str, Any], root: str = "/", run: Runner = run_command,
+                 timeout_s: float = READ_TIMEOUT_S) -> None:
+        self.profile_signals, self.root, self.run, self.timeout_s = profile_signals, root, run, timeout_s
+        self._lock = threading.Lock()
+        self._pending: Optional["Future[DeviceState]"] = None
+        self._deadline = 0.0  # time.monotonic() by which the pending read must be done
+
+    def __call__(self) -> DeviceState:
+        """This read's state, or one in which every named signal failed; a profile error raises."""
+        with self._lock:  # two polls at once (the caller's, the poll thread's) share one read
+            if self._pending is None or self._pending.done():
+                self._pending, self._deadline = self._start(), time.monotonic() + self.timeout_s
+            pending, deadline = self._pending, self._deadline
+        done, _ = wait([pending], timeout=max(0.0, deadline - time.monotonic()))
+        return pending.result() if done else self._overran()
+
+    def _start(self) -> "Future[DeviceState]":
+        future: "Future[DeviceState]" = Future()
+
+        def read() -> None:
+            future.set_running_or_notify_cancel()
+            try:
+                future.set_result(read_state(self.profile_signals, self.root, self.run))
+            except Exception as e:  # noqa: BLE001 - raised again to the caller that waits on it
+                future.set_exception(e)
+
+        threading.Thread(target=read, name="hydra-sensors", daemon=True).start()  # daemon: one stuck in a
+        return future                                                             # driver never blocks exit
+
+    def _overran(self) -> DeviceState:
+        why = f"reading the signals took longer than {self.timeout_s:g} s (a driver or command that does not return)"
+        return DeviceState(timestamp=time.time(), errors={signal: why for signal in configured(self.profile_signals)})
 
 
 def read_state(profile_signals: Mapping[str, Any], root: str = "/",
