@@ -565,19 +565,27 @@ def test_a_named_thermal_zone_that_is_gone_is_the_hottest_band(bundle: Path, boa
         assert sw.poll() == 3 and sw.events[-1].reason == "state: thermal sensor gpu-thermal unknown since 30 s"
 
 
+@pytest.mark.parametrize("fails", ["garbage", "zone gone"])
 def test_reading_every_zone_a_zone_that_read_then_fails_counts_one_that_never_read_does_not(
-        bundle: Path, board: Board) -> None:
+        bundle: Path, board: Board, fails: str, caplog: pytest.LogCaptureFixture) -> None:
     clock = Clock()
     board.temp(65)
     board.gpu(40)
     disabled = board.root / "sys/class/thermal/thermal_zone2"  # a zone whose sensor is off: it never reads
     disabled.mkdir()
     (disabled / "type").write_text("soc-thermal\n")
-    with switcher(bundle, board, clock=clock, signals={"thermal": "sysfs"}) as sw:
+    with caplog.at_level(logging.WARNING, logger="hydra_edge.switcher"), \
+            switcher(bundle, board, clock=clock, signals={"thermal": "sysfs"}) as sw:
         assert sw.poll() == 9
-        write(board.temp_file, "garbage\n")
+        if fails == "garbage":
+            write(board.temp_file, "garbage\n")
+        else:
+            shutil.rmtree(board.temp_file.parent)
         clock.now += sw.settings.stale_after_s
         assert sw.poll() == 3 and sw.events[-1].reason == "state: thermal sensor cpu-thermal unknown since 30 s"
+    (warning,) = [r.getMessage() for r in caplog.records]
+    why = "not found by this read" if fails == "zone gone" else "thermal_zone0: "
+    assert warning.startswith(f"thermal sensor cpu-thermal unreadable ({why}")
 
 
 def test_a_temperature_unreadable_from_the_start_is_the_hottest_band(bundle: Path, board: Board) -> None:

@@ -190,15 +190,16 @@ class Switcher:
         """This poll's thermal input after the fail-safe rules: the hottest temperature sensor (each
         held on its own), or the thermal signal as one value (Android's status; no sensor at all)."""
         throttled = state.throttling is not None and state.throttling.any_now
-        why_not = self._no_thermal or next((state.errors[s] for s in THERMAL_SIGNALS if s in state.errors),
-                                           "no sensor gave a reading")
+        error = next((state.errors[s] for s in THERMAL_SIGNALS if s in state.errors), None)
         if self.table.thermal_source == "temperature":
-            temp, note = self._sensors.update(state.thermal_zones, state.zone_errors, why_not, now)
+            missing = error or "not found by this read"  # a sensor that counts, but was not reported
+            temp, note = self._sensors.update(state.thermal_zones, state.zone_errors, missing, now)
             if temp is not None:  # unknown stays unknown: the hottest band, whatever a throttle bit says
                 thermal = temp if math.isnan(temp) else self.table.thermal_input(temp, throttled)
                 return _Input(thermal, note, self._sensors.held)
         thermal = self.table.thermal_input(state.max_temp_c, throttled, state.android_thermal_status)
-        value, note = self._thermal.update(None if math.isnan(thermal) else thermal, why_not, now)
+        why = self._no_thermal or error or "no sensor gave a reading"
+        value, note = self._thermal.update(None if math.isnan(thermal) else thermal, why, now)
         return _Input(value, note, self._thermal.held)
 
     def _battery_input(self, state: DeviceState, now: float) -> "_Input":
