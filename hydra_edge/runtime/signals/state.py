@@ -359,7 +359,6 @@ class BoundedReader:
         future: "Future[DeviceState]" = Future()
 
         def read() -> None:
-            future.set_running_or_notify_cancel()
             try:
                 future.set_result(read_state(self.profile_signals, self.root, self.run))
             except Exception as e:  # noqa: BLE001 - raised again to the caller that waits on it
@@ -412,10 +411,10 @@ def _named(zones: Dict[str, float], unread: Dict[str, str],
            keep: Iterable[str]) -> Tuple[Dict[str, float], Dict[str, str]]:
     """Only the sensors ``thermal_zones`` names; one it names that no reader found is unread too, so
     a zone that vanishes (or never was) fails like one that will not read."""
-    keep = list(keep)
-    zones = {name: temp for name, temp in zones.items() if _sensor_type(name) in keep}
-    unread = {name: error for name, error in unread.items() if _sensor_type(name) in keep}
+    names = list(keep)
+    zones = {name: temp for name, temp in zones.items() if _sensor_type(name) in names}
+    unread = {name: error for name, error in unread.items() if _sensor_type(name) in names}
     found = {_sensor_type(name) for name in (*zones, *unread)}
     unread.update({name: f"thermal_zones names {name!r}, but no sensor of that name was found"
-                   for name in keep if name not in found})
+                   for name in names if name not in found})
     return zones, unread
