@@ -587,6 +587,12 @@ def test_a_fifo_as_a_trip_point_is_skipped_and_the_zone_still_reads(board: Path,
     assert zone.temp_c == pytest.approx(48.312) and [t.temp_c for t in zone.trip_points] == [110.0]
 
 
+def test_a_fifo_as_a_zone_type_leaves_the_zone_named_by_its_folder(board: Path, fifo):
+    fifo(board / TZ / "thermal_zone1/type")
+    zone = within(10, lambda: read_thermal_zones(str(board)))[1]
+    assert (zone.name, zone.temp_c) == ("thermal_zone1", 51.0)
+
+
 def test_a_huge_sensor_file_is_refused_after_a_page(board: Path):
     temp = board / TZ / "thermal_zone0/temp"
     with temp.open("r+b") as f:

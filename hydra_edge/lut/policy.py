@@ -27,7 +27,9 @@ The default deratings are guesses that lean cautious, not measurements: a phone 
 Pi at 80 °C commonly runs a CPU-bound model 1.5-2x slower. ``hydra-edge calibrate --soak``
 replaces them with what the device measured. Battery bands scale the latency budget (latency is
 the energy proxy); where the calibration recorded power, ``max_energy_mj`` caps the energy of
-one inference as well.
+one inference as well. A band whose budget or cap would allow more heads than a fuller band (or
+charging) gets that band's choice instead: the table never gives a draining or heating device
+more heads.
 """
 
 from __future__ import annotations
