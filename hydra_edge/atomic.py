@@ -18,10 +18,26 @@ _UMASK = os.umask(0o022)
 os.umask(_UMASK)  # read once at import: os.umask can only be read by setting it
 
 
+def check_outputs(*paths: str | Path) -> None:
+    """Refuse, before any work is done, an output file whose path names a folder.
+
+    ``atomic_path`` would find out only at its rename, after the work (an epoch of training) and
+    after the outputs written before it: a command checks all of its outputs first with this.
+    """
+    for path in map(Path, paths):
+        if path.is_dir():
+            raise _a_folder(path)
+
+
+def _a_folder(path: Path) -> HydraEdgeError:
+    return HydraEdgeError(f"{path} is a folder, where an output file goes; move it away or choose another output")
+
+
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success rename it over ``path``."""
     path = Path(path)
+    check_outputs(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -33,7 +49,10 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         yield tmp_path
         os.chmod(tmp_path, 0o666 & ~_UMASK)  # mkstemp makes 0600; the file gets what open() would give
         _fsync(tmp_path)  # on a board's SD card a power cut must not leave a renamed, empty file
-        os.replace(tmp_path, path)
+        try:
+            os.replace(tmp_path, path)
+        except IsADirectoryError:  # a folder made there while the file was written
+            raise _a_folder(path) from None
         _fsync(path.parent)
     finally:
         tmp_path.unlink(missing_ok=True)

@@ -10,10 +10,11 @@ from __future__ import annotations
 import math
 import os
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -26,24 +27,10 @@ from .errors import HydraEdgeError
 from .evaluate import accuracy_per_heads, accuracy_rows
 from .model import HydraViT
 from .plots import plot_accuracy
+from .records.training import HEAD_SAMPLING, HINT, TrainingState, TrainSettings, read_resume
 
 CHECKPOINT = "checkpoint.pt"
-HEAD_SAMPLING = ("per-step", "per-rank")  # HeadSampler's modes
-
-
-@dataclass(frozen=True)
-class TrainSettings:
-    epochs: int = 30
-    batch_size: int = 32
-    lr: float = 3e-3  # DeiT's 5e-4 per 512 is for ImageNet; 3e-3 at 32 trained digits best of those tried
-    weight_decay: float = 0.05
-    warmup_epochs: int = 2
-    label_smoothing: float = 0.1
-    weights: tuple[int, ...] | None = None  # sampling weights per head count (official: integers summing to 100)
-    seed: int = 0
-    workers: int = 0  # image-decoding processes for folder data; in-memory digits needs none
-    head_sampling: str = "per-step"  # HeadSampler's mode
-    init_scheme: str = "timm"  # how the model was first initialised (vit.INIT_SCHEMES), kept with the run
+OUTPUTS = (CHECKPOINT, "history.json", "accuracy.json", "accuracy.png")  # what a run writes into its folder
 
 
 # What a run is trained with, as its command-line option: a resumed run keeps its own values.
@@ -58,22 +45,24 @@ def refuse_change(option: str, given: Any, recorded: Any, where: Path) -> None:
                          f"drop {option} to continue the run as it was, or add --override to change it")
 
 
-def resumed_settings(recorded: dict[str, Any], given: dict[str, Any], override: bool, where: Path,
+def resumed_settings(state: TrainingState, given: dict[str, Any], override: bool, where: Path,
                      workers: int = 0) -> TrainSettings:
     """The settings a resumed run continues with: its own (epochs, batch, lr and its schedule, seed,
     sampling weights), not the command line's defaults, which would stretch a 12-epoch schedule to 30.
 
     ``given`` holds only what the user typed (``RUN_OPTIONS`` names); a value that differs from the
-    run's is refused unless ``override``. ``workers`` is this machine's choice, never the run's.
+    run's is refused unless ``override``, and so are fewer epochs than the run has trained.
+    ``workers`` is this machine's choice, never the run's.
     """
-    known = {f for f in TrainSettings.__dataclass_fields__}
-    run = {k: v for k, v in recorded.items() if k in known}
-    if run.get("weights") is not None:
-        run["weights"] = tuple(run["weights"])
+    run = state.settings or TrainSettings()  # a run from before settings were kept: the command line's
     for name, value in given.items():
-        if name in run and value != run[name] and not override:
-            refuse_change(RUN_OPTIONS[name], value, run[name], where)
-    return TrainSettings(**{**run, **given, "workers": workers})
+        if value != getattr(run, name) and not override and state.settings is not None:
+            refuse_change(RUN_OPTIONS[name], value, getattr(run, name), where)
+    settings = msgspec.structs.replace(run, **given, workers=workers)
+    if settings.epochs < state.epoch:
+        raise HydraEdgeError(f"{where} has trained {state.epoch} epochs already; give --epochs {state.epoch} or more "
+                             f"(or leave it out to finish the run's own {run.epochs})")
+    return settings
 
 
 @dataclass
@@ -183,13 +172,12 @@ def train(
 
     start, history = 0, []
     if resume and (out / CHECKPOINT).is_file():
-        state = read_file(out / CHECKPOINT)
-        if "train" not in state:
-            raise HydraEdgeError(f"{out / CHECKPOINT} holds no training state to resume; choose another --out")
-        model.load_state_dict(state["state_dict"])
-        optimizer.load_state_dict(state["train"]["optimizer"])
-        schedule.load_state_dict(state["train"]["schedule"])
-        start, history = state["train"]["epoch"], list(state["train"]["history"])
+        saved = read_file(out / CHECKPOINT)
+        state = read_resume(saved, str(out / CHECKPOINT)).train
+        model.load_state_dict(saved["state_dict"])
+        for part, into in (("optimizer", optimizer), ("schedule", schedule)):
+            _load(into, part, getattr(state, part), out / CHECKPOINT)
+        start, history = state.epoch, msgspec.to_builtins(state.history)
 
     with _progress(rank == 0) as bar:
         task = bar.add_task("training", total=(settings.epochs - start) * len(loader))
@@ -217,7 +205,7 @@ def train(
                 })
                 save_checkpoint(model, out / CHECKPOINT, data=data.spec.to_dict(), train={
                     "epoch": epoch + 1, "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(),
-                    "history": history, "settings": _plain(asdict(settings)),
+                    "history": history, "settings": msgspec.to_builtins(settings),
                 })
             if world > 1:
                 dist.barrier()
@@ -247,6 +235,9 @@ def write_report(model: HydraViT, accuracy: dict[int, float], out: Path, title: 
     return rows
 
 
-def _plain(d: dict[str, Any]) -> dict[str, Any]:
-    """Tuples to lists, so the settings load with weights_only."""
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+def _load(into: Any, part: str, state: dict[str, Any], path: Path) -> None:
+    """Load the checked ``part`` (optimizer or schedule) of a saved run; one that does not fit is one line."""
+    try:
+        into.load_state_dict(state)
+    except (KeyError, ValueError, TypeError, IndexError, RuntimeError) as e:
+        raise HydraEdgeError(f"{path} ['train']: $.{part}: does not fit this model's {part} ({e}); {HINT}") from None

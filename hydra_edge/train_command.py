@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from .atomic import check_outputs
 from .command import Number, command
 from .ema_option import ema_option
 from .errors import HydraEdgeError
@@ -50,14 +51,17 @@ def train(data: str, out: Path, preset_name: str | None, heads: str | None, weig
     """
     from dataclasses import replace
 
+    import msgspec
     import torch
 
     from .checkpoint import init_heads_from, load_checkpoint, load_checkpoint_file
     from .config import parse_heads, preset
     from .data import DataSpec, data_classes, load_data
     from .model import HydraViT
-    from .train import CHECKPOINT, RUN_OPTIONS, TrainSettings, refuse_change, resumed_settings, train as run_training
+    from .records.training import read_resume
+    from .train import CHECKPOINT, OUTPUTS, RUN_OPTIONS, TrainSettings, refuse_change, resumed_settings, train as run_training
 
+    check_outputs(*(out / name for name in OUTPUTS))  # now, not after the first epoch
     if threads:
         torch.set_num_threads(threads)
     torch.manual_seed(seed)  # the same initial weights on every run and every DDP rank
@@ -79,12 +83,11 @@ def train(data: str, out: Path, preset_name: str | None, heads: str | None, weig
     spec = DataSpec(data, seed=seed)
     if resume and previous.is_file():
         model, saved = load_checkpoint_file(previous)  # the run's own config, settings and data
-        recorded = (saved.get("train") or {}).get("settings")
-        if recorded:
-            given = {name: getattr(settings, name) for name in _typed(RUN_OPTIONS)}
-            settings = resumed_settings(recorded, given, override, previous, workers)
-        if isinstance(saved.get("data"), dict):
-            spec = DataSpec.from_dict(saved["data"])
+        state = read_resume(saved, str(previous))  # checked whole, before anything trains
+        given = {name: getattr(settings, name) for name in _typed(RUN_OPTIONS)}
+        settings = resumed_settings(state.train, given, override, previous, workers)
+        if state.data is not None:
+            spec = DataSpec.from_dict(msgspec.to_builtins(state.data))
             if _typed({"data": "--data"}) and data != spec.source:
                 if not override:
                     refuse_change("--data", data, spec.source, previous)

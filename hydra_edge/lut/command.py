@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ..atomic import write_bytes, write_text
+from ..atomic import check_outputs, write_bytes, write_text
 from ..measure.record import read_calibration
 from ..command import Number, command
 from ..convert.manifest import read_manifest
@@ -23,6 +23,7 @@ OUTPUTS = ("lut.json", "hydra_lut.h", "HydraLut.kt", "lut.md", "lut.png")
 def make_lut(bundle: Path, calibration: Path, out: Path, budget_ms: float | None = None,
              policy: Path | None = None) -> dict:
     """Build the table and write every output into ``out``; returns the ``lut.json`` document."""
+    check_outputs(*(out / name for name in OUTPUTS))
     pol = load_policy(policy)
     if budget_ms is not None:
         pol = policy_from_dict({**pol.to_dict(), "budget_ms": budget_ms}, "--budget-ms")

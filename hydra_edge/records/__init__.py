@@ -11,5 +11,5 @@ only, Python 3.9+: boards import this package.
 * one module per record: ``manifest`` (bundle manifest.json), ``config`` (the model config it
   carries), ``target`` (target profile TOML), ``calibration`` (calibration JSON), ``policy``
   (lookup-table policy TOML), ``lut`` (lut.json), ``recipe`` (how a compact bundle rebuilds an
-  artefact).
+  artefact), ``training`` (the training state a checkpoint carries for ``train --resume``).
 """
