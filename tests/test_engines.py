@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -218,3 +219,39 @@ def test_an_int8_qdq_artefact_runs_as_written_whatever_the_cpu(tmp_path: Path, b
     want = np.concatenate([session.run(None, {session.get_inputs()[0].name: x[i : i + 1]})[0] for i in range(4)])
     out = load(path, threads=1).run(x)
     assert np.linalg.norm(out - want) <= 0.05 * np.linalg.norm(want)  # saturated: 16 % on an AVX2-only EPYC
+
+
+def _golden_pair(folder: Path) -> dict:
+    """A golden record whose outputs and shared inputs are files of ``folder``, with their sha256."""
+    from hydra_edge.atomic import sha256_file
+
+    folder.mkdir(exist_ok=True)
+    np.savez(folder / "in.npz", inputs=np.ones((2, 1, 8, 8), np.float32))
+    np.savez(folder / "out.npz", reference=np.zeros((2, 10), np.float32), outputs=np.zeros((2, 10), np.float32))
+    return {"file": "out.npz", "sha256": sha256_file(folder / "out.npz"),
+            "inputs_file": "in.npz", "inputs_sha256": sha256_file(folder / "in.npz")}
+
+
+def test_a_golden_pair_is_what_its_record_names_or_one_line(tmp_path: Path) -> None:
+    from hydra_edge.runtime.engines import load_golden_pair
+
+    golden = _golden_pair(tmp_path / "b")
+    pair = load_golden_pair(tmp_path / "b", golden)
+    assert set(pair) == {"inputs", "reference", "outputs"} and pair["inputs"].shape == (2, 1, 8, 8)
+    np.savez(tmp_path / "b" / "in.npz", inputs=np.zeros((2, 1, 8, 8), np.float32))  # valid, other values
+    with pytest.raises(HydraEdgeError, match=f"^{tmp_path / 'b' / 'in.npz'}: golden.inputs_file sha256 is "):
+        load_golden_pair(tmp_path / "b", golden)
+
+
+@pytest.mark.parametrize("name", ["in.npz", "out.npz"])
+def test_a_fifo_in_place_of_a_golden_file_is_one_line_and_never_blocks(tmp_path: Path, name: str) -> None:
+    from hydra_edge.runtime.engines import load_golden, load_golden_pair
+    from test_records import without_blocking
+
+    golden = _golden_pair(tmp_path / "b")
+    path = tmp_path / "b" / name
+    path.unlink()
+    os.mkfifo(path)
+    for read in (lambda: load_golden(path), lambda: load_golden_pair(tmp_path / "b", golden)):
+        error = without_blocking(read, path)
+        assert isinstance(error, HydraEdgeError) and f"{path} is a FIFO" in str(error), error

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple, Un
 import numpy as np
 
 from ..errors import HydraEdgeError
-from ..records.codec import read_bytes
+from ..records.codec import RECORD_MAX_BYTES, read_bytes
 from ..records.manifest import ArtefactRecord, refuse_link_out
 from ..records.recipe import Piece, Range, Recipe, decode_recipe
 
@@ -74,12 +74,19 @@ def _check_size(path: Path, stat: os.stat_result, piece: Piece, what: str) -> No
         raise HydraEdgeError(f"{path}: {what} is {stat.st_size} bytes, the recipe says {piece.bytes}; {FIX}")
 
 
+def bundle_bytes(bundle: Path, name: str, sha256: str, what: str, max_bytes: int) -> bytes:
+    """The bundle file ``name`` (``what`` it is, for messages), read once and at most ``max_bytes``, its
+    sha256 checked on the bytes read: they are what the caller uses, whatever happens to the file after."""
+    path = _bundle_path(bundle, name, what)
+    return _checked(read_bytes(path, what, FIX, max_bytes=max_bytes), path, what, sha256)
+
+
 def _read_piece(bundle: Path, piece: Piece, what: str) -> bytes:
     """A skeleton: its size is compared before it is read (at most that many bytes), its sha256 after."""
     path = _bundle_path(bundle, piece.file, what)
     with _reading(path, what):
         _check_size(path, path.stat(), piece, what)
-    return _checked(read_bytes(path, what, FIX, max_bytes=piece.bytes), path, what, piece.sha256)
+    return bundle_bytes(bundle, piece.file, piece.sha256, what, piece.bytes)
 
 
 # Sources whose sha256 this process has checked, by file identity: the largest artefact is read for
@@ -207,8 +214,9 @@ def recipe_of(bundle: Union[str, Path], record: ArtefactRecord) -> Recipe:
     """The record's recipe, checked against the manifest's sha256, head count, file name and size."""
     assert record.compact is not None
     bundle = Path(bundle)
-    path = _bundle_path(bundle, record.compact.recipe, "recipe")
-    recipe = decode_recipe(_checked(read_bytes(path, "recipe", FIX), path, "recipe", record.compact.sha256), str(path))
+    path = bundle / record.compact.recipe
+    recipe = decode_recipe(bundle_bytes(bundle, record.compact.recipe, record.compact.sha256, "recipe",
+                                        RECORD_MAX_BYTES), str(path))
     if (recipe.heads, recipe.artefact, recipe.rebuilt_bytes()) != (record.heads, record.file, record.bytes):
         raise HydraEdgeError(f"{path}: rebuilds {recipe.artefact} ({recipe.heads} heads, {recipe.rebuilt_bytes()} "
                              f"bytes), the manifest names {record.file} ({record.heads} heads, {record.bytes} bytes); "
