@@ -3,11 +3,22 @@
 trtexec, benchmark_model and executor_runner take a model file; this writes each artefact as the
 file the manifest describes (rebuilt, sha256 checked against the manifest), with its golden pair
 and a manifest of the full layout, so ``--out`` is itself a bundle.
+
+A bundle's rules hold for what expand writes: ``--out`` is a new or empty folder (never another
+bundle, never a folder with files of someone else's), held under the bundle lock convert takes;
+every file written is one the manifest names, read once, its sha256 checked on the bytes read and
+never through a link leading out of the bundle. Everything is written to a folder of its own inside
+``--out`` first and moved into place only once every file has passed, so a failure leaves nothing.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Dict, Iterator, List, Tuple
 
 import click
 import msgspec
@@ -15,33 +26,107 @@ import msgspec
 from .atomic import write_bytes
 from .command import command
 from .errors import HydraEdgeError
-from .records.manifest import golden_files, read_manifest
-from .runtime.rebuild import artefact_bytes
+from .lock import LockedError, exclusive, holder
+from .records.manifest import LOCK, MANIFEST, Manifest, golden_files, read_manifest
+from .runtime.engines import GOLDEN_MAX_BYTES
+from .runtime.rebuild import artefact_bytes, bundle_bytes
+
+STAGING = ".expand-"  # prefix of the folder inside --out where files wait until every one has passed
+CHOOSE = "choose a new or empty folder for --out"
 
 
-def expand(bundle: Path, out: Path) -> list[Path]:
-    """Write every artefact of ``bundle`` in full to ``out``; returns the files written."""
-    manifest = read_manifest(bundle)
-    if out.resolve() == bundle.resolve():
-        raise HydraEdgeError(f"--out {out} is the bundle itself; choose another folder")
-    written = []
+def _ours(name: str) -> bool:
+    """A name expand (or the bundle lock) leaves in --out: the lock, its owner note, a staging folder."""
+    return name == LOCK or name.startswith((f"{LOCK}.", STAGING))
+
+
+def _check_out(bundle: Path, out: Path) -> None:
+    """``out`` is outside the bundle and is new, or empty but for what expand itself leaves there."""
+    if out.resolve().is_relative_to(bundle.resolve()):
+        raise HydraEdgeError(f"--out {out} is inside the bundle {bundle}; {CHOOSE}")
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise HydraEdgeError(f"--out {out} is not a folder; {CHOOSE}")
+    if (out / MANIFEST).exists():
+        raise HydraEdgeError(f"--out {out} holds a bundle ({out / MANIFEST}); expand writes a new one: {CHOOSE}")
+    foreign = sorted(p.name for p in out.iterdir() if not _ours(p.name))
+    if foreign:
+        raise HydraEdgeError(f"--out {out} holds {', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}, "
+                             f"which expand did not write; expand writes a new bundle: {CHOOSE}")
+
+
+@contextmanager
+def _locked(out: Path) -> Iterator[None]:
+    """``out`` created if new and held under the bundle lock; checked again once held (nothing may have
+    moved in meanwhile). A held lock (a convert writing there) is refused, naming its holder."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise HydraEdgeError(f"cannot create --out {out}: {e.strerror}; {CHOOSE}") from None
+    try:
+        with exclusive(out / LOCK, f"--out {out}", wait=False):
+            yield
+    except LockedError:
+        raise HydraEdgeError(f"--out {out} is in use by {holder(out / LOCK)}; {CHOOSE}") from None
+
+
+def _golden(bundle: Path, manifest: Manifest) -> Iterator[Tuple[str, bytes]]:
+    """Every golden file the manifest names, once each: its name and its bytes, sha256 checked on them."""
+    wanted: Dict[Tuple[str, str], str] = {}
     for record in manifest.artefacts:
-        write_bytes(out / record.file, artefact_bytes(bundle, record))  # checked before it is written
-        written.append(out / record.file)
-        for name, _, _ in golden_files(record.golden):
-            if not (out / name).exists():
-                write_bytes(out / name, (bundle / name).read_bytes())
-    manifest.artefacts = [msgspec.structs.replace(r, compact=None, notes={k: v for k, v in r.notes.items() if k != "layout"})
-                          for r in manifest.artefacts]
-    manifest.write(out)
-    return written
+        for name, sha256, field in golden_files(record.golden):
+            wanted.setdefault((name, sha256), field)
+    for (name, sha256), field in wanted.items():
+        yield name, bundle_bytes(bundle, name, sha256, field, GOLDEN_MAX_BYTES)
+
+
+def _stage(bundle: Path, manifest: Manifest, staging: Path) -> List[str]:
+    """Every file of the expanded bundle written under ``staging``, each checked before it is written and
+    held in memory alone; returns their names."""
+    names = []
+    for record in manifest.artefacts:
+        write_bytes(staging / record.file, artefact_bytes(bundle, record))
+        names.append(record.file)
+    for name, data in _golden(bundle, manifest):
+        write_bytes(staging / name, data)
+        names.append(name)
+    return names
+
+
+def _full(manifest: Manifest) -> Manifest:
+    """The manifest of the full layout: every artefact a file of its own, no layout note."""
+    return msgspec.structs.replace(manifest, artefacts=[
+        msgspec.structs.replace(r, compact=None, notes={k: v for k, v in r.notes.items() if k != "layout"})
+        for r in manifest.artefacts])
+
+
+def expand(bundle: Path, out: Path) -> List[Path]:
+    """Write every artefact of ``bundle`` in full to the new folder ``out``; returns the artefact files."""
+    manifest = read_manifest(bundle)
+    _check_out(bundle, out)
+    with _locked(out):
+        _check_out(bundle, out)
+        for stale in out.glob(f"{STAGING}*"):  # left by an expand that was killed: no one else writes here
+            shutil.rmtree(stale, ignore_errors=True)
+        staging = Path(tempfile.mkdtemp(prefix=STAGING, dir=out))
+        try:
+            names = _stage(bundle, manifest, staging)
+            for name in names:
+                (out / name).parent.mkdir(parents=True, exist_ok=True)
+                os.replace(staging / name, out / name)
+            _full(manifest).write(out)  # last: a bundle only once all its files are there
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return [out / record.file for record in manifest.artefacts]
 
 
 @command("expand")
 @click.option("--bundle", "-b", required=True, type=click.Path(path_type=Path), help="Bundle folder (manifest.json).")
-@click.option("--out", "-o", required=True, type=click.Path(path_type=Path), help="Folder for the full files.")
+@click.option("--out", "-o", required=True, type=click.Path(path_type=Path),
+              help="A new or empty folder for the full files.")
 def expand_command(bundle: Path, out: Path) -> None:
-    """Write each head count's artefact as a plain file whose sha256 is the manifest's.
+    """Write each head count's artefact as a plain file whose sha256 is the manifest's, into a new folder.
 
     \b
     Example:

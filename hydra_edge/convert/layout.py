@@ -18,9 +18,10 @@ import numpy as np
 
 from ..atomic import sha256_file, write_bytes
 from ..errors import HydraEdgeError
+from ..records.codec import read_bytes
 from ..records.manifest import ArtefactRecord, Compact, Manifest
 from ..records.recipe import read_recipe
-from ..runtime.rebuild import rebuild
+from ..runtime.rebuild import ARTEFACT_MAX_BYTES, rebuild
 from .compact import Largest, Tensor, compact, largest
 from .formats import exporter
 from .golden import share_inputs, unshare_inputs
@@ -47,6 +48,12 @@ def _replace(manifest: Manifest, out: Path, record: ArtefactRecord, layout: str 
     manifest.write(out)
 
 
+def _artefact(out: Path, record: ArtefactRecord) -> bytes:
+    """A whole artefact of the bundle, read as every bundle file is (without blocking, at most its size)."""
+    return read_bytes(out / record.file, "artefact", "re-run hydra-edge convert into a new folder",
+                      max_bytes=min(record.bytes, ARTEFACT_MAX_BYTES))
+
+
 def _expand(out: Path, manifest: Manifest, record: ArtefactRecord) -> None:
     """A compact artefact back to its full file (verified by ``rebuild``)."""
     write_bytes(out / record.file, rebuild(out, record))
@@ -58,7 +65,7 @@ def _expand(out: Path, manifest: Manifest, record: ArtefactRecord) -> None:
 
 def _compact(out: Path, manifest: Manifest, record: ArtefactRecord, source: Callable[[], Largest],
              tensor_map: Callable[[bytes], List[Tensor]], index: Any) -> None:
-    data = (out / record.file).read_bytes()
+    data = _artefact(out, record)
     try:
         # the largest artefact is read on first use, inside the try: a map it cannot give is a note too
         done = compact(record.heads, record.file, data, tensor_map(data), source(), index, skeleton_name(record.file))
@@ -107,7 +114,7 @@ def apply_layout(out: Path, manifest: Manifest, layout: str, checkpoint: str, re
 
     def largest_of(source: ArtefactRecord, tensor_map: Callable[[bytes], List[Tensor]]) -> Largest:
         if source.id not in read:
-            data = (out / source.file).read_bytes()
+            data = _artefact(out, source)
             read[source.id] = largest(source.file, data, tensor_map(data), source.heads, *model)
         return read[source.id]
 

@@ -38,7 +38,7 @@ from ..config import HydraConfig
 from ..errors import HydraEdgeError
 from ..lock import exclusive
 from ..logs import LOGS, artefact_log, capture
-from ..records.manifest import Nesting
+from ..records.manifest import LOCK, Nesting
 from ..runtime.engines import FORMATS, load, runtime_version
 from ..slicing import weight_index
 from .attention import attention_matmuls
@@ -56,7 +56,6 @@ Note = Callable[[str], None]  # one line about the whole run (workers chosen, re
 RANDOM_BASIS = "random inputs (agreement with fp32 only; no labelled data)"
 CALIBRATION_IMAGES = 256  # train-split images handed to static quantisers (they take what they need)
 RANDOM_EVAL_IMAGES = 64
-LOCK = ".lock"  # in the bundle folder: one conversion at a time per bundle
 
 
 @dataclass(frozen=True)

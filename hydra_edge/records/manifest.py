@@ -7,6 +7,7 @@ and the board app read it. Nested tables that readers index like dicts (``golden
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Annotated, Any, Dict, Iterable, List, Optional, Tuple, Union
 
@@ -19,12 +20,13 @@ from . import codec
 from .config import ModelConfig
 from .fields import (Format, Heads, Name, NonNegative, NonNegFloat, Percent, Positive, Ratio, Sha256, Threads, check,
                      relative_path)
-from .recipe import read_recipe
+from .recipe import decode_recipe
 from .target import TargetRecord
 
 SCHEMA = "hydra-edge/bundle"
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
+LOCK = ".lock"  # in the bundle folder: one writer at a time (convert, or expand writing its --out)
 HINT = "re-run hydra-edge convert into a new folder"
 
 
@@ -227,10 +229,11 @@ def stored_files(folder: Union[str, Path], record: ArtefactRecord) -> List[Tuple
     if record.compact is None:
         return [(record.file, record.sha256, "file")]
     recipe_path = Path(folder) / record.compact.recipe
-    recipe = read_recipe(recipe_path)
-    if sha256_file(recipe_path) != record.compact.sha256:
+    data = codec.read_bytes(recipe_path, "recipe", HINT)  # read once: the bytes hashed are the bytes decoded
+    if hashlib.sha256(data).hexdigest() != record.compact.sha256:
         raise HydraEdgeError(f"{recipe_path}: sha256 differs from the manifest's (artefact {record.id}); "
                              "re-run hydra-edge convert to restore the bundle")
+    recipe = decode_recipe(data, str(recipe_path))
     return [(record.compact.recipe, record.compact.sha256, "compact.recipe"),
             (recipe.skeleton.file, recipe.skeleton.sha256, "recipe skeleton"),
             (recipe.source.file, recipe.source.sha256, "recipe source")]

@@ -1,0 +1,190 @@
+"""``hydra-edge expand``: a compact bundle's files written out whole, under the rules of a bundle.
+
+Its ``--out`` is a new or empty folder, locked while expand writes it; every file it writes is one
+the manifest names, read once with its sha256 checked, never through a link leading out of the
+bundle; and nothing is written there until every file has been checked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, Iterator
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from filelock import FileLock, Timeout
+
+from hydra_edge import expand as expand_module
+from hydra_edge.cli import main
+from hydra_edge.records.manifest import LOCK, MANIFEST, read_manifest
+from hydra_edge.records.recipe import read_recipe
+from hydra_edge.runtime.engines import load_golden
+from test_compact import converted, model_file, root  # noqa: F401 - fixtures
+from test_records import without_blocking
+
+
+def files_of(folder: Path) -> Dict[str, str]:
+    """``{name: sha256}`` of every file below ``folder`` (links as what they point to)."""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def expand(bundle: Path, out: Path) -> tuple[int, str]:
+    """``hydra-edge expand``'s exit code and output."""
+    result = CliRunner().invoke(main, ["expand", "--bundle", str(bundle), "--out", str(out)])
+    return result.exit_code, result.output
+
+
+def refused(bundle: Path, out: Path) -> str:
+    """``expand`` fails with one line (returned, without click's ``Error: ``) and no traceback."""
+    code, output = expand(bundle, out)
+    assert code == 1 and "Traceback" not in output, output
+    (line,) = output.strip().splitlines()
+    assert line.startswith("Error: "), line
+    return line[len("Error: "):]
+
+
+@pytest.fixture
+def compact(root: Path, tmp_path: Path) -> Path:
+    """A copy of the compact bundle, to change."""
+    shutil.copytree(root / "compact", tmp_path / "compact")
+    return tmp_path / "compact"
+
+
+@pytest.fixture
+def other(root: Path, tmp_path: Path) -> Path:
+    """Another bundle (the full layout of the same model), which no expand may touch."""
+    shutil.copytree(root / "full", tmp_path / "other")
+    return tmp_path / "other"
+
+
+@pytest.fixture
+def held(other: Path) -> Iterator[Path]:
+    """``other``'s lock held by another process (a convert writing it) for the test's duration."""
+    code = ("import sys; from pathlib import Path; from hydra_edge.lock import exclusive\n"
+            "with exclusive(Path(sys.argv[1]), 'bundle'):\n    print('held', flush=True); sys.stdin.read()")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(other / LOCK)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        yield other
+    finally:
+        holder.stdin.close()
+        holder.wait(30)
+
+
+def test_expand_writes_a_new_folder_it_locks_while_writing(compact: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "files"
+    real, locked = expand_module.artefact_bytes, []
+
+    def artefact_bytes(bundle: Path, record: object) -> bytes:
+        try:
+            FileLock(out / LOCK).acquire(timeout=0)
+        except Timeout:
+            locked.append(record)
+        return real(bundle, record)
+    monkeypatch.setattr(expand_module, "artefact_bytes", artefact_bytes)
+    code, output = expand(compact, out)
+    assert code == 0, output
+    manifest = read_manifest(compact)
+    assert len(locked) == len(manifest.artefacts)
+    expanded = read_manifest(out)
+    assert [(a.file, a.sha256, a.compact) for a in expanded.artefacts] == \
+        [(a.file, a.sha256, None) for a in manifest.artefacts]
+    names = {name for a in manifest.artefacts for name in (a.file, a.golden["file"], a.golden["inputs_file"])}
+    assert set(files_of(out)) == names | {MANIFEST, LOCK}
+
+
+def test_expand_into_another_bundle_is_refused_and_changes_nothing(compact: Path, other: Path) -> None:
+    before = files_of(other)
+    line = refused(compact, other)
+    assert line == (f"--out {other} holds a bundle ({other / MANIFEST}); expand writes a new one: choose a new or "
+                    "empty folder for --out")
+    assert files_of(other) == before
+
+
+def test_expand_into_a_bundle_whose_lock_is_held_is_refused_and_changes_nothing(compact: Path, held: Path) -> None:
+    before = files_of(held)
+    assert refused(compact, held).startswith(f"--out {held} holds a bundle")
+    assert files_of(held) == before
+
+
+def test_expand_into_an_empty_folder_whose_lock_is_held_is_refused_naming_the_holder(compact: Path,
+                                                                                     held: Path) -> None:
+    """A convert that has just taken the lock of its new bundle and written nothing yet."""
+    for path in held.iterdir():
+        if path.name != LOCK and not path.name.startswith(f"{LOCK}."):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    line = refused(compact, held)
+    assert line.startswith(f"--out {held} is in use by pid ") and line.endswith("choose a new or empty folder for --out")
+    assert {p.name for p in held.iterdir()} <= {LOCK, f"{LOCK}.owner"}
+
+
+def test_expand_refuses_an_out_holding_files_it_did_not_write(compact: Path, tmp_path: Path) -> None:
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    assert refused(compact, out) == (f"--out {out} holds notes.txt, which expand did not write; expand writes a new "
+                                     "bundle: choose a new or empty folder for --out")
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]  # not even a lock file left
+
+
+@pytest.mark.parametrize("inside", [".", "files"])
+def test_expand_into_the_bundle_itself_is_refused(compact: Path, inside: str) -> None:
+    before = files_of(compact)
+    assert refused(compact, compact / inside).startswith(f"--out {compact / inside} is inside the bundle {compact}")
+    assert files_of(compact) == before
+
+
+def test_expand_writes_nothing_when_a_later_artefact_fails_its_check(compact: Path, tmp_path: Path) -> None:
+    """The 6-head skeleton has one byte changed: the 3-head artefact, rebuilt first, is not written either."""
+    h6 = read_manifest(compact).artefacts[1]
+    skeleton = compact / read_recipe(compact / h6.compact.recipe).skeleton.file
+    data = bytearray(skeleton.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    skeleton.write_bytes(bytes(data))
+    assert refused(compact, tmp_path / "files").startswith(f"{skeleton}: skeleton sha256 is ")
+    assert not [p for p in (tmp_path / "files").rglob("*") if p.name != LOCK]
+
+
+def _golden_name(bundle: Path, field: str) -> str:
+    return read_manifest(bundle).artefacts[0].golden[field]
+
+
+@pytest.mark.parametrize("field", ["file", "inputs_file"])
+def test_a_golden_file_linked_to_outside_the_bundle_is_refused(compact: Path, tmp_path: Path, field: str) -> None:
+    """A link to a private file beside the bundle (mode 0600, right bytes) is never copied into --out."""
+    path = compact / _golden_name(compact, field)
+    outside = tmp_path / "private" / path.name
+    outside.parent.mkdir()
+    path.rename(outside)
+    outside.chmod(0o600)
+    path.symlink_to(outside)
+    assert refused(compact, tmp_path / "files").startswith(f"{path} is a link to {outside}, outside the bundle "
+                                                          f"(golden.{field})")
+    assert not (tmp_path / "files" / path.name).exists()
+
+
+@pytest.mark.parametrize("field", ["file", "inputs_file"])
+def test_a_tampered_golden_file_is_refused(compact: Path, tmp_path: Path, field: str) -> None:
+    path = compact / _golden_name(compact, field)
+    pair = load_golden(path)
+    np.savez(path, **{k: v + 1 for k, v in pair.items()})  # a valid file, other values: only its sha256 tells
+    assert refused(compact, tmp_path / "files").startswith(f"{path}: golden.{field} sha256 is ")
+    assert not (tmp_path / "files" / path.name).exists()
+
+
+@pytest.mark.parametrize("name", ["manifest", "golden"])
+def test_a_fifo_in_the_bundle_is_one_line_and_never_blocks_expand(compact: Path, tmp_path: Path, name: str) -> None:
+    path = compact / (MANIFEST if name == "manifest" else _golden_name(compact, "inputs_file"))
+    path.unlink()
+    os.mkfifo(path)
+    line = without_blocking(lambda: refused(compact, tmp_path / "files"), path)
+    assert isinstance(line, str) and f"{path} is a FIFO" in line, line
