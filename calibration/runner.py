@@ -2,7 +2,7 @@
 """hydra-edge calibration runner: times every artefact of a bundle on the device it runs on.
 
 ``hydra-edge calibrate`` pushes this file beside the torch-free parts of ``hydra_edge`` it
-imports (``runtime``, ``records``, ``errors``, ``atomic``) and runs it with the
+imports (``runtime``, ``records``, ``errors``, ``atomic``, ``bounds``) and runs it with the
 device's Python (3.9+, numpy, msgspec and the bundle's runtime; never torch). It can also be run by
 hand on a board: ``python3 calibration/runner.py --bundle bundles/rpi``.
 
@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the pushed hydra
 
 from hydra_edge.atomic import sha256_file  # noqa: E402
 from hydra_edge.errors import HydraEdgeError  # noqa: E402
+from hydra_edge.bounds import MAX_RUNS, MAX_SOAK_S, MAX_THREADS, SOAK_INTERVAL_S, number_arg  # noqa: E402
 from hydra_edge.records.manifest import ArtefactRecord, read_manifest  # noqa: E402
 
 Emit = Callable[[Dict[str, Any]], None]
@@ -184,17 +185,16 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Time a hydra-edge bundle's artefacts on this device.")
     parser.add_argument("--bundle", type=Path, required=True, help="folder holding manifest.json")
     parser.add_argument("--only", nargs="*", default=None, metavar="ID", help="artefact ids to time (default: all)")
-    parser.add_argument("--runs", type=int, default=50)
-    parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--threads", type=int, default=0, help="0: each artefact's target thread count")
-    parser.add_argument("--soak-seconds", type=float, default=0.0)
+    parser.add_argument("--runs", type=number_arg(1, MAX_RUNS, integer=True), default=50)
+    parser.add_argument("--warmup", type=number_arg(0, MAX_RUNS, integer=True), default=10)
+    parser.add_argument("--threads", type=number_arg(0, MAX_THREADS, integer=True), default=0,
+                        help="0: each artefact's target thread count")
+    parser.add_argument("--soak-seconds", type=number_arg(0, MAX_SOAK_S), default=0.0)
     parser.add_argument("--soak-artefact", default=None, help="artefact id to soak (default: most heads)")
-    parser.add_argument("--soak-interval", type=float, default=5.0, help="seconds per soak sample")
+    parser.add_argument("--soak-interval", type=number_arg(*SOAK_INTERVAL_S), default=5.0,
+                        help="seconds per soak sample")
     parser.add_argument("--sysfs-root", default="/", help="read /sys and /proc under this root (tests)")
-    args = parser.parse_args(argv)
-    if args.runs < 1 or args.warmup < 0 or args.threads < 0 or args.soak_interval <= 0:
-        parser.error("--runs must be >= 1, --warmup and --threads >= 0, --soak-interval > 0")
-    return args
+    return parser.parse_args(argv)
 
 
 def run(args: argparse.Namespace) -> None:

@@ -8,13 +8,13 @@ the same whether run under ``hydra-edge`` or invoked on its own (tests, ``CliRun
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, Optional
 
 import click
 
 from .errors import HydraEdgeError
 from .logs import set_verbose
+from .bounds import parse_number
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -60,10 +60,17 @@ def command(name: str | None = None) -> Callable[[Callable[..., Any]], Command]:
 
 
 class Number(click.FloatRange):
-    """A float option within bounds; NaN and infinity are refused (``FloatRange`` alone lets NaN through)."""
+    """A number option between two bounds, both required: ``bounds.parse_number`` (no NaN, no
+    infinity, no missing top), with click's range shown in the help. ``integer``: a whole number."""
+
+    def __init__(self, min: float, max: float, integer: bool = False, min_open: bool = False) -> None:
+        super().__init__(min, max, min_open=min_open)
+        self.integer = integer
+        if integer:
+            self.name = "integer range"
 
     def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> Any:
-        number = super().convert(value, param, ctx)
-        if not math.isfinite(number):
-            self.fail(f"{value!r} is not a finite number", param, ctx)
-        return number
+        try:
+            return parse_number(value, self.min, self.max, self.integer, self.min_open)
+        except ValueError as e:
+            self.fail(str(e), param, ctx)

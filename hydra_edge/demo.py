@@ -18,9 +18,12 @@ from pathlib import Path
 import click
 
 from .atomic import write_json, write_text
-from .command import command
+from .command import Number, command
+from .convert.command import JOBS
 from .deploy import APP
+from .measure.command import RUNS
 from .shipped import package_path
+from .train_command import EPOCHS
 
 
 # A day on a battery-powered board: plugged in, unplugged, working hard and heating up, cooling
@@ -101,11 +104,12 @@ def _stage(n: int, title: str) -> None:
 @command()
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("hydra-edge-demo"),
               show_default=True, help="Folder for everything the demo makes.")
-@click.option("--epochs", default=30, show_default=True, help="Training epochs on digits.")
+@click.option("--epochs", default=30, show_default=True, type=EPOCHS, help="Training epochs on digits.")
 @click.option("--heads", default="3-12", show_default=True, help="Head counts to train, convert and calibrate.")
-@click.option("--runs", default=30, show_default=True, help="Timed runs per head count in calibration.")
-@click.option("--images", "images_per_step", default=40, show_default=True, help="Images classified per scenario step.")
-@click.option("--jobs", default=None, type=click.IntRange(1, 256),
+@click.option("--runs", default=30, show_default=True, type=RUNS, help="Timed runs per head count in calibration.")
+@click.option("--images", "images_per_step", default=40, show_default=True, type=Number(1, 100_000, integer=True),
+              help="Images classified per scenario step.")
+@click.option("--jobs", default=None, type=JOBS,
               help="Parallel conversion processes (default: as many as the cores and memory hold).")
 @click.option("--target", type=click.Choice(sorted(BOARDS)), default="rpi", show_default=True,
               help="The board the demo converts for and plays.")

@@ -16,8 +16,9 @@ import click
 from .measure.command import DeviceArg
 from .measure.device import ensure_python, package_files, push_files, runtime_requirements
 from .convert.manifest import MANIFEST, bundle_files, read_manifest
-from .command import command
+from .command import Number, command
 from .errors import HydraEdgeError
+from .bounds import MAX_CAMERA, MAX_IMAGES
 from .runtime.lut import read_table
 from .runtime.preprocess import IMAGE_SUFFIXES
 from .shipped import shipped
@@ -93,8 +94,10 @@ def deploy_to(transport: Transport, bundle: Path, lut: Path, images: Path | None
 @click.option("--local", is_flag=True, help="This machine is the board.")
 @click.option("--images", type=click.Path(file_okay=False, exists=True, path_type=Path),
               help="Images to push and classify (a sub-folder per class shows live accuracy).")
-@click.option("--camera", type=click.IntRange(0, 1000), default=None, help="Classify this OpenCV camera on the board instead.")
-@click.option("--max-images", type=int, default=None, help="Stop after this many images (default: run on).")
+@click.option("--camera", type=Number(0, MAX_CAMERA, integer=True), default=None,
+              help="Classify this OpenCV camera on the board instead.")
+@click.option("--max-images", type=Number(1, MAX_IMAGES, integer=True), default=None,
+              help="Stop after this many images (default: run on).")
 @click.option("--python", default="python3", show_default=True, help="The board's Python interpreter.")
 @click.option("--setup", is_flag=True, help="Create a venv on the board and pip install what it lacks (reused).")
 @click.option("--pip-arg", "pip_args", multiple=True, help="Extra argument for pip on the board.")
@@ -114,8 +117,6 @@ def deploy(bundle: Path, lut_path: Path, host: str | None, local: bool, images: 
         raise click.UsageError("name the board with --host, or --local for this machine")
     if (images is None) == (camera is None):
         raise click.UsageError("give exactly one of --images and --camera")
-    if max_images is not None and max_images < 1:
-        raise HydraEdgeError(f"--max-images must be 1 or more, not {max_images}; leave it out to run until Ctrl-C")
     lut_file = lut_path / "lut.json" if lut_path.is_dir() else lut_path
     options = {k: v for k, v in {"remote_dir": remote_dir, "identity_file": identity_file,
                                  "known_hosts": known_hosts, "ssh_config": ssh_config}.items() if v is not None}

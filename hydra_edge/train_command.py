@@ -10,9 +10,11 @@ from .atomic import check_outputs
 from .command import Number, command
 from .ema_option import ema_option
 from .errors import HydraEdgeError
+from .records.training import HEAD_SAMPLING, MAX_BATCH, MAX_EPOCHS, MAX_LR, MAX_SEED, MAX_WORKERS
 from .tables import print_accuracy
-from .train import HEAD_SAMPLING
 from .vit import INIT_SCHEMES
+
+EPOCHS = Number(1, MAX_EPOCHS, integer=True)  # the bound a checkpoint's training state is read with; demo's too
 
 
 @command()
@@ -28,19 +30,20 @@ from .vit import INIT_SCHEMES
 @click.option("--init-scheme", type=click.Choice(INIT_SCHEMES), default="timm", show_default=True,
               help="timm: truncated-normal linears (std 0.02), zero biases; torch-default: the linears keep "
                    "PyTorch's own initialisation, as in the official code.")
-@click.option("--epochs", default=30, show_default=True, type=click.IntRange(1, 100_000))
-@click.option("--batch-size", default=32, show_default=True, type=click.IntRange(1, 1_000_000))
-@click.option("--lr", default=None, type=Number(0, 10, min_open=True), help="Peak learning rate.")
-@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**32 - 1))
+@click.option("--epochs", default=30, show_default=True, type=EPOCHS)
+@click.option("--batch-size", default=32, show_default=True, type=Number(1, MAX_BATCH, integer=True))
+@click.option("--lr", default=None, type=Number(0, MAX_LR, min_open=True), help="Peak learning rate.")
+@click.option("--seed", default=0, show_default=True, type=Number(0, MAX_SEED, integer=True))
 @click.option("--init", "init_from", type=click.Path(dir_okay=False, path_type=Path),
               help="Initialise the first heads from a narrower DeiT/timm checkpoint (DeiT-tiny: heads 1-3).")
 @click.option("--checkpoint", type=click.Path(dir_okay=False, path_type=Path), help="Fine-tune this checkpoint.")
 @ema_option
 @click.option("--resume", is_flag=True, help="Continue an interrupted run in --out, with the run's own settings.")
 @click.option("--override", is_flag=True, help="With --resume: let --epochs, --lr, ... change the run's settings.")
-@click.option("--threads", type=click.IntRange(1, 4096), default=None,
+@click.option("--threads", type=Number(1, 4096, integer=True), default=None,
               help="CPU threads (small models train fastest on 1).")
-@click.option("--workers", default=0, show_default=True, type=click.IntRange(0, 256), help="Processes decoding images of a folder data set.")
+@click.option("--workers", default=0, show_default=True, type=Number(0, MAX_WORKERS, integer=True),
+              help="Processes decoding images of a folder data set.")
 def train(data: str, out: Path, preset_name: str | None, heads: str | None, weights: str | None,
           head_sampling: str, separate_heads: bool, init_scheme: str, epochs: int, batch_size: int,
           lr: float | None, seed: int, init_from: Path | None, checkpoint: Path | None, ema: bool, resume: bool,

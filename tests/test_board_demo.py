@@ -196,15 +196,18 @@ def test_deploy_shows_the_apps_warnings_as_they_happen(board: dict[str, Path], t
     assert "3 images" in result.output
 
 
-def test_max_images_below_one_is_refused_in_one_line(board: dict[str, Path], tmp_path: Path) -> None:
-    result = CliRunner().invoke(deploy, ["--bundle", str(board["bundle"]), "--lut", str(board["lut"]), "--local",
-                                         "--images", str(board["images"]), "--remote-dir", str(tmp_path / "dev"),
+def test_max_images_below_one_is_refused_in_one_line(tmp_path: Path) -> None:
+    result = CliRunner().invoke(deploy, ["--bundle", str(tmp_path), "--lut", str(tmp_path), "--local",
+                                         "--images", str(tmp_path), "--remote-dir", str(tmp_path / "dev"),
                                          "--max-images", "-3"])
-    assert result.exit_code == 1 and result.output.strip().splitlines() == [
-        "Error: --max-images must be 1 or more, not -3; leave it out to run until Ctrl-C"]
+    assert result.exit_code == 2 and result.output.strip().splitlines()[-1] == (
+        "Error: Invalid value for '--max-images': -3 is not a whole number from 1 to 1000000000")
     assert not (tmp_path / "dev").exists()
-    proc = run_app(board, "--images", board["images"], "--max-images", -3)
-    assert proc.returncode == 2 and "--max-images must be 1 or more" in proc.stderr
+    proc = subprocess.run([sys.executable, str(APP), "--bundle", str(tmp_path), "--images", str(tmp_path),
+                           "--max-images", "-3"], capture_output=True, text=True, timeout=60,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1] == (
+        "app.py: error: argument --max-images: -3 is not a whole number from 1 to 1000000000")
 
 
 @pytest.mark.parametrize("how", ["ctrl-c", "killed"])

@@ -108,6 +108,16 @@ def test_no_bundle_is_a_fatal_line(pushed: Path, tmp_path: Path) -> None:
     assert modules["code"] == 2 and events[-1]["event"] == "fatal" and "no manifest" in events[-1]["message"]
 
 
+@pytest.mark.parametrize("option, value", [("--runs", "10000000000000"), ("--warmup", "-1"), ("--threads", "100000"),
+                                           ("--soak-interval", "nan"), ("--soak-seconds", "inf")])
+def test_numbers_out_of_bounds_stop_the_runner_before_it_reads_anything(pushed: Path, tmp_path: Path, option: str,
+                                                                        value: str) -> None:
+    done = subprocess.run([sys.executable, str(pushed / "calibration" / "runner.py"), "--bundle", str(tmp_path),
+                           option, value], capture_output=True, text=True, timeout=60, cwd=pushed.parent)
+    assert done.returncode == 2 and done.stdout == "", done.stdout
+    assert done.stderr.strip().splitlines()[-1].startswith(f"runner.py: error: argument {option}: {value} is not")
+
+
 def test_a_missing_runtime_stops_the_runner_in_one_line(bundle: Path, pushed: Path) -> None:
     """Not one error per artefact and exit 0: one fatal line naming the package and how to install it."""
     events, modules = run_runner(pushed, "--bundle", bundle, blocked="onnxruntime")

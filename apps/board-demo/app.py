@@ -30,6 +30,7 @@ import numpy as np
 
 from hydra_edge.atomic import read_json, write_json
 from hydra_edge.errors import HydraEdgeError
+from hydra_edge.bounds import MAX_CAMERA, MAX_IMAGES, MAX_THREADS, POLL_S, number_arg
 from hydra_edge.records.manifest import read_manifest
 from hydra_edge.runtime.chatter import native_output_to
 from hydra_edge.runtime.engines import check_runtimes, runtimes_of
@@ -239,12 +240,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--bundle", required=True, help="bundle folder with manifest.json, artefacts and lut.json")
     parser.add_argument("--lut", help="lookup table (default: the bundle's lut.json)")
     parser.add_argument("--images", help="folder of images (a sub-folder per class gives live accuracy)")
-    parser.add_argument("--camera", type=int, help="OpenCV camera index instead of --images")
-    parser.add_argument("--max-images", type=int, help="stop after this many images (default: run until Ctrl-C)")
+    parser.add_argument("--camera", type=number_arg(0, MAX_CAMERA, integer=True),
+                        help="OpenCV camera index instead of --images")
+    parser.add_argument("--max-images", type=number_arg(1, MAX_IMAGES, integer=True),
+                        help="stop after this many images (default: run until Ctrl-C)")
     parser.add_argument("--scenario", help="JSON steps {seconds, battery_pct, status, temp_c, images} to replay")
     parser.add_argument("--sysfs-root", default=None, help="read (or with --scenario, write) signals under this root")
-    parser.add_argument("--poll-s", type=float, default=1.0, help="seconds between signal reads")
-    parser.add_argument("--threads", type=int, help="runtime threads (default: the target's, at most one per core)")
+    parser.add_argument("--poll-s", type=number_arg(*POLL_S), default=1.0, help="seconds between signal reads")
+    parser.add_argument("--threads", type=number_arg(1, MAX_THREADS, integer=True),
+                        help="runtime threads (default: the target's, at most one per core)")
     parser.add_argument("--plain", action="store_true", help="plain lines instead of the live table")
     parser.add_argument("--log", help="write the switch events and per-head-count results as JSON here")
     parser.add_argument("--runtime-log", help="where what the runtimes themselves print goes "
@@ -252,8 +256,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     if (args.images is None) == (args.camera is None):
         parser.error("give exactly one of --images and --camera")
-    if args.max_images is not None and args.max_images < 1:
-        parser.error(f"--max-images must be 1 or more, not {args.max_images}; leave it out to run until Ctrl-C")
     if args.scenario and not args.sysfs_root:
         parser.error("--scenario needs --sysfs-root (a folder for the simulated sysfs tree)")
     runtime_log = Path(args.runtime_log or Path(args.bundle) / "logs" / "runtime.log")

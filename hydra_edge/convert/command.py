@@ -13,6 +13,8 @@ from ..logs import LOGS, terminal
 from .layout import LAYOUTS
 from .pipeline import ConvertOptions, ConvertResult, convert_targets, targets_options
 
+JOBS = Number(1, 256, integer=True)  # conversion processes; demo passes its own through
+
 
 class _Progress:
     """A rich progress display, one row per artefact: file, stage, seconds, size."""
@@ -79,11 +81,11 @@ def _summary(result: ConvertResult) -> None:
 @click.option("--quant", default=None, help="Override the profile's quantisation (e.g. fp32, int8-dynamic).")
 @click.option("--max-drop", default=1.0, show_default=True, type=Number(0, 100),
               help="Fail an artefact whose top-1 falls more than this many p.p. below fp32.")
-@click.option("--jobs", "-j", default=None, type=click.IntRange(1, 256),
+@click.option("--jobs", "-j", default=None, type=JOBS,
               help="Convert artefacts in this many parallel processes (default: as many as the cores and the "
                    "available memory hold; the progress output says how many).")
 @click.option("--data", default=None, help="Verify on this data ('digits' or a folder) instead of the checkpoint's.")
-@click.option("--eval-limit", default=1000, show_default=True, type=click.IntRange(1, 10_000_000),
+@click.option("--eval-limit", default=1000, show_default=True, type=Number(1, 10_000_000, integer=True),
               help="Held-out images per artefact check.")
 @click.option("--optional", is_flag=True, help="Also convert the profile's optional artefacts.")
 @click.option("--force", is_flag=True, help="Re-convert artefacts even when nothing changed.")

@@ -10,14 +10,19 @@ from typing import Any
 
 import click
 
-from ..command import command
+from ..command import Number, command
 from ..errors import HydraEdgeError
 from ..lock import exclusive
 from ..logs import device_log
+from ..bounds import MAX_RUNS, MAX_THREADS, SOAK_INTERVAL_S
 from ..transport import Transport, open_transport
 from .record import Calibration
 from .session import CalibrateOptions, Session, safe_name
 from .soak import parse_duration
+
+
+RUNS = Number(1, MAX_RUNS, integer=True)  # timed runs per head count; demo passes its own through
+THREADS = Number(1, MAX_THREADS, integer=True)
 
 
 @dataclass(frozen=True)
@@ -129,9 +134,9 @@ def _summary(console: Any, calibration: Calibration, path: Path, png: Path) -> N
 @click.option("--local", is_flag=True, help="This machine is the device.")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("calibration"), show_default=True,
               help="Folder for <device-id>.json and .png, or a .json file for one device.")
-@click.option("--runs", default=50, show_default=True, type=click.IntRange(min=1), help="Timed runs per head count.")
-@click.option("--warmup", default=10, show_default=True, type=click.IntRange(min=0), help="Untimed runs first.")
-@click.option("--threads", default=None, type=click.IntRange(min=1), help="Runtime threads (default: the target's).")
+@click.option("--runs", default=50, show_default=True, type=RUNS, help="Timed runs per head count.")
+@click.option("--warmup", default=10, show_default=True, type=Number(0, MAX_RUNS, integer=True), help="Untimed runs first.")
+@click.option("--threads", default=None, type=THREADS, help="Runtime threads (default: the target's).")
 @click.option("--quant", default=None, help="Which artefacts, when the bundle has several per head count.")
 @click.option("--python", "python", default=None,
               help="The device's Python interpreter (default: python3; with --local, the one running hydra-edge).")
@@ -141,13 +146,13 @@ def _summary(console: Any, calibration: Calibration, path: Path, png: Path) -> N
               help="A native benchmark binary to push instead (benchmark_model for .tflite, executor_runner for .pte, "
                    "trtexec for .onnx); a compact bundle's artefacts go to it rebuilt, as files.")
 @click.option("--soak", default=None, help="Also run the largest head count this long (e.g. 10m) for a derating curve.")
-@click.option("--soak-interval", default=5.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+@click.option("--soak-interval", default=5.0, show_default=True, type=Number(*SOAK_INTERVAL_S),
               help="Seconds per soak sample.")
 @click.option("--remote-dir", default=None, help="Where the device keeps hydra-edge's files.")
 @click.option("--identity", "identity_file", default=None, help="ssh private key.")
 @click.option("--known-hosts", default=None, help="ssh known_hosts file (host keys are always checked).")
 @click.option("--ssh-config", default=None, help="ssh config file (default: ~/.ssh/config).")
-@click.option("--adb-port", default=None, type=int, help="Port of the adb server.")
+@click.option("--adb-port", default=None, type=Number(1, 65535, integer=True), help="Port of the adb server.")
 @click.option("--force", is_flag=True, help="Measure again what the record already holds.")
 @click.option("--no-wait", is_flag=True, help="If another calibration is writing the same record, stop instead of waiting.")
 @click.option("--sysfs-root", default=None, hidden=True, help="Tests: the device reads /sys under this root.")

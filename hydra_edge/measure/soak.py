@@ -14,6 +14,7 @@ import statistics
 from typing import Any, Iterable, Sequence
 
 from ..errors import HydraEdgeError
+from ..bounds import MAX_SOAK_S
 from ..runtime.signals import THERMAL_STATUS_NAMES
 from .record import Derating
 
@@ -30,6 +31,9 @@ def parse_duration(text: str) -> float:
     seconds = sum(float(n) * _UNITS[unit] for n, unit in _DURATION.findall(compact))
     if seconds <= 0:
         raise HydraEdgeError(f"the duration {text!r} must be longer than zero")
+    if seconds > MAX_SOAK_S:
+        raise HydraEdgeError(f"--soak {text} is longer than a soak may run ({MAX_SOAK_S / 3600:g}h); "
+                             "a device heats to its steady state in minutes, give e.g. 10m")
     return seconds
 
 
