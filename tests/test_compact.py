@@ -637,3 +637,19 @@ def _is_range_dtype(dtype: str, range_type: type) -> bool:
     except msgspec.ValidationError:
         return False
     return True
+
+
+@pytest.mark.parametrize("which", [0, -1], ids=["artefact", "largest"])
+def test_compaction_reading_a_fifo_for_an_artefact_is_one_line_and_never_blocks(root: Path, tmp_path: Path,
+                                                                                which: int) -> None:
+    from hydra_edge.convert.layout import apply_layout
+
+    bundle = tmp_path / "b"
+    shutil.copytree(root / "full", bundle)
+    manifest = read_manifest(bundle)
+    path = bundle / manifest.artefacts[which].file
+    path.unlink()
+    os.mkfifo(path)
+    error = without_blocking(lambda: apply_layout(bundle, manifest, "compact", str(root / "m.pt"),
+                                                  lambda *report: None), path, 60)
+    assert isinstance(error, HydraEdgeError) and f"{path} is a FIFO" in str(error), error
