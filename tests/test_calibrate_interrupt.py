@@ -182,3 +182,19 @@ def test_a_journal_line_the_schema_refuses_names_the_journal_and_the_way_out(tmp
     assert resume_or_start(record, "local:x", identity, {}, force=True).results == []
     journal_path(record).unlink()
     assert [r.heads for r in read_calibration(record).results] == [3]
+
+
+def test_a_journal_line_nested_too_deep_stops_a_resumed_calibration_in_one_line(bundle: Path, tmp_path: Path) -> None:
+    """A journal line that is JSON nested 100,000 deep (Python's parser gives up on it): the re-run
+    says which journal and line, and how to go on, and leaves the record as it was."""
+    out = tmp_path / "cal.json"
+    args = ("--bundle", bundle, "--local", "--out", out, "--runs", 2, "--warmup", 0)
+    assert invoke(*args).exit_code == 0
+    RecordWriter(read_calibration(out), out)  # the record as saved, and this record's journal beside it
+    with open(journal_path(out), "a") as journal:
+        journal.write("[" * 100_000 + "]" * 100_000 + "\n")
+    before = out.read_bytes()
+    line = one_line_error(invoke(*args))
+    assert line == (f"Error: {journal_path(out)} line 2 nests too deeply to be a calibration journal entry; "
+                    f"delete {journal_path(out)} to keep only what {out} holds, or calibrate again with --force")
+    assert out.read_bytes() == before
