@@ -3,7 +3,9 @@ or (asked not to wait) stops with that name. ``held_elsewhere`` is shared with t
 
 from __future__ import annotations
 
+import json
 import os
+import platform
 import subprocess
 import sys
 import threading
@@ -64,3 +66,23 @@ def test_a_killed_holder_releases_the_lock(tmp_path: Path) -> None:
         other.wait()
         with exclusive(lock_file, "the bundle", wait=False):
             pass
+
+
+@pytest.mark.parametrize("since", [1e308, -1e20])
+def test_a_holder_whose_note_has_an_impossible_time_is_named_in_one_line(tmp_path: Path, since: float) -> None:
+    """Anyone can write the owner note; a time no clock can show must not crash the run that finds it."""
+    from click.testing import CliRunner
+
+    from hydra_edge.cli import main
+
+    record = tmp_path / "cal.json"
+    lock_file = record.with_name(record.name + ".lock")
+    with held_elsewhere(lock_file) as other:
+        note = lock_file.with_name(lock_file.name + ".owner")
+        note.write_text(json.dumps({**json.loads(note.read_text()), "since": since}))
+        result = CliRunner().invoke(main, ["calibrate", "--bundle", str(tmp_path / "bundle"), "--local",
+                                           "--out", str(record), "--no-wait"])
+    assert result.exit_code == 1 and result.output.strip().splitlines() == [
+        f"Error: calibration record {record} is in use by pid {other.pid} on {platform.node()} "
+        f"(`-c --the-holder`, since an unknown time); wait for it to finish (or run without --no-wait to wait for it)"]
+    assert not record.exists()
