@@ -54,10 +54,11 @@ def resumed_settings(state: TrainingState, given: dict[str, Any], override: bool
     run's is refused unless ``override``, and so are fewer epochs than the run has trained.
     ``workers`` is this machine's choice, never the run's.
     """
-    run = state.settings or TrainSettings()  # a run from before settings were kept: the command line's
+    recorded = state.settings  # None: a run from before settings were kept, which takes the command line's
+    run = recorded or TrainSettings()
     for name, value in given.items():
-        if value != getattr(run, name) and not override and state.settings is not None:
-            refuse_change(RUN_OPTIONS[name], value, getattr(run, name), where)
+        if recorded is not None and value != getattr(recorded, name) and not override:
+            refuse_change(RUN_OPTIONS[name], value, getattr(recorded, name), where)
     settings = msgspec.structs.replace(run, **given, workers=workers)
     if settings.epochs < state.epoch:
         raise HydraEdgeError(f"{where} has trained {state.epoch} epochs already; give --epochs {state.epoch} or more "

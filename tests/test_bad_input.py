@@ -205,6 +205,13 @@ def test_a_run_cut_to_fewer_epochs_than_it_trained_is_refused(tmp_path: Path, tw
                     "(or leave it out to finish the run's own 3)")
 
 
+def test_a_run_saved_before_settings_were_kept_still_resumes(tmp_path: Path, two_epochs: Path) -> None:
+    damaged(tmp_path / "run", two_epochs, _set("train.settings", ...))
+    result = cli("train", "--out", tmp_path / "run", "--resume", "--epochs", 3, "--batch-size", 256)
+    assert result.exit_code == 0, result.output
+    assert [h["epoch"] for h in json.loads((tmp_path / "run" / "history.json").read_text())] == [1, 2, 3]
+
+
 # --- numbers a user types -------------------------------------------------------------------------------------
 
 
