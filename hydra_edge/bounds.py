@@ -29,8 +29,8 @@ def parse_number(text: Union[str, Num], low: Num, high: Num, integer: bool = Fal
 
     Raises ``ValueError`` with a message that says what was given and what is allowed.
     """
-    allowed = (f"{'a whole number' if integer else 'a number'} "
-               + (f"above {_show(low)} and at most {_show(high)}" if low_open else f"from {_show(low)} to {_show(high)}"))
+    span = f"above {_show(low)} and at most {_show(high)}" if low_open else f"from {_show(low)} to {_show(high)}"
+    allowed = f"{'a whole number' if integer else 'a number'} {span}"
     try:
         number = float(text)
     except (TypeError, ValueError, OverflowError):

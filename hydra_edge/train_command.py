@@ -62,7 +62,8 @@ def train(data: str, out: Path, preset_name: str | None, heads: str | None, weig
     from .data import DataSpec, data_classes, load_data
     from .model import HydraViT
     from .records.training import read_resume
-    from .train import CHECKPOINT, OUTPUTS, RUN_OPTIONS, TrainSettings, refuse_change, resumed_settings, train as run_training
+    from .train import CHECKPOINT, OUTPUTS, RUN_OPTIONS, TrainSettings, refuse_change, resumed_settings
+    from .train import train as run_training
 
     check_outputs(*(out / name for name in OUTPUTS))  # now, not after the first epoch
     if threads:

@@ -36,14 +36,16 @@ class TrainSettings(msgspec.Struct, frozen=True):
 
     epochs: Epochs = 30
     batch_size: Annotated[int, Meta(ge=1, le=MAX_BATCH)] = 32
-    lr: Annotated[float, Meta(gt=0.0, le=MAX_LR)] = 3e-3  # DeiT's 5e-4 per 512 is for ImageNet; 3e-3 at 32 trained digits best of those tried
+    # DeiT's 5e-4 per 512 is for ImageNet; 3e-3 at 32 trained digits best of those tried
+    lr: Annotated[float, Meta(gt=0.0, le=MAX_LR)] = 3e-3
     weight_decay: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.05
     warmup_epochs: Annotated[int, Meta(ge=0, le=MAX_EPOCHS)] = 2
     label_smoothing: Annotated[float, Meta(ge=0.0, lt=1.0)] = 0.1
     # sampling weights per head count (official: integers summing to 100)
     weights: Optional[Tuple[Annotated[int, Meta(ge=0, le=1 << 30)], ...]] = None
     seed: Annotated[int, Meta(ge=0, le=MAX_SEED)] = 0
-    workers: Annotated[int, Meta(ge=0, le=MAX_WORKERS)] = 0  # image-decoding processes for folder data; digits needs none
+    # image-decoding processes for folder data; in-memory digits needs none
+    workers: Annotated[int, Meta(ge=0, le=MAX_WORKERS)] = 0
     head_sampling: HeadSampling = "per-step"  # HeadSampler's mode
     init_scheme: Name = "timm"  # how the model was first initialised (vit.INIT_SCHEMES), kept with the run
 
