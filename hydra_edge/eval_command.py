@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from .atomic import check_outputs
 from .command import command
 from .ema_option import ema_option
 from .errors import HydraEdgeError
@@ -24,23 +25,27 @@ def evaluate(checkpoint: Path, data: str | None, heads: str | None, out: Path | 
 
     Example: hydra-edge eval --checkpoint runs/digits/checkpoint.pt --data digits
     """
+    import msgspec
+
     from .checkpoint import load_checkpoint_file, weights_entry
     from .config import parse_heads
     from .data import DataSpec, load_data
     from .evaluate import accuracy_per_heads
+    from .records.training import read_data
     from .train import write_report
 
+    out = out or checkpoint.parent
+    check_outputs(out / "eval.json", out / "eval.png")  # now, not after the evaluation
     model, saved = load_checkpoint_file(checkpoint, ema=ema)
-    stored = saved.get("data")
+    stored = read_data(saved, str(checkpoint))
     if not (stored or data):
         raise HydraEdgeError(f"{checkpoint} does not say what it was trained on; pass --data (digits or a folder)")
-    spec = DataSpec.from_dict(stored) if stored else DataSpec(data)
+    spec = DataSpec.from_dict(msgspec.to_builtins(stored)) if stored else DataSpec(data)
     if data:
         spec = DataSpec(data, spec.seed, spec.val_fraction)
     served = parse_heads(heads, model.config.num_heads) if heads else model.config.heads
     accuracy = accuracy_per_heads(model, load_data(spec, model.config).val, served)
     weights = weights_entry(saved, ema)
     print_accuracy(model.config, accuracy, f"held-out accuracy, {spec.source} ({weights})")
-    out = out or checkpoint.parent
     write_report(model, accuracy, out, title=f"{checkpoint.name} on {spec.source}", stem="eval", weights=weights)
     click.echo(f"saved {out / 'eval.json'} and {out / 'eval.png'}")

@@ -212,6 +212,23 @@ def test_a_run_saved_before_settings_were_kept_still_resumes(tmp_path: Path, two
     assert [h["epoch"] for h in json.loads((tmp_path / "run" / "history.json").read_text())] == [1, 2, 3]
 
 
+def test_eval_refuses_a_folder_where_its_report_goes_and_damaged_data_in_one_line(tmp_path: Path, two_epochs: Path,
+                                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import hydra_edge.evaluate
+
+    def evaluate(*args: object, **kwargs: object) -> None:
+        raise AssertionError("evaluation started")
+
+    monkeypatch.setattr(hydra_edge.evaluate, "accuracy_per_heads", evaluate)
+    checkpoint = damaged(tmp_path / "run", two_epochs, _set("data", {"source": "digits", "seed": -1}))
+    line = one_line(cli("eval", "--checkpoint", checkpoint))
+    assert line == (f"Error: {checkpoint} ['data']: $.seed: expected `int` >= 0; "
+                    "train again into another --out (its weights still load with --checkpoint)")
+    (tmp_path / "run" / "eval.png").mkdir()
+    line = one_line(cli("eval", "--checkpoint", checkpoint, "--data", "digits"))
+    assert f"{tmp_path / 'run' / 'eval.png'} is a folder" in line and not (tmp_path / "run" / "eval.json").exists()
+
+
 # --- numbers a user types -------------------------------------------------------------------------------------
 
 

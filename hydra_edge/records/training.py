@@ -114,6 +114,11 @@ def read_resume(saved: Mapping[str, Any], where: str) -> Resume:
     """The training state of a loaded checkpoint (``where`` names its file), checked; one line otherwise."""
     if "train" not in saved:
         raise HydraEdgeError(f"{where} holds no training state to resume; choose another --out")
-    data = saved.get("data")
     return Resume(train=codec.convert(saved["train"], TrainingState, f"{where} ['train']", HINT),
-                  data=None if data is None else codec.convert(data, DataRecord, f"{where} ['data']", HINT))
+                  data=read_data(saved, where))
+
+
+def read_data(saved: Mapping[str, Any], where: str) -> Optional[DataRecord]:
+    """The data a loaded checkpoint says it was trained on, checked; None when it does not say."""
+    data = saved.get("data")
+    return None if data is None else codec.convert(data, DataRecord, f"{where} ['data']", HINT)
