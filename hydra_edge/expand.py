@@ -17,7 +17,7 @@ import os
 import shutil
 import tempfile
 from contextlib import contextmanager
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Dict, Iterator, List, Tuple
 
 import click
@@ -58,8 +58,8 @@ def _check_out(bundle: Path, out: Path) -> None:
 
 @contextmanager
 def _locked(out: Path) -> Iterator[None]:
-    """``out`` created if new and held under the bundle lock; checked again once held (nothing may have
-    moved in meanwhile). A held lock (a convert writing there) is refused, naming its holder."""
+    """``out`` created if new and held under the bundle lock convert takes. A held lock (a convert writing
+    there) is refused, naming its holder: expand never waits to write into a folder someone else fills."""
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -86,12 +86,20 @@ def _stage(bundle: Path, manifest: Manifest, staging: Path) -> List[str]:
     held in memory alone; returns their names."""
     names = []
     for record in manifest.artefacts:
-        write_bytes(staging / record.file, artefact_bytes(bundle, record))
+        write_bytes(staging / _own_name(bundle, record.file), artefact_bytes(bundle, record))
         names.append(record.file)
     for name, data in _golden(bundle, manifest):
-        write_bytes(staging / name, data)
+        write_bytes(staging / _own_name(bundle, name), data)
         names.append(name)
     return names
+
+
+def _own_name(bundle: Path, name: str) -> str:
+    """``name`` if it is no name expand keeps for itself in --out (the manifest, the lock, staging)."""
+    if name == MANIFEST or _ours(PurePosixPath(name).parts[0]):
+        raise HydraEdgeError(f"{bundle / MANIFEST} names a file {name!r}, which expand keeps for its own use; "
+                             "re-run hydra-edge convert into a new folder")
+    return name
 
 
 def _full(manifest: Manifest) -> Manifest:

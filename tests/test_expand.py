@@ -188,3 +188,16 @@ def test_a_fifo_in_the_bundle_is_one_line_and_never_blocks_expand(compact: Path,
     os.mkfifo(path)
     line = without_blocking(lambda: refused(compact, tmp_path / "files"), path)
     assert isinstance(line, str) and f"{path} is a FIFO" in line, line
+
+
+def test_a_manifest_naming_a_file_expand_keeps_for_itself_is_refused(compact: Path, tmp_path: Path) -> None:
+    """A golden file named like the lock (its sha256 right: convert leaves an empty lock) would replace the
+    lock expand holds in --out."""
+    from hydra_edge.records.manifest import Manifest
+
+    doc = read_manifest(compact).to_dict()
+    doc["artefacts"][0]["golden"].update(file=LOCK, sha256=hashlib.sha256((compact / LOCK).read_bytes()).hexdigest())
+    Manifest.from_dict(doc).write(compact)
+    assert refused(compact, tmp_path / "files") == (f"{compact / MANIFEST} names a file {LOCK!r}, which expand keeps "
+                                                    "for its own use; re-run hydra-edge convert into a new folder")
+    assert not [p for p in (tmp_path / "files").rglob("*") if p.name != LOCK]
