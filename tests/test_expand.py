@@ -21,6 +21,7 @@ from click.testing import CliRunner
 from filelock import FileLock, Timeout
 
 from hydra_edge import expand as expand_module
+from hydra_edge.expand import CHOOSE
 from hydra_edge.cli import main
 from hydra_edge.records.manifest import LOCK, MANIFEST, read_manifest
 from hydra_edge.records.recipe import read_recipe
@@ -120,10 +121,12 @@ def test_expand_into_an_empty_folder_whose_lock_is_held_is_refused_naming_the_ho
                                                                                      held: Path) -> None:
     """A convert that has just taken the lock of its new bundle and written nothing yet."""
     for path in held.iterdir():
-        if path.name != LOCK and not path.name.startswith(f"{LOCK}."):
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.name != LOCK and not path.name.startswith(f"{LOCK}."):
+            path.unlink()
     line = refused(compact, held)
-    assert line.startswith(f"--out {held} is in use by pid ") and line.endswith("choose a new or empty folder for --out")
+    assert line.startswith(f"--out {held} is in use by pid ") and line.endswith(f"; {CHOOSE}")
     assert {p.name for p in held.iterdir()} <= {LOCK, f"{LOCK}.owner"}
 
 
