@@ -541,6 +541,18 @@ def test_a_named_zone_that_is_not_there_is_a_sensor_that_failed(board: Path):
 
 
 
+def test_a_profile_naming_only_get_throttled_reads_no_vcgencmd_temperature(board: Path):
+    """Throttling bits are not a temperature sensor: without vcgencmd, the named file still decides."""
+    table = {"files": {"temperature_mC": "/sys/class/thermal/thermal_zone0/temp"},
+             "commands": {"throttled": "vcgencmd get_throttled"}}
+    calls: list = []
+    state = read_state(table, root=str(board), run=lambda argv: calls.append(tuple(argv)))
+    assert calls == [("vcgencmd", "get_throttled")] and state.throttling is None
+    assert "vcgencmd" not in state.zone_errors and state.max_temp_c is not None
+    named = {**table, "commands": {**table["commands"], "temperature": "vcgencmd measure_temp"}}
+    assert "vcgencmd" in read_state(named, root=str(board), run=lambda argv: None).zone_errors
+
+
 T = TypeVar("T")
 
 

@@ -248,16 +248,25 @@ def _dumpsys_battery(root: str, run: Runner, table: Mapping[str, Any]) -> Dict[s
             "error": error and f"dumpsys battery level: {error}"}
 
 
+def _names_measure_temp(table: Mapping[str, Any]) -> bool:
+    """Whether the profile reads the SoC temperature through vcgencmd: ``vcgencmd = true``, or a
+    ``measure_temp`` line. A profile naming only ``get_throttled`` reads throttling bits, and a
+    vcgencmd that is missing there must not count as a failed temperature sensor."""
+    commands = table.get("commands", {}).values()
+    return table.get("vcgencmd") is True or any(tool_of(line) == "measure_temp" for line in commands)
+
+
 def _vcgencmd(root: str, run: Runner, table: Mapping[str, Any]) -> Dict[str, Any]:
-    argv = command(table, "measure_temp")
-    text = run(argv)
-    temp = parse_measure_temp(text)
-    error = _no_output(argv) if not text else \
-        f"vcgencmd measure_temp printed {text.strip()[:40]!r}" if temp is None else \
-        range_error(temp, TEMPERATURE_RANGE_C, "°C")
-    return {"thermal_zones": {} if error else {"vcgencmd": temp},
-            "zone_errors": {"vcgencmd": error} if error else {},
-            "throttling": parse_get_throttled(run(command(table, "get_throttled")))}
+    found: Dict[str, Any] = {}
+    if _names_measure_temp(table):
+        argv = command(table, "measure_temp")
+        text = run(argv)
+        temp = parse_measure_temp(text)
+        error = _no_output(argv) if not text else \
+            f"vcgencmd measure_temp printed {text.strip()[:40]!r}" if temp is None else \
+            range_error(temp, TEMPERATURE_RANGE_C, "°C")
+        found = {"thermal_zones": {} if error else {"vcgencmd": temp}, "zone_errors": {"vcgencmd": error} if error else {}}
+    return {**found, "throttling": parse_get_throttled(run(command(table, "get_throttled")))}
 
 
 def _tegrastats(root: str, run: Runner, table: Mapping[str, Any]) -> Dict[str, Any]:
