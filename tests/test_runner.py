@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from test_calibrate import HOST_TARGET, make_bundle
 
+from hydra_edge.bounds import MAX_RUNS
 from hydra_edge.measure.exits import exit_code, reporting_exit
 from hydra_edge.measure.session import runner_files
 from hydra_edge.convert.manifest import read_manifest, sha256_file
@@ -131,7 +132,7 @@ def test_the_runner_stops_when_its_host_goes(bundle: Path, pushed: Path) -> None
     stdin reaches its end, which is what a killed host, Ctrl-C or a dropped link looks like from the
     board over ssh, adb or locally, the runner is stopped mid-timing and its status still reported."""
     argv = reporting_exit([sys.executable, str(pushed / "calibration" / "runner.py"), "--bundle", str(bundle),
-                           "--runs", str(10**7), "--warmup", "0"])
+                           "--runs", str(MAX_RUNS), "--warmup", "0"])
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=pushed.parent,
                             start_new_session=True)
     try:
@@ -152,11 +153,11 @@ def test_runtime_threads_never_exceed_the_device_cores(bundle: Path, pushed: Pat
     spy = ("import json, os, runpy, sys\n"
            "sys.path.insert(0, os.getcwd() + '/runner')\n"
            "import hydra_edge.runtime.engines as engines\n"
-           "real = engines.load\n"
-           "def load(path, threads, format, runtime=None):\n"
+           "real = engines.load_bytes\n"
+           "def load_bytes(data, name, threads, format, runtime=None):\n"
            "    print(json.dumps({'event': 'load', 'threads': threads}), flush=True)\n"
-           "    return real(path, threads, format, runtime)\n"
-           "engines.load = load\n"
+           "    return real(data, name, threads, format, runtime)\n"
+           "engines.load_bytes = load_bytes\n"
            "runner, sys.argv = sys.argv[1], sys.argv[1:]\n"
            "runpy.run_path(runner, run_name='__main__')\n")
     done = subprocess.run([sys.executable, "-c", spy, str(pushed / "calibration" / "runner.py"), "--bundle",
