@@ -27,10 +27,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from hydra_edge.config import parse_heads, preset
+from hydra_edge.model.config import parse_heads, preset
 from hydra_edge.convert.manifest import read_manifest
 from hydra_edge.convert.pipeline import ConvertOptions, ConvertResult, convert_targets, tool_versions
-from hydra_edge.model import HydraViT
+from hydra_edge.model.hydravit import HydraViT
 from hydra_edge.profiling.report import save_report, subplots
 from hydra_edge.profiling.timing import host_cpu, paired_ms
 from hydra_edge.runtime.engines import load
@@ -77,7 +77,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     if not ckpt.is_file():
         model.save(ckpt)  # random weights, no data spec: verification is agreement-only
     else:
-        from hydra_edge.checkpoint import load_checkpoint
+        from hydra_edge.model.checkpoint import load_checkpoint
 
         model = load_checkpoint(ckpt)
     heads = parse_heads(args.heads, cfg.num_heads)

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hydra_edge.config import parse_heads, preset
+from hydra_edge.model.config import parse_heads, preset
 from hydra_edge.convert.pipeline import LOCK, tool_versions
 from hydra_edge.profiling.bundles import full_and_compact
 from hydra_edge.profiling.report import save_report, subplots

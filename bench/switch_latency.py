@@ -34,12 +34,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from hydra_edge.config import parse_heads, preset
+from hydra_edge.model.config import parse_heads, preset
 from hydra_edge.convert.manifest import read_manifest
 from hydra_edge.lut.command import make_lut
 from hydra_edge.measure.record import Calibration, read_calibration
 from hydra_edge.measure.session import CalibrateOptions, Session, bundle_record
-from hydra_edge.pareto import Point, pareto
+from hydra_edge.lut.pareto import Point, pareto
 from hydra_edge.profiling.bundles import full_and_compact
 from hydra_edge.profiling.report import save_report, subplots
 from hydra_edge.profiling.timing import host_cpu

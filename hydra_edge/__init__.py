@@ -10,12 +10,12 @@ from typing import Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "HydraViT": "hydra_edge.model",
-    "HydraConfig": "hydra_edge.config",
-    "preset": "hydra_edge.config",
+    "HydraViT": "hydra_edge.model.hydravit",
+    "HydraConfig": "hydra_edge.model.config",
+    "preset": "hydra_edge.model.config",
     "HydraEdgeError": "hydra_edge.errors",
-    "load_checkpoint": "hydra_edge.checkpoint",
-    "init_heads_from": "hydra_edge.checkpoint",
+    "load_checkpoint": "hydra_edge.model.checkpoint",
+    "init_heads_from": "hydra_edge.model.checkpoint",
 }
 __all__ = list(_EXPORTS)
 

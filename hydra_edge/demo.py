@@ -68,8 +68,8 @@ def export_images(checkpoint: Path, folder: Path, limit: int) -> Path:
     import numpy as np
     from PIL import Image
 
-    from .checkpoint import load_checkpoint_file
-    from .data import DataSpec, as_arrays, load_data
+    from .model.checkpoint import load_checkpoint_file
+    from .train.data import DataSpec, as_arrays, load_data
 
     model, saved = load_checkpoint_file(checkpoint)
     spec = DataSpec.from_dict(saved["data"])
@@ -89,7 +89,7 @@ def demo_budget(bundle: Path, calibration: Path) -> float:
     from .measure.record import read_calibration
     from .convert.manifest import read_manifest
     from .lut.table import points
-    from .pareto import pareto
+    from .lut.pareto import pareto
 
     front, _ = pareto(points(read_manifest(bundle), read_calibration(calibration))[0])
     return round(front[-1].latency_ms * 1.1, 4)

@@ -27,12 +27,12 @@ def evaluate(checkpoint: Path, data: str | None, heads: str | None, out: Path | 
     """
     import msgspec
 
-    from .checkpoint import load_checkpoint_file, weights_entry
-    from .config import parse_heads
-    from .data import DataSpec, load_data
-    from .evaluate import accuracy_per_heads
+    from .model.checkpoint import load_checkpoint_file, weights_entry
+    from .model.config import parse_heads
+    from .train.data import DataSpec, load_data
+    from .train.evaluate import accuracy_per_heads
     from .records.training import read_data
-    from .train import write_report
+    from .train.loop import write_report
 
     out = out or checkpoint.parent
     check_outputs(out / "eval.json", out / "eval.png")  # now, not after the evaluation

@@ -20,11 +20,11 @@ def info(preset_name: str | None, checkpoint: Path | None, ema: bool) -> None:
 
     Example: hydra-edge info --preset b16
     """
-    from .config import preset
-    from .sizes import size_table
+    from .model.config import preset
+    from .model.sizes import size_table
 
     if checkpoint:
-        from .checkpoint import load_checkpoint
+        from .model.checkpoint import load_checkpoint
 
         cfg, title = load_checkpoint(checkpoint, ema=ema).config, str(checkpoint)
     else:

@@ -10,7 +10,7 @@ import torch
 import pytest
 
 from hydra_edge import HydraViT
-from hydra_edge.config import HydraConfig
+from hydra_edge.model.config import HydraConfig
 from hydra_edge.runtime.chatter import VERBOSE
 
 torch.set_num_threads(1)  # tiny models: one thread is fastest and keeps the shared machine usable

@@ -17,15 +17,15 @@ from test_lut import calibration, fake_bundle
 
 from hydra_edge.cli import main
 from hydra_edge.command import Number
-from hydra_edge.config import preset
-from hydra_edge.data import load_data
+from hydra_edge.model.config import preset
+from hydra_edge.train.data import load_data
 from hydra_edge.deploy import APP
 from hydra_edge.errors import HydraEdgeError
 from hydra_edge.lock import holder
 from hydra_edge.measure.journal import RecordWriter, journal_path
 from hydra_edge.measure.session import resume_or_start
-from hydra_edge.model import HydraViT
-from hydra_edge.train import CHECKPOINT, TrainSettings, train
+from hydra_edge.model.hydravit import HydraViT
+from hydra_edge.train.loop import CHECKPOINT, TrainSettings, train
 
 ROOT = Path(__file__).resolve().parents[1]
 DEEP = "[" * 100_000 + "]" * 100_000
@@ -214,12 +214,12 @@ def test_a_run_saved_before_settings_were_kept_still_resumes(tmp_path: Path, two
 
 def test_eval_refuses_a_folder_where_its_report_goes_and_damaged_data_in_one_line(tmp_path: Path, two_epochs: Path,
                                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    import hydra_edge.evaluate
+    import hydra_edge.train.evaluate
 
     def evaluate(*args: object, **kwargs: object) -> None:
         raise AssertionError("evaluation started")
 
-    monkeypatch.setattr(hydra_edge.evaluate, "accuracy_per_heads", evaluate)
+    monkeypatch.setattr(hydra_edge.train.evaluate, "accuracy_per_heads", evaluate)
     checkpoint = damaged(tmp_path / "run", two_epochs, _set("data", {"source": "digits", "seed": -1}))
     line = one_line(cli("eval", "--checkpoint", checkpoint))
     assert line == (f"Error: {checkpoint} ['data']: $.seed: expected `int` >= 0; "

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from hydra_edge import HydraViT
-from hydra_edge.config import HydraConfig
+from hydra_edge.model.config import HydraConfig
 from hydra_edge.runtime.engines import int8_kernels_saturate, load
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -27,9 +27,9 @@ from hydra_edge.measure.command import calibrate
 from hydra_edge.measure.device import RuntimeMissingError, ensure_python
 from hydra_edge.measure.journal import journal_path
 from hydra_edge.measure.record import read_calibration
-from hydra_edge.config import preset
+from hydra_edge.model.config import preset
 from hydra_edge.convert import pipeline
-from hydra_edge.model import HydraViT
+from hydra_edge.model.hydravit import HydraViT
 from hydra_edge.transport import LocalTransport
 
 # A user-added profile: fp32 ONNX (converts in seconds), with the Raspberry Pi's signals.

@@ -14,10 +14,10 @@ import torch
 from click.testing import CliRunner
 
 from hydra_edge import HydraViT, init_heads_from, load_checkpoint
-from hydra_edge.checkpoint import load_state, weights_entry
+from hydra_edge.model.checkpoint import load_state, weights_entry
 from hydra_edge.cli import main
 from hydra_edge.errors import CheckpointError
-from hydra_edge.vit import VisionTransformer
+from hydra_edge.model.vit import VisionTransformer
 
 
 def _same(a: torch.nn.Module, b: torch.nn.Module) -> bool:
@@ -69,14 +69,14 @@ def test_ema_weights_are_loaded_when_present_and_no_ema_loads_the_plain_ones(tmp
 def test_a_file_without_ema_weights_falls_back_to_its_plain_weights_with_a_note(tmp_path, b16_like, caplog,
                                                                                    digits_model):
     plain, _ = _release_files(tmp_path, b16_like)
-    with caplog.at_level(logging.WARNING, logger="hydra_edge.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="hydra_edge.model.checkpoint"):
         assert _same(load_checkpoint(tmp_path / "timm.pth.tar"), plain)
     assert [r.getMessage() for r in caplog.records] == [
         f"note: {tmp_path / 'timm.pth.tar'} has no EMA weights (state_dict_ema or model_ema); "
         "loading its 'state_dict' weights"]
     caplog.clear()
     digits_model.save(tmp_path / "own.pt")  # hydra-edge's own files never hold EMA weights: no note
-    with caplog.at_level(logging.WARNING, logger="hydra_edge.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="hydra_edge.model.checkpoint"):
         load_checkpoint(tmp_path / "own.pt")
         load_checkpoint(tmp_path / "timm.pth.tar", ema=False)
     assert caplog.records == []

@@ -16,13 +16,13 @@ import torch
 from click.testing import CliRunner
 
 from hydra_edge.cli import main
-from hydra_edge.config import preset
+from hydra_edge.model.config import preset
 from hydra_edge.convert import pipeline
 from hydra_edge.convert.compact import Tensor, compact, largest
 from hydra_edge.convert.formats import exporter
 from hydra_edge.errors import HydraEdgeError
 from hydra_edge.lut.command import make_lut
-from hydra_edge.model import HydraViT
+from hydra_edge.model.hydravit import HydraViT
 from hydra_edge.records.calibration import read_calibration
 from hydra_edge.records.manifest import Manifest, bundle_files, read_manifest
 from hydra_edge.records.recipe import read_recipe

@@ -19,11 +19,11 @@ import torch
 from click.testing import CliRunner
 from test_convert import ONNX_FP32, _cli
 
-from hydra_edge.config import preset
+from hydra_edge.model.config import preset
 from hydra_edge.convert import pipeline, workers
 from hydra_edge.convert.command import convert
 from hydra_edge.convert.manifest import Manifest, read_manifest
-from hydra_edge.model import HydraViT
+from hydra_edge.model.hydravit import HydraViT
 from hydra_edge.runtime.engines import load_golden
 
 
@@ -136,7 +136,7 @@ def test_default_jobs_are_bounded_by_cores_memory_and_work(monkeypatch: pytest.M
 
 
 def test_the_memory_allowance_covers_the_peak_measured_for_b16_and_for_digits() -> None:
-    from hydra_edge.sizes import subnet_size
+    from hydra_edge.model.sizes import subnet_size
 
     gib = 2**30
     for name, peak in (("b16", 6.45 * gib), ("digits", 0.72 * gib)):  # the largest measured worker peaks (workers.py)

@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from hydra_edge.measure.device import RuntimeMissingError, ensure_python, runtime_requirements
-from hydra_edge.config import HydraConfig, preset
+from hydra_edge.model.config import HydraConfig, preset
 from hydra_edge.convert.formats import exporter
 from hydra_edge.convert.targets import load_target
 from hydra_edge.errors import HydraEdgeError
-from hydra_edge.model import HydraViT
+from hydra_edge.model.hydravit import HydraViT
 from hydra_edge.runtime import engines
 from hydra_edge.runtime.engines import FORMATS, check_golden, compare, format_of, load
 from hydra_edge.transport import LocalTransport

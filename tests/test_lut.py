@@ -24,7 +24,7 @@ from hydra_edge.lut import policy as policy_module
 from hydra_edge.lut.command import OUTPUTS, lut
 from hydra_edge.lut.policy import Policy, load_policy, policy_from_dict
 from hydra_edge.lut.table import build_table
-from hydra_edge.pareto import Point, pareto
+from hydra_edge.lut.pareto import Point, pareto
 from hydra_edge.records import lut as record
 from hydra_edge.runtime.lut import read_table
 

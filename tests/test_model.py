@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from hydra_edge import HydraEdgeError, HydraViT
-from hydra_edge.config import HydraConfig, parse_heads, preset
-from hydra_edge.slicing import weight_index
+from hydra_edge.model.config import HydraConfig, parse_heads, preset
+from hydra_edge.model.slicing import weight_index
 
 
 def test_subnetwork_equals_sliced_forward_for_every_small_head_count(digits_model):
@@ -93,7 +93,7 @@ def test_torch_default_init_keeps_what_nn_linear_gave_and_timm_init_replaces_it(
     """The official code's linears keep PyTorch's Kaiming-uniform init; timm's are truncated normal, zero bias."""
     from torch import nn
 
-    from hydra_edge.vit import VisionTransformer
+    from hydra_edge.model.vit import VisionTransformer
 
     torch.manual_seed(7)
     bare = VisionTransformer(b16_like)  # every module as its constructor left it

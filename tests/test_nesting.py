@@ -9,18 +9,18 @@ import numpy as np
 import pytest
 import torch
 
-from hydra_edge.config import preset
+from hydra_edge.model.config import preset
 from hydra_edge.convert.pipeline import ConvertOptions, convert
 from hydra_edge.convert.formats import exporter
 from hydra_edge.convert.manifest import read_manifest
 from hydra_edge.convert.nesting import nested_ranges
 from hydra_edge.convert.targets import load_target
-from hydra_edge.data import load_data
+from hydra_edge.train.data import load_data
 from hydra_edge.errors import HydraEdgeError
-from hydra_edge.model import HydraViT
+from hydra_edge.model.hydravit import HydraViT
 from hydra_edge.runtime.engines import FORMATS
-from hydra_edge.slicing import weight_index
-from hydra_edge.train import TrainSettings, train
+from hydra_edge.model.slicing import weight_index
+from hydra_edge.train.loop import TrainSettings, train
 
 CASES = [("tflite", "int8-dynamic"), ("executorch", "int8-dynamic"), ("onnx", "int8-qdq")]
 LINEAR = {"attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2"}
@@ -38,7 +38,7 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def model(checkpoint: Path) -> HydraViT:
-    from hydra_edge.checkpoint import load_checkpoint
+    from hydra_edge.model.checkpoint import load_checkpoint
 
     return load_checkpoint(checkpoint)
 

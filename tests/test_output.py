@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from hydra_edge.checkpoint_file import save_checkpoint
-from hydra_edge.config import preset
-from hydra_edge.data import DataSpec
-from hydra_edge.model import HydraViT
+from hydra_edge.model.checkpoint_file import save_checkpoint
+from hydra_edge.model.config import preset
+from hydra_edge.train.data import DataSpec
+from hydra_edge.model.hydravit import HydraViT
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTEFACT = "vit_h3_tflite_int8-dynamic"

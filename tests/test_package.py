@@ -24,8 +24,8 @@ import torch
 from PIL import Image
 from standins.sshd import SshServer, sshd_server  # noqa: F401  (fixture)
 
-from hydra_edge.config import preset
-from hydra_edge.model import HydraViT
+from hydra_edge.model.config import preset
+from hydra_edge.model.hydravit import HydraViT
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ("hydra_edge/shipped/targets/rpi.toml", "hydra_edge/shipped/targets/jetson.toml",

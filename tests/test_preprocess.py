@@ -21,8 +21,8 @@ import torch.nn.functional as F
 from PIL import Image
 from torch.utils.data import DataLoader
 
-from hydra_edge.config import HydraConfig
-from hydra_edge.data import ImageFolder
+from hydra_edge.model.config import HydraConfig
+from hydra_edge.train.data import ImageFolder
 from hydra_edge.runtime.preprocess import IMAGENET_MEAN, IMAGENET_STD, normalise
 
 MAX_LEVELS, MEAN_LEVELS = 6.0, 0.3

@@ -26,7 +26,7 @@ from click.testing import CliRunner
 from test_lut import calibration, fake_bundle
 
 from hydra_edge.measure.record import Derating, read_calibration
-from hydra_edge.config import HydraConfig, parse_heads
+from hydra_edge.model.config import HydraConfig, parse_heads
 from hydra_edge.atomic import sha256_file
 from hydra_edge.convert.manifest import MANIFEST, bundle_files, read_manifest
 from hydra_edge.convert.targets import load_target

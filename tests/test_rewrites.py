@@ -7,10 +7,10 @@ from typing import Callable
 import pytest
 import torch
 
-from hydra_edge.config import preset
+from hydra_edge.model.config import preset
 from hydra_edge.convert.rewrites import bmm_attention, class_token_only, patch_linear, patch_rows, rewritten
-from hydra_edge.model import HydraViT
-from hydra_edge.vit import VisionTransformer
+from hydra_edge.model.hydravit import HydraViT
+from hydra_edge.model.vit import VisionTransformer
 
 REWRITES = [class_token_only, bmm_attention, patch_linear, patch_rows]
 

@@ -7,8 +7,8 @@ from click.testing import CliRunner
 
 from hydra_edge import HydraViT
 from hydra_edge.cli import main
-from hydra_edge.config import preset
-from hydra_edge.sizes import subnet_size
+from hydra_edge.model.config import preset
+from hydra_edge.model.sizes import subnet_size
 
 # docs/hydravit.md: heads -> (params M, GMACs, fp32 MiB, int8 MiB)
 PAPER = {

@@ -2,7 +2,7 @@
 
 The digits preset: width 8 per head (D = 96 at 12 heads), MLP ratio 4. At k = 3 a subnetwork keeps
 p = 24 features and h = 96 hidden units. The expected slices below are literal numbers, not calls
-into ``hydra_edge.slicing``, so a wrong rule there cannot also be the test's expectation.
+into ``hydra_edge.model.slicing``, so a wrong rule there cannot also be the test's expectation.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from hydra_edge import HydraViT
-from hydra_edge.config import preset
+from hydra_edge.model.config import preset
 
 QKV_ROWS_K3 = list(range(0, 24)) + list(range(96, 120)) + list(range(192, 216))  # q, k, v: first 24 of each
 

@@ -20,11 +20,11 @@ import numpy as np
 import pytest
 import torch
 
-from hydra_edge.config import preset
+from hydra_edge.model.config import preset
 from hydra_edge.convert import pipeline
 from hydra_edge.errors import HydraEdgeError
 from hydra_edge.lut.command import make_lut
-from hydra_edge.model import HydraViT
+from hydra_edge.model.hydravit import HydraViT
 from hydra_edge.records.manifest import read_manifest
 from hydra_edge.runtime import rebuild as rebuild_module
 from hydra_edge.runtime.engines import load, load_bytes

@@ -17,10 +17,10 @@ from click.testing import CliRunner
 
 from hydra_edge import HydraViT, load_checkpoint
 from hydra_edge.cli import main
-from hydra_edge.config import preset
-from hydra_edge.data import DataSpec, load_data
+from hydra_edge.model.config import preset
+from hydra_edge.train.data import DataSpec, load_data
 from hydra_edge.errors import HydraEdgeError
-from hydra_edge.train import HeadSampler, TrainSettings, train
+from hydra_edge.train.loop import HeadSampler, TrainSettings, train
 
 FAST = TrainSettings(epochs=5, batch_size=32, lr=3e-3, warmup_epochs=1)
 
@@ -93,7 +93,7 @@ def test_interrupted_training_resumes_to_the_same_weights(tmp_path, monkeypatch)
     straight = _small()
     train(straight, data, FAST, tmp_path / "straight")
 
-    import hydra_edge.train as train_module
+    import hydra_edge.train.loop as train_module
 
     calls = {"n": 0}
     real = train_module.accuracy_per_heads
@@ -225,7 +225,7 @@ def test_resume_trains_with_the_runs_settings_and_refuses_other_values_without_o
     """A 3-epoch run (batch 64, lr 2e-3) stopped after epoch 1 is finished as a 3-epoch run: the
     defaults (30 epochs, batch 32) do not stretch its schedule; typed values that differ are refused
     in one line unless --override."""
-    import hydra_edge.train as train_module
+    import hydra_edge.train.loop as train_module
 
     run = tmp_path / "run"
     settings = TrainSettings(epochs=3, batch_size=64, lr=2e-3, warmup_epochs=1, seed=5)

@@ -83,8 +83,8 @@ def _compact(out: Path, manifest: Manifest, record: ArtefactRecord, source: Call
 
 
 def _model_params(checkpoint: str, ema: bool) -> tuple[Dict[str, np.ndarray], Any]:
-    from ..checkpoint import load_checkpoint
-    from ..slicing import weight_index
+    from ..model.checkpoint import load_checkpoint
+    from ..model.slicing import weight_index
 
     model = load_checkpoint(checkpoint, ema=ema)
     params = {name: p.detach().float().numpy() for name, p in model.named_parameters()}

@@ -22,7 +22,7 @@ from torch.func import functional_call
 
 from ..errors import HydraEdgeError
 from ..records.manifest import Nesting
-from ..slicing import Index, subnetwork_name
+from ..model.slicing import Index, subnetwork_name
 from .verify import EvalSet, top1
 
 Ranges = Dict[str, Tuple[torch.Tensor, torch.Tensor]]  # weight name -> per-output-row (min, max)

@@ -34,13 +34,13 @@ import numpy as np
 
 from .. import __version__
 from ..atomic import atomic_path
-from ..config import HydraConfig
+from ..model.config import HydraConfig
 from ..errors import HydraEdgeError
 from ..lock import exclusive
 from ..logs import LOGS, artefact_log, capture
 from ..records.manifest import LOCK, Nesting
 from ..runtime.engines import FORMATS, load, runtime_version
-from ..slicing import weight_index
+from ..model.slicing import weight_index
 from .attention import attention_matmuls
 from .formats import all_tools, exporter, tools
 from .golden import golden_name
@@ -152,7 +152,7 @@ def _evenly(dataset: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
     """``n`` samples spread over the dataset (folders are sorted by class, so never the first n)."""
     from torch.utils.data import Subset
 
-    from ..data import as_arrays
+    from ..train.data import as_arrays
 
     idx = np.unique(np.linspace(0, len(dataset) - 1, min(n, len(dataset))).round().astype(int))
     return as_arrays(Subset(dataset, idx.tolist()))
@@ -162,8 +162,8 @@ def _evenly(dataset: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
 def _context(checkpoint: str, ckpt_sha: str, data_json: str, eval_limit: int,
              ema: bool) -> tuple[Any, EvalSet, np.ndarray]:
     """Model, evaluation images and calibration images, loaded once per process."""
-    from ..checkpoint import load_checkpoint
-    from ..data import DataSpec, load_data
+    from ..model.checkpoint import load_checkpoint
+    from ..train.data import DataSpec, load_data
 
     model = load_checkpoint(checkpoint, ema=ema)
     cfg = model.config
@@ -182,7 +182,7 @@ def _context(checkpoint: str, ckpt_sha: str, data_json: str, eval_limit: int,
 
 def _data_spec(raw: dict[str, Any], override: str | None) -> dict[str, Any] | None:
     """``--data`` wins, keeping the checkpoint's split seed; else the checkpoint's own spec; else None."""
-    from ..data import DataSpec
+    from ..train.data import DataSpec
 
     spec = raw.get("data") if isinstance(raw.get("data"), dict) else None
     if override is not None:
@@ -225,7 +225,7 @@ def _run_job(job: Job, report: Report, commit: Callable[[], None]) -> ArtefactRe
     """
     import torch
 
-    from ..sizes import subnet_size
+    from ..model.sizes import subnet_size
 
     model, evalset, calibration = _context(*_context_key(job))
     fmt, v, reference, nesting = job.variant.format, job.variant, job.reference, job.nesting
@@ -439,9 +439,9 @@ class Inputs:
 
 def check_inputs(opts: ConvertOptions) -> Inputs:
     """Load and check every input; each mistake is one line, raised before anything is written."""
-    from ..checkpoint import load_checkpoint_file, weights_entry
-    from ..config import parse_heads
-    from ..data import DataSpec, load_data
+    from ..model.checkpoint import load_checkpoint_file, weights_entry
+    from ..model.config import parse_heads
+    from ..train.data import DataSpec, load_data
 
     if opts.max_drop < 0 or (opts.jobs is not None and opts.jobs < 1) or opts.eval_limit < 1:
         raise HydraEdgeError("--max-drop must be >= 0, --jobs and --eval-limit >= 1")
@@ -467,7 +467,7 @@ def check_inputs(opts: ConvertOptions) -> Inputs:
 def plan(opts: ConvertOptions, inputs: Inputs, shown: str = "") -> Plan:
     """Split the artefacts into jobs to run and records still valid (call with the bundle locked);
     ``shown`` prefixes the names progress reports use (``<target>/`` with several targets)."""
-    from ..checkpoint import EMA_ENTRIES
+    from ..model.checkpoint import EMA_ENTRIES
 
     target, cfg, data = inputs.target, inputs.config, inputs.data
     ckpt_sha = sha256_file(opts.checkpoint)
@@ -545,7 +545,7 @@ def convert_targets(runs: Sequence[ConvertOptions], report: Report | None = None
     One run at a time per bundle: a second waits for the lock (or, with ``wait=False``, stops
     with the holder's name).
     """
-    from ..checkpoint import EMA_ENTRIES
+    from ..model.checkpoint import EMA_ENTRIES
 
     report = report or (lambda file, stage, size: None)
     note = note or (lambda line: None)
@@ -575,7 +575,7 @@ def convert_targets(runs: Sequence[ConvertOptions], report: Report | None = None
 
 
 def _model_bytes(cfg: HydraConfig) -> int:
-    from ..sizes import subnet_size
+    from ..model.sizes import subnet_size
 
     return 4 * subnet_size(cfg, cfg.num_heads).params
 

@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from ..vit import Attention, Block, PatchEmbed, VisionTransformer
+from ..model.vit import Attention, Block, PatchEmbed, VisionTransformer
 
 
 class BmmAttention(Attention):

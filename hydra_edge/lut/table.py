@@ -19,7 +19,7 @@ from .. import __version__
 from ..measure.record import Calibration, Derating
 from ..convert.manifest import MANIFEST, Manifest, sha256_file
 from ..errors import HydraEdgeError
-from ..pareto import Point, pareto
+from .pareto import Point, pareto
 from ..records.lut import SCHEMA, SCHEMA_VERSION
 from ..runtime.signals import signals_from_profile
 from .policy import ANDROID_STATUSES, Policy

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..atomic import atomic_path
 from ..convert.manifest import Manifest
-from ..pareto import Point, pareto
+from ..lut.pareto import Point, pareto
 from .record import Calibration
 
 

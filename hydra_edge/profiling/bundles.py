@@ -7,9 +7,9 @@ from pathlib import Path
 
 import torch
 
-from hydra_edge.config import preset
+from hydra_edge.model.config import preset
 from hydra_edge.convert.pipeline import ConvertOptions, convert
-from hydra_edge.model import HydraViT
+from hydra_edge.model.hydravit import HydraViT
 
 
 def full_and_compact(work: Path, preset_name: str, heads: tuple[int, ...], target: str, quant: str,

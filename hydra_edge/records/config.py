@@ -13,7 +13,7 @@ Size = Annotated[int, Meta(ge=1, le=1 << 16)]
 
 
 class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """Field for field ``hydra_edge.config.HydraConfig`` (which adds the derived sizes and methods)."""
+    """Field for field ``hydra_edge.model.config.HydraConfig`` (which adds the derived sizes and methods)."""
 
     img_size: Size = 224
     patch_size: Size = 16

@@ -96,7 +96,7 @@ class TrainingState(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class DataRecord(msgspec.Struct, forbid_unknown_fields=True):
-    """``checkpoint.pt``'s ``data`` entry: ``hydra_edge.data.DataSpec``, field for field."""
+    """``checkpoint.pt``'s ``data`` entry: ``hydra_edge.train.data.DataSpec``, field for field."""
 
     source: Name = "digits"
     seed: Annotated[int, Meta(ge=0, le=MAX_SEED)] = 0

@@ -15,8 +15,8 @@ import torch
 
 from .checkpoint_file import FORMAT_KEY, read_file
 from .config import HydraConfig
-from .errors import CheckpointError
-from .model import HydraViT
+from ..errors import CheckpointError
+from .hydravit import HydraViT
 from .slicing import subnetwork_name, weight_index
 
 EMA_ENTRIES = ("state_dict_ema", "model_ema")  # timm / official HydraViT release; DeiT

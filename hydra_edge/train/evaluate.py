@@ -7,9 +7,9 @@ from typing import Iterable
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from .config import HydraConfig
-from .model import HydraViT
-from .sizes import subnet_size
+from ..model.config import HydraConfig
+from ..model.hydravit import HydraViT
+from ..model.sizes import subnet_size
 
 
 @torch.no_grad()

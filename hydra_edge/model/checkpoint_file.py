@@ -13,8 +13,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .atomic import atomic_path
-from .errors import CheckpointError
+from ..atomic import atomic_path
+from ..errors import CheckpointError
 
 FORMAT_KEY, FORMAT_VERSION = "hydra_edge", 1  # marks hydra-edge's own files, which carry their config
 

@@ -20,14 +20,14 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 
-from .atomic import write_json
-from .checkpoint_file import read_file, save_checkpoint
+from ..atomic import write_json
+from ..model.checkpoint_file import read_file, save_checkpoint
 from .data import DataSplits
-from .errors import HydraEdgeError
+from ..errors import HydraEdgeError
 from .evaluate import accuracy_per_heads, accuracy_rows
-from .model import HydraViT
+from ..model.hydravit import HydraViT
 from .plots import plot_accuracy
-from .records.training import HEAD_SAMPLING, HINT, TrainingState, TrainSettings, read_resume
+from ..records.training import HEAD_SAMPLING, HINT, TrainingState, TrainSettings, read_resume
 
 CHECKPOINT = "checkpoint.pt"
 OUTPUTS = (CHECKPOINT, "history.json", "accuracy.json", "accuracy.png")  # what a run writes into its folder

@@ -14,9 +14,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, TensorDataset
 
-from .config import HydraConfig
-from .errors import HydraEdgeError
-from .runtime.preprocess import IMAGE_SUFFIXES, load_image, normalisation
+from ..model.config import HydraConfig
+from ..errors import HydraEdgeError
+from ..runtime.preprocess import IMAGE_SUFFIXES, load_image, normalisation
 
 
 

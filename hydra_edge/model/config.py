@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from .errors import HydraEdgeError
-from .records import codec
-from .records.config import ModelConfig
+from ..errors import HydraEdgeError
+from ..records import codec
+from ..records.config import ModelConfig
 
 
 @dataclass(frozen=True)

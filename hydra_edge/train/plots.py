@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from .atomic import atomic_path
+from ..atomic import atomic_path
 
 
 def plot_accuracy(series: Mapping[str, Sequence[dict]], path: str | Path, title: str) -> Path:

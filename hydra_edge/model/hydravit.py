@@ -9,7 +9,7 @@ import torch
 from torch.func import functional_call
 
 from .config import HydraConfig, preset
-from .errors import HydraEdgeError
+from ..errors import HydraEdgeError
 from .slicing import slice_state
 from .vit import VisionTransformer
 

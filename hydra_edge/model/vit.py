@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from .config import HydraConfig
-from .errors import HydraEdgeError
+from ..errors import HydraEdgeError
 
 # How a new model's weights are first set (``VisionTransformer.init_weights``).
 INIT_SCHEMES = ("timm", "torch-default")
