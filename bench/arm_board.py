@@ -42,8 +42,8 @@ from rich.console import Console
 from rich.table import Table
 
 from hydra_edge.atomic import write_json, write_text
+from hydra_edge.commands.demo import demo_budget, export_images, scenario_steps
 from hydra_edge.convert.targets import resolve
-from hydra_edge.demo import demo_budget, export_images, scenario_steps
 from hydra_edge.profiling.timing import host_cpu
 from hydra_edge.transport import open_transport
 

@@ -27,12 +27,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from hydra_edge.model.config import parse_heads, preset
-from hydra_edge.convert.manifest import read_manifest
 from hydra_edge.convert.pipeline import ConvertOptions, ConvertResult, convert_targets, tool_versions
+from hydra_edge.model.config import parse_heads, preset
 from hydra_edge.model.hydravit import HydraViT
 from hydra_edge.profiling.report import save_report, subplots
 from hydra_edge.profiling.timing import host_cpu, paired_ms
+from hydra_edge.records.manifest import read_manifest
 from hydra_edge.runtime.engines import load
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -23,13 +23,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from hydra_edge.model.config import parse_heads
 from hydra_edge.convert.nesting import both_scales, fake_quant_logits, nested_ranges
 from hydra_edge.convert.pipeline import tool_versions
+from hydra_edge.model.config import parse_heads
 from hydra_edge.model.hydravit import HydraViT
+from hydra_edge.model.slicing import weight_index
 from hydra_edge.profiling.report import save_report, subplots
 from hydra_edge.profiling.timing import host_cpu
-from hydra_edge.model.slicing import weight_index
 
 ROOT = Path(__file__).resolve().parents[1]
 METHOD = ("eager torch, weight-only int8 fake quantisation (per-channel symmetric, [-127, 127], "

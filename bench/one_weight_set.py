@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from hydra_edge.model.config import parse_heads, preset
 from hydra_edge.convert.pipeline import LOCK, tool_versions
+from hydra_edge.model.config import parse_heads, preset
 from hydra_edge.profiling.bundles import full_and_compact
 from hydra_edge.profiling.report import save_report, subplots
 from hydra_edge.profiling.timing import host_cpu, paired_ms

@@ -22,11 +22,11 @@ import torch
 from hydra_edge import HydraViT
 from hydra_edge.atomic import write_json, write_text
 from hydra_edge.model.config import preset
+from hydra_edge.model.sizes import subnet_size
 from hydra_edge.train.data import load_data
 from hydra_edge.train.evaluate import accuracy_per_heads
-from hydra_edge.train.plots import plot_accuracy
-from hydra_edge.model.sizes import subnet_size
 from hydra_edge.train.loop import TrainSettings, train
+from hydra_edge.train.plots import plot_accuracy
 
 RESULTS = Path(__file__).parent / "results"
 REPORTED = (3, 6, 12)

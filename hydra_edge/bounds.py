@@ -3,7 +3,7 @@
 Why one: ``float("nan")`` passes every comparison, ``inf`` and ``1e300`` pass a range with no top,
 and ``--runs 1e13`` or ``--soak-interval inf`` then run forever. Both bounds are required here, so
 an option cannot be declared without a top. Standard library only: the board app and the device
-runner (argparse) use it as the host's click options do (``hydra_edge.command.Number``).
+runner (argparse) use it as the host's click options do (``hydra_edge.commands.base.Number``).
 """
 
 from __future__ import annotations

@@ -1,20 +1,20 @@
-"""The ``hydra-edge`` command line: one click group; each command lives in the module of its stage."""
+"""The ``hydra-edge`` command line: one click group; each command is a module of ``commands/``, named as typed."""
 
 from __future__ import annotations
 
 import click
 
-from .measure.command import calibrate
-from .command import CONTEXT, Group
-from .convert.command import convert
-from .convert.targets_command import targets
-from .demo import demo
-from .deploy import deploy
-from .eval_command import evaluate
-from .expand import expand_command
-from .info_command import info
-from .lut.command import lut
-from .train_command import train
+from .commands.base import CONTEXT, Group
+from .commands.calibrate import calibrate
+from .commands.convert import convert
+from .commands.demo import demo
+from .commands.deploy import deploy
+from .commands.eval import evaluate
+from .commands.expand import expand_command
+from .commands.info import info
+from .commands.lut import lut
+from .commands.targets import targets
+from .commands.train import train
 
 
 @click.group(cls=Group, context_settings=CONTEXT)

@@ -6,8 +6,8 @@ import os
 import signal
 from collections.abc import Iterator
 
-import torch
 import pytest
+import torch
 
 from hydra_edge import HydraViT
 from hydra_edge.model.config import HydraConfig

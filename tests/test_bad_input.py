@@ -16,15 +16,15 @@ from click.testing import CliRunner, Result
 from test_lut import calibration, fake_bundle
 
 from hydra_edge.cli import main
-from hydra_edge.command import Number
-from hydra_edge.model.config import preset
-from hydra_edge.train.data import load_data
-from hydra_edge.deploy import APP
+from hydra_edge.commands.base import Number
+from hydra_edge.commands.deploy import APP
 from hydra_edge.errors import HydraEdgeError
 from hydra_edge.lock import holder
 from hydra_edge.measure.journal import RecordWriter, journal_path
 from hydra_edge.measure.session import resume_or_start
+from hydra_edge.model.config import preset
 from hydra_edge.model.hydravit import HydraViT
+from hydra_edge.train.data import load_data
 from hydra_edge.train.loop import CHECKPOINT, TrainSettings, train
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,13 +19,12 @@ from standins.sshd import SshServer, sshd_server  # noqa: F401  (fixture)
 from test_calibrate import HOST_TARGET, make_bundle, torch_free_python
 from test_calibrate_ssh import start_host, stop_host_and_check_the_board
 
+from hydra_edge.commands.demo import scenario_steps
+from hydra_edge.commands.deploy import APP, deploy
+from hydra_edge.lut.make import make_lut
 from hydra_edge.measure.record import Calibration, HeadResult
 from hydra_edge.measure.session import bundle_record
-from hydra_edge.convert.manifest import read_manifest
-from hydra_edge.demo import scenario_steps
-from hydra_edge.deploy import APP
-from hydra_edge.deploy import deploy
-from hydra_edge.lut.command import make_lut
+from hydra_edge.records.manifest import read_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 # The Raspberry Pi's signals plus a battery (a UPS HAT), as a user-added profile.

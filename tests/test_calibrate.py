@@ -22,13 +22,13 @@ from standins.adbd import AdbDevice, adb_device, adb_server  # noqa: F401  (fixt
 from test_lut import fake_bundle
 
 from hydra_edge.cli import main
+from hydra_edge.commands.calibrate import calibrate
+from hydra_edge.convert import pipeline
 from hydra_edge.logs import VERBOSE
-from hydra_edge.measure.command import calibrate
 from hydra_edge.measure.device import RuntimeMissingError, ensure_python
 from hydra_edge.measure.journal import journal_path
 from hydra_edge.measure.record import read_calibration
 from hydra_edge.model.config import preset
-from hydra_edge.convert import pipeline
 from hydra_edge.model.hydravit import HydraViT
 from hydra_edge.transport import LocalTransport
 
@@ -408,7 +408,7 @@ TRT_TARGET = HOST_TARGET.replace('runtime_min_version = "1.17"\n', 'runtime_min_
 
 def test_trtexec_times_a_compact_bundle_from_model_files_rebuilt_on_the_host(tmp_path: Path) -> None:
     """A native tool opens a model file: each compact artefact is rebuilt on the host, checked and pushed whole."""
-    from hydra_edge.convert.manifest import read_manifest
+    from hydra_edge.records.manifest import read_manifest
 
     bundle = make_bundle(tmp_path / "b", TRT_TARGET, "3,12", layout="compact")
     small, large = read_manifest(bundle).artefacts

@@ -18,10 +18,10 @@ from test_calibrate import HOST_TARGET, invoke, make_bundle, one_line_error, tor
 from test_calibrate_ssh import _descendants
 from test_lock import held_elsewhere
 
+from hydra_edge.errors import HydraEdgeError
 from hydra_edge.measure.journal import RecordWriter, journal_path
 from hydra_edge.measure.record import Calibration, HeadResult, read_calibration
 from hydra_edge.measure.session import resume_or_start
-from hydra_edge.errors import HydraEdgeError
 from hydra_edge.records import calibration as records_calibration
 
 
@@ -89,7 +89,7 @@ def test_a_second_calibration_of_the_same_record_says_who_holds_it_or_waits(
     with held_elsewhere(tmp_path / "here.json.lock") as other:
         line = one_line_error(invoke(*args, "--no-wait"))
         assert line.startswith(f"Error: calibration record {out} is in use by pid {other.pid} on ")
-        code = f"from hydra_edge.measure.command import calibrate; calibrate({args!r})"
+        code = f"from hydra_edge.commands.calibrate import calibrate; calibrate({args!r})"
         waiting = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                    text=True, env={**os.environ, "COLUMNS": "400"})
         assert waiting.stdout is not None

@@ -169,7 +169,7 @@ def test_ctrl_c_mid_calibration_keeps_what_was_measured(bundle: Path, device_pyt
     out = tmp_path / "here.json"
     args = ["--bundle", str(bundle), "--local", "--python", str(device_python), "--out", str(out),
             "--runs", "4000", "--warmup", "0"]
-    code = f"from hydra_edge.measure.command import calibrate; calibrate({args!r})"
+    code = f"from hydra_edge.commands.calibrate import calibrate; calibrate({args!r})"
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 120
@@ -191,7 +191,7 @@ def test_ctrl_c_mid_calibration_keeps_what_was_measured(bundle: Path, device_pyt
 
 def start_host(command: str, *args: object) -> subprocess.Popen:
     """``hydra-edge COMMAND ARGS`` in a process of its own, as a user runs it; output in ``stdout``."""
-    module = {"calibrate": "hydra_edge.measure.command", "deploy": "hydra_edge.deploy"}[command]
+    module = {"calibrate": "hydra_edge.commands.calibrate", "deploy": "hydra_edge.commands.deploy"}[command]
     code = f"from {module} import {command}; {command}({[str(a) for a in args]!r})"
     return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 

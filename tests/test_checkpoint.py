@@ -14,9 +14,9 @@ import torch
 from click.testing import CliRunner
 
 from hydra_edge import HydraViT, init_heads_from, load_checkpoint
-from hydra_edge.model.checkpoint import load_state, weights_entry
 from hydra_edge.cli import main
 from hydra_edge.errors import CheckpointError
+from hydra_edge.model.checkpoint import load_state, weights_entry
 from hydra_edge.model.vit import VisionTransformer
 
 

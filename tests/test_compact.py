@@ -14,14 +14,20 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from test_calibrate import device_python, one_line_error  # noqa: F401 - device_python is a fixture
+from test_calibrate import invoke as calibrate_cli
+from test_lut import calibration
+from test_records import fuzz, without_blocking
+from test_runner import pushed, run_runner  # noqa: F401 - pushed is a fixture
+from test_switcher import IMAGE, POLICY, PROFILE, Board
 
 from hydra_edge.cli import main
-from hydra_edge.model.config import preset
 from hydra_edge.convert import pipeline
 from hydra_edge.convert.compact import Tensor, compact, largest
 from hydra_edge.convert.formats import exporter
 from hydra_edge.errors import HydraEdgeError
-from hydra_edge.lut.command import make_lut
+from hydra_edge.lut.make import make_lut
+from hydra_edge.model.config import preset
 from hydra_edge.model.hydravit import HydraViT
 from hydra_edge.records.calibration import read_calibration
 from hydra_edge.records.manifest import Manifest, bundle_files, read_manifest
@@ -30,12 +36,6 @@ from hydra_edge.runtime import engines
 from hydra_edge.runtime.engines import load, load_bytes, load_golden, load_golden_pair
 from hydra_edge.runtime.rebuild import rebuild
 from hydra_edge.runtime.switcher import Switcher
-from test_calibrate import invoke as calibrate_cli
-from test_calibrate import device_python, one_line_error  # noqa: F401 - device_python is a fixture
-from test_lut import calibration
-from test_records import fuzz, without_blocking
-from test_runner import pushed, run_runner  # noqa: F401 - pushed is a fixture
-from test_switcher import IMAGE, POLICY, PROFILE, Board
 
 HEADS = "3,6,12"
 # (target, quant) of every format compacted; int8 weights are quantised nested (exact slices of the largest

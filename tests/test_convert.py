@@ -15,15 +15,16 @@ import torch
 from click.testing import CliRunner
 from test_lock import held_elsewhere
 
+from hydra_edge.atomic import sha256_file
+from hydra_edge.commands.convert import convert
+from hydra_edge.convert import pipeline
 from hydra_edge.model.checkpoint import load_checkpoint
 from hydra_edge.model.config import HydraConfig, preset
-from hydra_edge.convert import pipeline
-from hydra_edge.convert.command import convert
-from hydra_edge.convert.manifest import Manifest, read_manifest, sha256_file
-from hydra_edge.train.data import load_data
 from hydra_edge.model.hydravit import HydraViT
-from hydra_edge.runtime.engines import Engine, check_golden, load, load_golden
 from hydra_edge.model.sizes import subnet_size
+from hydra_edge.records.manifest import Manifest, read_manifest
+from hydra_edge.runtime.engines import Engine, check_golden, load, load_golden
+from hydra_edge.train.data import load_data
 from hydra_edge.train.loop import TrainSettings, train
 
 ONNX_FP32 = 'name = "host"\nthreads = 2\n[[artefacts]]\nformat = "onnx"\nquant = "fp32"\n' \

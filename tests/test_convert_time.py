@@ -19,11 +19,11 @@ import torch
 from click.testing import CliRunner
 from test_convert import ONNX_FP32, _cli
 
-from hydra_edge.model.config import preset
+from hydra_edge.commands.convert import convert
 from hydra_edge.convert import pipeline, workers
-from hydra_edge.convert.command import convert
-from hydra_edge.convert.manifest import Manifest, read_manifest
+from hydra_edge.model.config import preset
 from hydra_edge.model.hydravit import HydraViT
+from hydra_edge.records.manifest import Manifest, read_manifest
 from hydra_edge.runtime.engines import load_golden
 
 

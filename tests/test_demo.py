@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from hydra_edge.measure.record import read_calibration
-from hydra_edge.convert.manifest import read_manifest
+from hydra_edge.records.manifest import read_manifest
 from hydra_edge.records.recipe import read_recipe
 
 

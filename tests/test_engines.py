@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from hydra_edge.measure.device import RuntimeMissingError, ensure_python, runtime_requirements
-from hydra_edge.model.config import HydraConfig, preset
 from hydra_edge.convert.formats import exporter
 from hydra_edge.convert.targets import load_target
 from hydra_edge.errors import HydraEdgeError
+from hydra_edge.measure.device import RuntimeMissingError, ensure_python, runtime_requirements
+from hydra_edge.model.config import HydraConfig, preset
 from hydra_edge.model.hydravit import HydraViT
 from hydra_edge.runtime import engines
 from hydra_edge.runtime.engines import FORMATS, check_golden, compare, format_of, load
@@ -245,8 +245,9 @@ def test_a_golden_pair_is_what_its_record_names_or_one_line(tmp_path: Path) -> N
 
 @pytest.mark.parametrize("name", ["in.npz", "out.npz"])
 def test_a_fifo_in_place_of_a_golden_file_is_one_line_and_never_blocks(tmp_path: Path, name: str) -> None:
-    from hydra_edge.runtime.engines import load_golden, load_golden_pair
     from test_records import without_blocking
+
+    from hydra_edge.runtime.engines import load_golden, load_golden_pair
 
     golden = _golden_pair(tmp_path / "b")
     path = tmp_path / "b" / name

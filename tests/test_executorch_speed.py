@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from hydra_edge.model.config import HydraConfig
 from hydra_edge.convert import executorch
+from hydra_edge.model.config import HydraConfig
 from hydra_edge.model.hydravit import HydraViT
 from hydra_edge.profiling.executorch import op_times
 from hydra_edge.runtime.engines import load

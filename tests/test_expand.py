@@ -19,15 +19,15 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from filelock import FileLock, Timeout
+from test_compact import converted, model_file, root  # noqa: F401 - fixtures
+from test_records import without_blocking
 
-from hydra_edge import expand as expand_module
-from hydra_edge.expand import CHOOSE
 from hydra_edge.cli import main
+from hydra_edge.convert import expand as expand_module
+from hydra_edge.convert.expand import CHOOSE
 from hydra_edge.records.manifest import LOCK, MANIFEST, read_manifest
 from hydra_edge.records.recipe import read_recipe
 from hydra_edge.runtime.engines import load_golden
-from test_compact import converted, model_file, root  # noqa: F401 - fixtures
-from test_records import without_blocking
 
 
 def files_of(folder: Path) -> Dict[str, str]:

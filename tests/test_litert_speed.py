@@ -14,15 +14,15 @@ import numpy as np
 import pytest
 import torch
 
-from hydra_edge.model.config import preset
 from hydra_edge.convert.attention import attention_matmuls
 from hydra_edge.convert.targets import load_target
 from hydra_edge.convert.tflite import export, for_xnnpack, tensor_map
 from hydra_edge.errors import HydraEdgeError
+from hydra_edge.model.config import preset
 from hydra_edge.model.hydravit import HydraViT
+from hydra_edge.model.vit import PatchEmbed
 from hydra_edge.profiling.litert import op_events, op_times
 from hydra_edge.runtime.engines import load
-from hydra_edge.model.vit import PatchEmbed
 
 DEPTH = 2
 

@@ -12,20 +12,21 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-
 import pytest
 from click.testing import CliRunner
 
-from hydra_edge.measure.record import Calibration, Derating, HeadResult
-from hydra_edge.convert.manifest import ArtefactRecord, Manifest, read_manifest, sha256_file
+from hydra_edge.atomic import sha256_file
+from hydra_edge.commands.lut import lut
 from hydra_edge.convert.targets import load_target
 from hydra_edge.errors import HydraEdgeError
 from hydra_edge.lut import policy as policy_module
-from hydra_edge.lut.command import OUTPUTS, lut
+from hydra_edge.lut.make import OUTPUTS
+from hydra_edge.lut.pareto import Point, pareto
 from hydra_edge.lut.policy import Policy, load_policy, policy_from_dict
 from hydra_edge.lut.table import build_table
-from hydra_edge.lut.pareto import Point, pareto
+from hydra_edge.measure.record import Calibration, Derating, HeadResult
 from hydra_edge.records import lut as record
+from hydra_edge.records.manifest import ArtefactRecord, Manifest, read_manifest
 from hydra_edge.runtime.lut import read_table
 
 PI_SIGNALS = {"files": {"temperature_mC": "/sys/class/thermal/thermal_zone0/temp"},

@@ -16,12 +16,12 @@ import torch
 from click.testing import CliRunner
 from onnx import numpy_helper
 
+from hydra_edge.commands.convert import convert
 from hydra_edge.model.config import preset
-from hydra_edge.convert.command import convert
-from hydra_edge.convert.manifest import read_manifest
-from hydra_edge.train.data import load_data
 from hydra_edge.model.hydravit import HydraViT
+from hydra_edge.records.manifest import read_manifest
 from hydra_edge.runtime.engines import check_golden, load, load_golden
+from hydra_edge.train.data import load_data
 from hydra_edge.train.loop import TrainSettings, train
 
 HEADS = (3, 12)

@@ -19,8 +19,8 @@ import torch
 
 from hydra_edge.model.checkpoint_file import save_checkpoint
 from hydra_edge.model.config import preset
-from hydra_edge.train.data import DataSpec
 from hydra_edge.model.hydravit import HydraViT
+from hydra_edge.train.data import DataSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTEFACT = "vit_h3_tflite_int8-dynamic"

@@ -22,8 +22,8 @@ from PIL import Image
 from torch.utils.data import DataLoader
 
 from hydra_edge.model.config import HydraConfig
-from hydra_edge.train.data import ImageFolder
 from hydra_edge.runtime.preprocess import IMAGENET_MEAN, IMAGENET_STD, normalise
+from hydra_edge.train.data import ImageFolder
 
 MAX_LEVELS, MEAN_LEVELS = 6.0, 0.3
 

@@ -25,16 +25,17 @@ import pytest
 from click.testing import CliRunner
 from test_lut import calibration, fake_bundle
 
-from hydra_edge.measure.record import Derating, read_calibration
-from hydra_edge.model.config import HydraConfig, parse_heads
 from hydra_edge.atomic import sha256_file
-from hydra_edge.convert.manifest import MANIFEST, bundle_files, read_manifest
+from hydra_edge.commands.lut import lut
 from hydra_edge.convert.targets import load_target
 from hydra_edge.errors import HydraEdgeError
-from hydra_edge.records.codec import RECORD_MAX_BYTES
-from hydra_edge.records.target import read_profile
-from hydra_edge.lut.command import lut, make_lut
+from hydra_edge.lut.make import make_lut
 from hydra_edge.lut.policy import Policy, load_policy
+from hydra_edge.measure.record import Derating, read_calibration
+from hydra_edge.model.config import HydraConfig, parse_heads
+from hydra_edge.records.codec import RECORD_MAX_BYTES
+from hydra_edge.records.manifest import MANIFEST, bundle_files, read_manifest
+from hydra_edge.records.target import read_profile
 from hydra_edge.runtime.lut import LutError, read_table
 from hydra_edge.runtime.switcher import Switcher
 
@@ -398,7 +399,7 @@ def test_head_specs_that_fit_still_parse() -> None:
 
 
 def test_convert_options_refuse_nonsense() -> None:
-    from hydra_edge.convert.command import convert
+    from hydra_edge.commands.convert import convert
 
     for option in (["--max-drop", "nan"], ["--max-drop", "-1"], ["--jobs", "0"], ["--eval-limit", "-3"]):
         result = CliRunner().invoke(convert, ["-c", "x.pt", "-t", "rpi", "-o", "out", *option])
@@ -471,7 +472,7 @@ def error_lines(output: str) -> list[str]:
 
 def test_calibrate_never_copies_a_file_outside_the_bundle(tmp_path: Path, bundle: Path) -> None:
     """A manifest entry once made calibrate copy /etc/hostname to the device."""
-    from hydra_edge.measure.command import calibrate
+    from hydra_edge.commands.calibrate import calibrate
 
     doc = json.loads((bundle / MANIFEST).read_text())
     doc["artefacts"][0]["file"] = "/etc/hostname"
@@ -484,7 +485,7 @@ def test_calibrate_never_copies_a_file_outside_the_bundle(tmp_path: Path, bundle
 
 def test_an_artefact_format_no_runtime_loads_is_one_line_naming_the_field(tmp_path: Path, bundle: Path) -> None:
     """A manifest saying ``"format": "six"`` once crashed calibrate with a KeyError."""
-    from hydra_edge.measure.command import calibrate
+    from hydra_edge.commands.calibrate import calibrate
 
     doc = json.loads((bundle / MANIFEST).read_text())
     doc["artefacts"][0]["format"] = "six"
@@ -517,7 +518,7 @@ def bundle_with_files(folder: Path, name: str, sha256: str) -> Path:
 def test_a_bundle_link_leading_outside_is_never_pushed(tmp_path: Path, link: str) -> None:
     """An artefact that is a link to a file outside the bundle (``-> /etc/hostname``), or lies in a
     folder link (``sub -> /etc``), is refused by calibrate and deploy even with the right sha256."""
-    from hydra_edge.measure.command import calibrate
+    from hydra_edge.commands.calibrate import calibrate
 
     outside = tmp_path / "etc"
     outside.mkdir()
@@ -556,7 +557,7 @@ def test_a_bundle_file_is_pushed_only_with_the_manifest_sha256(tmp_path: Path) -
 
 
 def test_calibrate_names_a_missing_artefact_in_one_line(tmp_path: Path, bundle: Path) -> None:
-    from hydra_edge.measure.command import calibrate
+    from hydra_edge.commands.calibrate import calibrate
 
     result = CliRunner().invoke(calibrate, ["--bundle", str(bundle), "--local", "--out", str(tmp_path / "cal")])
     assert result.exit_code == 1 and "Traceback" not in result.output, result.output

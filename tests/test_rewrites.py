@@ -7,8 +7,8 @@ from typing import Callable
 import pytest
 import torch
 
-from hydra_edge.model.config import preset
 from hydra_edge.convert.rewrites import bmm_attention, class_token_only, patch_linear, patch_rows, rewritten
+from hydra_edge.model.config import preset
 from hydra_edge.model.hydravit import HydraViT
 from hydra_edge.model.vit import VisionTransformer
 

@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 from test_calibrate import HOST_TARGET, make_bundle
 
+from hydra_edge.atomic import sha256_file
 from hydra_edge.bounds import MAX_RUNS
 from hydra_edge.measure.exits import exit_code, reporting_exit
 from hydra_edge.measure.session import runner_files
-from hydra_edge.convert.manifest import read_manifest, sha256_file
+from hydra_edge.records.manifest import read_manifest
 
 # Blocks torch, runs the runner as __main__, then reports where every hydra_edge module came from.
 GUARD = """\

@@ -19,19 +19,19 @@ from typing import Callable, Set
 import numpy as np
 import pytest
 import torch
+from test_lut import calibration
+from test_signals import within
 
-from hydra_edge.model.config import preset
 from hydra_edge.convert import pipeline
 from hydra_edge.errors import HydraEdgeError
-from hydra_edge.lut.command import make_lut
+from hydra_edge.lut.make import make_lut
+from hydra_edge.model.config import preset
 from hydra_edge.model.hydravit import HydraViT
 from hydra_edge.records.manifest import read_manifest
 from hydra_edge.runtime import rebuild as rebuild_module
 from hydra_edge.runtime.engines import load, load_bytes
 from hydra_edge.runtime.signals import _text
 from hydra_edge.runtime.switcher import Switcher
-from test_lut import calibration
-from test_signals import within
 
 # sysfs paths, so signals_from_profile reads thermal and battery from sysfs
 PROFILE = ('name = "host"\nthreads = 1\n[[artefacts]]\nformat = "onnx"\nquant = "fp32"\nruntime = "onnxruntime"\n'

@@ -95,7 +95,7 @@ def test_bad_profiles_fail_in_one_line_naming_the_file(tmp_path: Path, body: str
 def test_profiles_and_manifests_are_read_without_torch() -> None:
     """The calibrator and switcher read profiles and manifests on boards that have no torch."""
     code = ("import sys; from hydra_edge.convert.targets import load_target;"
-            "from hydra_edge.convert.manifest import read_manifest;"
+            "from hydra_edge.records.manifest import read_manifest;"
             "[load_target(t) for t in ('rpi', 'android', 'jetson')];"
             "assert 'torch' not in sys.modules, 'torch was imported'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[1])

@@ -19,8 +19,8 @@ import torch
 from click.testing import CliRunner
 
 from hydra_edge.cli import main
-from hydra_edge.model.config import preset
 from hydra_edge.convert.formats import exporter
+from hydra_edge.model.config import preset
 from hydra_edge.model.hydravit import HydraViT
 from hydra_edge.records.manifest import read_manifest
 

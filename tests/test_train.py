@@ -17,9 +17,9 @@ from click.testing import CliRunner
 
 from hydra_edge import HydraViT, load_checkpoint
 from hydra_edge.cli import main
+from hydra_edge.errors import HydraEdgeError
 from hydra_edge.model.config import preset
 from hydra_edge.train.data import DataSpec, load_data
-from hydra_edge.errors import HydraEdgeError
 from hydra_edge.train.loop import HeadSampler, TrainSettings, train
 
 FAST = TrainSettings(epochs=5, batch_size=32, lr=3e-3, warmup_epochs=1)

@@ -21,8 +21,8 @@ import torch
 from torch.func import functional_call
 
 from ..errors import HydraEdgeError
-from ..records.manifest import Nesting
 from ..model.slicing import Index, subnetwork_name
+from ..records.manifest import Nesting
 from .verify import EvalSet, top1
 
 Ranges = Dict[str, Tuple[torch.Tensor, torch.Tensor]]  # weight name -> per-output-row (min, max)

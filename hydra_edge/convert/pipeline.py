@@ -33,19 +33,18 @@ import msgspec
 import numpy as np
 
 from .. import __version__
-from ..atomic import atomic_path
-from ..model.config import HydraConfig
+from ..atomic import atomic_path, sha256_file
 from ..errors import HydraEdgeError
 from ..lock import exclusive
 from ..logs import LOGS, artefact_log, capture
-from ..records.manifest import LOCK, Nesting
-from ..runtime.engines import FORMATS, load, runtime_version
+from ..model.config import HydraConfig
 from ..model.slicing import weight_index
+from ..records.manifest import LOCK, MANIFEST, ArtefactRecord, Manifest, Nesting, intact, read_manifest
+from ..runtime.engines import FORMATS, load, runtime_version
 from .attention import attention_matmuls
 from .formats import all_tools, exporter, tools
 from .golden import golden_name
 from .layout import LAYOUTS, apply_layout
-from .manifest import MANIFEST, ArtefactRecord, Manifest, intact, read_manifest, sha256_file
 from .nesting import max_cost, measure, nested_ranges
 from .targets import Target, Variant, load_target
 from .verify import EvalSet, eager_logits, golden_tolerance, verify, write_golden

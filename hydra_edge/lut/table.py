@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..measure.record import Calibration, Derating
-from ..convert.manifest import MANIFEST, Manifest, sha256_file
+from ..atomic import sha256_file
 from ..errors import HydraEdgeError
-from .pareto import Point, pareto
+from ..measure.record import Calibration, Derating
 from ..records.lut import SCHEMA, SCHEMA_VERSION
+from ..records.manifest import MANIFEST, Manifest
 from ..runtime.signals import signals_from_profile
+from .pareto import Point, pareto
 from .policy import ANDROID_STATUSES, Policy
 
 

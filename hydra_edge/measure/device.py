@@ -14,13 +14,13 @@ import tempfile
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from ..convert.manifest import ArtefactRecord
+from ..atomic import sha256_file
 from ..errors import HydraEdgeError
+from ..records.manifest import ArtefactRecord
 from ..runtime.engines import impostors, lacks, pip_install, runtimes_of
+from ..shipped import package_path
 from ..transport import IntegrityError, RemoteCommandError, Transport
 from ..transport.base import parse_sha256sum
-from ..atomic import sha256_file
-from ..shipped import package_path
 
 MIN_PYTHON = (3, 9)
 PIP_TIMEOUT_S = 1800  # a board compiling a wheel from source is slow, but not this slow

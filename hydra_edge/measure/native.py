@@ -23,12 +23,21 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, Mapping, Sequence
 
 from ..atomic import write_bytes
-from ..convert.manifest import ArtefactRecord, bundle_files
 from ..errors import HydraEdgeError
+from ..records.manifest import ArtefactRecord, bundle_files
 from ..runtime.engines import FORMATS
 from ..runtime.rebuild import rebuild
-from ..runtime.signals import (DeviceState, NativeBenchmark, android_device_info, parse_benchmark_model,
-                               parse_executor_runner, parse_getprop, parse_trtexec, read_state, signals_from_profile)
+from ..runtime.signals import (
+    DeviceState,
+    NativeBenchmark,
+    android_device_info,
+    parse_benchmark_model,
+    parse_executor_runner,
+    parse_getprop,
+    parse_trtexec,
+    read_state,
+    signals_from_profile,
+)
 from ..transport import ConnectionLostError, Transport
 from .exits import reporting_exit, split_exit
 from .record import HeadResult

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..atomic import atomic_path
-from ..convert.manifest import Manifest
 from ..lut.pareto import Point, pareto
+from ..records.manifest import Manifest
 from .record import Calibration
 
 

@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..convert.manifest import MANIFEST, ArtefactRecord, Manifest, bundle_files, read_manifest, sha256_file
+from ..atomic import sha256_file
 from ..errors import HydraEdgeError
 from ..logs import LineLog, device_log, terminal
 from ..records.codec import convert
+from ..records.manifest import MANIFEST, ArtefactRecord, Manifest, bundle_files, read_manifest
 from ..shipped import shipped
 from ..transport import ConnectionLostError, RemoteCommandError, Transport, TransportError
 from . import native

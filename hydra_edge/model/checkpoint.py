@@ -13,9 +13,9 @@ from typing import Any, Mapping
 
 import torch
 
+from ..errors import CheckpointError
 from .checkpoint_file import FORMAT_KEY, read_file
 from .config import HydraConfig
-from ..errors import CheckpointError
 from .hydravit import HydraViT
 from .slicing import subnetwork_name, weight_index
 

@@ -8,8 +8,8 @@ from typing import Any
 import torch
 from torch.func import functional_call
 
-from .config import HydraConfig, preset
 from ..errors import HydraEdgeError
+from .config import HydraConfig, preset
 from .slicing import slice_state
 from .vit import VisionTransformer
 

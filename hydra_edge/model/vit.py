@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .config import HydraConfig
 from ..errors import HydraEdgeError
+from .config import HydraConfig
 
 # How a new model's weights are first set (``VisionTransformer.init_weights``).
 INIT_SCHEMES = ("timm", "torch-default")

@@ -14,10 +14,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, TensorDataset
 
-from ..model.config import HydraConfig
 from ..errors import HydraEdgeError
+from ..model.config import HydraConfig
 from ..runtime.preprocess import IMAGE_SUFFIXES, load_image, normalisation
-
 
 
 @dataclass(frozen=True)

@@ -21,13 +21,13 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 
 from ..atomic import write_json
-from ..model.checkpoint_file import read_file, save_checkpoint
-from .data import DataSplits
 from ..errors import HydraEdgeError
-from .evaluate import accuracy_per_heads, accuracy_rows
+from ..model.checkpoint_file import read_file, save_checkpoint
 from ..model.hydravit import HydraViT
-from .plots import plot_accuracy
 from ..records.training import HEAD_SAMPLING, HINT, TrainingState, TrainSettings, read_resume
+from .data import DataSplits
+from .evaluate import accuracy_per_heads, accuracy_rows
+from .plots import plot_accuracy
 
 CHECKPOINT = "checkpoint.pt"
 OUTPUTS = (CHECKPOINT, "history.json", "accuracy.json", "accuracy.png")  # what a run writes into its folder

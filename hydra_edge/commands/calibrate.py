@@ -10,16 +10,15 @@ from typing import Any
 
 import click
 
-from ..command import Number, command
+from ..bounds import MAX_RUNS, MAX_THREADS, SOAK_INTERVAL_S
 from ..errors import HydraEdgeError
 from ..lock import exclusive
 from ..logs import device_log
-from ..bounds import MAX_RUNS, MAX_THREADS, SOAK_INTERVAL_S
+from ..measure.record import Calibration
+from ..measure.session import CalibrateOptions, Session, safe_name
+from ..measure.soak import parse_duration
 from ..transport import Transport, open_transport
-from .record import Calibration
-from .session import CalibrateOptions, Session, safe_name
-from .soak import parse_duration
-
+from .base import Number, command
 
 RUNS = Number(1, MAX_RUNS, integer=True)  # timed runs per head count; demo passes its own through
 THREADS = Number(1, MAX_THREADS, integer=True)
@@ -85,8 +84,8 @@ class _Progress:
 
 def _calibrate_one(device: DeviceArg, options: dict[str, Any], opts: CalibrateOptions, out: Path, several: bool,
                    progress: _Progress, transports: list[Transport], wait: bool) -> tuple[Calibration, Path, Path]:
-    from ..convert.manifest import read_manifest
-    from .plot import plot_calibration
+    from ..measure.plot import plot_calibration
+    from ..records.manifest import read_manifest
 
     with device.open(options) as transport:
         transports.append(transport)

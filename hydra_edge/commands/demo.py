@@ -17,14 +17,13 @@ from pathlib import Path
 
 import click
 
-from .atomic import write_json, write_text
-from .command import Number, command
-from .convert.command import JOBS
+from ..atomic import write_json, write_text
+from ..shipped import package_path
+from .base import Number, command
+from .calibrate import RUNS
+from .convert import JOBS
 from .deploy import APP
-from .measure.command import RUNS
-from .shipped import package_path
-from .train_command import EPOCHS
-
+from .train import EPOCHS
 
 # A day on a battery-powered board: plugged in, unplugged, working hard and heating up, cooling
 # off, running low, plugged in again. ``seconds`` is simulated time (longer than the table's dwell).
@@ -53,7 +52,7 @@ BATTERY = ('battery_capacity = "/sys/class/power_supply/battery/capacity"\n'
 
 def board_profile(target: str) -> str:
     """The shipped ``target`` profile with a battery named (as a UPS HAT or a battery carrier board adds)."""
-    from .convert.targets import resolve
+    from ..convert.targets import resolve
 
     return resolve(target).read_text().replace("[signals.files]\n", "[signals.files]\n" + BATTERY, 1)
 
@@ -68,8 +67,8 @@ def export_images(checkpoint: Path, folder: Path, limit: int) -> Path:
     import numpy as np
     from PIL import Image
 
-    from .model.checkpoint import load_checkpoint_file
-    from .train.data import DataSpec, as_arrays, load_data
+    from ..model.checkpoint import load_checkpoint_file
+    from ..train.data import DataSpec, as_arrays, load_data
 
     model, saved = load_checkpoint_file(checkpoint)
     spec = DataSpec.from_dict(saved["data"])
@@ -86,10 +85,10 @@ def demo_budget(bundle: Path, calibration: Path) -> float:
 
     The most accurate is the top of this device's Pareto front (ties go to fewer heads).
     """
-    from .measure.record import read_calibration
-    from .convert.manifest import read_manifest
-    from .lut.table import points
-    from .lut.pareto import pareto
+    from ..lut.pareto import pareto
+    from ..lut.table import points
+    from ..measure.record import read_calibration
+    from ..records.manifest import read_manifest
 
     front, _ = pareto(points(read_manifest(bundle), read_calibration(calibration))[0])
     return round(front[-1].latency_ms * 1.1, 4)
@@ -120,10 +119,10 @@ def demo(ctx: click.Context, out: Path, epochs: int, heads: str, runs: int, imag
 
     Example: hydra-edge demo
     """
-    from .measure.command import calibrate
-    from .train_command import train
-    from .convert.command import convert
-    from .lut.command import lut
+    from .calibrate import calibrate
+    from .convert import convert
+    from .lut import lut
+    from .train import train
 
     start = time.perf_counter()
     run, bundle, calibration, table, app = (out / n for n in ("run", "bundle", "calibration", "lut", "app"))

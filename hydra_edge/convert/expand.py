@@ -1,4 +1,4 @@
-"""``hydra-edge expand``: a compact bundle as plain per-head-count files, for tools that read only files.
+"""A compact bundle as plain per-head-count files, for tools that read only files.
 
 trtexec, benchmark_model and executor_runner take a model file; this writes each artefact as the
 file the manifest describes (rebuilt, sha256 checked against the manifest), with its golden pair
@@ -20,16 +20,14 @@ from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Dict, Iterator, List, Tuple
 
-import click
 import msgspec
 
-from .atomic import write_bytes
-from .command import command
-from .errors import HydraEdgeError
-from .lock import LockedError, exclusive, holder
-from .records.manifest import LOCK, MANIFEST, Manifest, golden_files, read_manifest
-from .runtime.engines import GOLDEN_MAX_BYTES
-from .runtime.rebuild import artefact_bytes, bundle_bytes
+from ..atomic import write_bytes
+from ..errors import HydraEdgeError
+from ..lock import LockedError, exclusive, holder
+from ..records.manifest import LOCK, MANIFEST, Manifest, golden_files, read_manifest
+from ..runtime.engines import GOLDEN_MAX_BYTES
+from ..runtime.rebuild import artefact_bytes, bundle_bytes
 
 STAGING = ".expand-"  # prefix of the folder inside --out where files wait until every one has passed
 CHOOSE = "choose a new or empty folder for --out"
@@ -127,18 +125,3 @@ def expand(bundle: Path, out: Path) -> List[Path]:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return [out / record.file for record in manifest.artefacts]
-
-
-@command("expand")
-@click.option("--bundle", "-b", required=True, type=click.Path(path_type=Path), help="Bundle folder (manifest.json).")
-@click.option("--out", "-o", required=True, type=click.Path(path_type=Path),
-              help="A new or empty folder for the full files.")
-def expand_command(bundle: Path, out: Path) -> None:
-    """Write each head count's artefact as a plain file whose sha256 is the manifest's, into a new folder.
-
-    \b
-    Example:
-      hydra-edge expand --bundle bundles/jetson --out bundles/jetson-files
-    """
-    for path in expand(bundle, out):
-        click.echo(path)

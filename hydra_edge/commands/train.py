@@ -6,13 +6,13 @@ from pathlib import Path
 
 import click
 
-from .atomic import check_outputs
-from .command import Number, command
-from .ema_option import ema_option
-from .errors import HydraEdgeError
-from .records.training import HEAD_SAMPLING, MAX_BATCH, MAX_EPOCHS, MAX_LR, MAX_SEED, MAX_WORKERS
+from ..atomic import check_outputs
+from ..errors import HydraEdgeError
+from ..model.vit import INIT_SCHEMES
+from ..records.training import HEAD_SAMPLING, MAX_BATCH, MAX_EPOCHS, MAX_LR, MAX_SEED, MAX_WORKERS
+from .base import Number, command
+from .options import ema_option
 from .tables import print_accuracy
-from .model.vit import INIT_SCHEMES
 
 EPOCHS = Number(1, MAX_EPOCHS, integer=True)  # the bound a checkpoint's training state is read with; demo's too
 
@@ -57,13 +57,13 @@ def train(data: str, out: Path, preset_name: str | None, heads: str | None, weig
     import msgspec
     import torch
 
-    from .model.checkpoint import init_heads_from, load_checkpoint, load_checkpoint_file
-    from .model.config import parse_heads, preset
-    from .train.data import DataSpec, data_classes, load_data
-    from .model.hydravit import HydraViT
-    from .records.training import read_resume
-    from .train.loop import CHECKPOINT, OUTPUTS, RUN_OPTIONS, TrainSettings, refuse_change, resumed_settings
-    from .train.loop import train as run_training
+    from ..model.checkpoint import init_heads_from, load_checkpoint, load_checkpoint_file
+    from ..model.config import parse_heads, preset
+    from ..model.hydravit import HydraViT
+    from ..records.training import read_resume
+    from ..train.data import DataSpec, data_classes, load_data
+    from ..train.loop import CHECKPOINT, OUTPUTS, RUN_OPTIONS, TrainSettings, refuse_change, resumed_settings
+    from ..train.loop import train as run_training
 
     check_outputs(*(out / name for name in OUTPUTS))  # now, not after the first epoch
     if threads:

@@ -12,9 +12,9 @@ from typing import Any, Callable, Optional
 
 import click
 
-from .errors import HydraEdgeError
-from .logs import set_verbose
-from .bounds import parse_number
+from ..bounds import parse_number
+from ..errors import HydraEdgeError
+from ..logs import set_verbose
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import click
 
-from .atomic import check_outputs
-from .command import command
-from .ema_option import ema_option
-from .errors import HydraEdgeError
+from ..atomic import check_outputs
+from ..errors import HydraEdgeError
+from .base import command
+from .options import ema_option
 from .tables import print_accuracy
 
 
@@ -27,12 +27,12 @@ def evaluate(checkpoint: Path, data: str | None, heads: str | None, out: Path | 
     """
     import msgspec
 
-    from .model.checkpoint import load_checkpoint_file, weights_entry
-    from .model.config import parse_heads
-    from .train.data import DataSpec, load_data
-    from .train.evaluate import accuracy_per_heads
-    from .records.training import read_data
-    from .train.loop import write_report
+    from ..model.checkpoint import load_checkpoint_file, weights_entry
+    from ..model.config import parse_heads
+    from ..records.training import read_data
+    from ..train.data import DataSpec, load_data
+    from ..train.evaluate import accuracy_per_heads
+    from ..train.loop import write_report
 
     out = out or checkpoint.parent
     check_outputs(out / "eval.json", out / "eval.png")  # now, not after the evaluation

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from ..command import command
+from ..convert.targets import found, load_target, locate, user_folder
 from ..errors import HydraEdgeError
-from .targets import found, load_target, locate, user_folder
+from .base import command
 
 
 @command("targets")

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from .command import command
-from .ema_option import ema_option
+from .base import command
+from .options import ema_option
 from .tables import print_table
 
 
@@ -20,11 +20,11 @@ def info(preset_name: str | None, checkpoint: Path | None, ema: bool) -> None:
 
     Example: hydra-edge info --preset b16
     """
-    from .model.config import preset
-    from .model.sizes import size_table
+    from ..model.config import preset
+    from ..model.sizes import size_table
 
     if checkpoint:
-        from .model.checkpoint import load_checkpoint
+        from ..model.checkpoint import load_checkpoint
 
         cfg, title = load_checkpoint(checkpoint, ema=ema).config, str(checkpoint)
     else:

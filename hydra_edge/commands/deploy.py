@@ -13,17 +13,17 @@ from pathlib import Path
 
 import click
 
-from .measure.command import DeviceArg
-from .measure.device import ensure_python, package_files, push_files, runtime_requirements
-from .convert.manifest import MANIFEST, bundle_files, read_manifest
-from .command import Number, command
-from .errors import HydraEdgeError
-from .bounds import MAX_CAMERA, MAX_IMAGES
-from .runtime.lut import read_table
-from .runtime.preprocess import IMAGE_SUFFIXES
-from .shipped import shipped
-from .transport import Transport
-from .transport.base import host_watch
+from ..bounds import MAX_CAMERA, MAX_IMAGES
+from ..errors import HydraEdgeError
+from ..measure.device import ensure_python, package_files, push_files, runtime_requirements
+from ..records.manifest import MANIFEST, bundle_files, read_manifest
+from ..runtime.lut import read_table
+from ..runtime.preprocess import IMAGE_SUFFIXES
+from ..shipped import shipped
+from ..transport import Transport
+from ..transport.base import host_watch
+from .base import Number, command
+from .calibrate import DeviceArg
 
 APP = shipped("board-demo", "app.py")
 APP_DIR = "app"  # under the device's hydra-edge dir

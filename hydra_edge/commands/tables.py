@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .model.config import HydraConfig
+from ..model.config import HydraConfig
 
 
 def print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
@@ -19,7 +19,7 @@ def print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
 
 def print_accuracy(cfg: HydraConfig, accuracy: dict[int, float], title: str) -> None:
     """Held-out top-1 per head count beside each subnetwork's width and GMACs."""
-    from .train.evaluate import accuracy_rows
+    from ..train.evaluate import accuracy_rows
 
     rows = [[str(r["heads"]), str(r["width"]), f"{r['gmacs']:.4f}", f"{r['top1']:.2f}"]
             for r in accuracy_rows(cfg, accuracy)]

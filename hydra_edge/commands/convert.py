@@ -7,11 +7,11 @@ from pathlib import Path
 
 import click
 
-from ..command import Number, command
-from ..ema_option import ema_option
+from ..convert.layout import LAYOUTS
+from ..convert.pipeline import ConvertOptions, ConvertResult, convert_targets, targets_options
 from ..logs import LOGS, terminal
-from .layout import LAYOUTS
-from .pipeline import ConvertOptions, ConvertResult, convert_targets, targets_options
+from .base import Number, command
+from .options import ema_option
 
 JOBS = Number(1, 256, integer=True)  # conversion processes; demo passes its own through
 
