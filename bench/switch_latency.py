@@ -36,12 +36,13 @@ import torch
 
 from hydra_edge.lut.make import make_lut
 from hydra_edge.lut.pareto import Point, pareto
-from hydra_edge.measure.record import Calibration, read_calibration
+from hydra_edge.measure.journal import read_calibration
 from hydra_edge.measure.session import CalibrateOptions, Session, bundle_record
 from hydra_edge.model.config import parse_heads, preset
 from hydra_edge.profiling.bundles import full_and_compact
 from hydra_edge.profiling.report import save_report, subplots
 from hydra_edge.profiling.timing import host_cpu
+from hydra_edge.records.calibration import Calibration
 from hydra_edge.records.manifest import read_manifest
 from hydra_edge.runtime.signals import percentile
 from hydra_edge.runtime.switcher import Switcher

@@ -22,8 +22,8 @@ from test_calibrate_ssh import start_host, stop_host_and_check_the_board
 from hydra_edge.commands.demo import scenario_steps
 from hydra_edge.commands.deploy import APP, deploy
 from hydra_edge.lut.make import make_lut
-from hydra_edge.measure.record import Calibration, HeadResult
 from hydra_edge.measure.session import bundle_record
+from hydra_edge.records.calibration import Calibration, HeadResult
 from hydra_edge.records.manifest import read_manifest
 
 ROOT = Path(__file__).resolve().parents[1]

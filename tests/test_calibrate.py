@@ -26,8 +26,7 @@ from hydra_edge.commands.calibrate import calibrate
 from hydra_edge.convert import pipeline
 from hydra_edge.logs import VERBOSE
 from hydra_edge.measure.device import RuntimeMissingError, ensure_python
-from hydra_edge.measure.journal import journal_path
-from hydra_edge.measure.record import read_calibration
+from hydra_edge.measure.journal import journal_path, read_calibration
 from hydra_edge.model.config import preset
 from hydra_edge.model.hydravit import HydraViT
 from hydra_edge.transport import LocalTransport

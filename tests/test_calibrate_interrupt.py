@@ -19,10 +19,10 @@ from test_calibrate_ssh import _descendants
 from test_lock import held_elsewhere
 
 from hydra_edge.errors import HydraEdgeError
-from hydra_edge.measure.journal import RecordWriter, journal_path
-from hydra_edge.measure.record import Calibration, HeadResult, read_calibration
+from hydra_edge.measure.journal import RecordWriter, journal_path, read_calibration
 from hydra_edge.measure.session import resume_or_start
 from hydra_edge.records import calibration as records_calibration
+from hydra_edge.records.calibration import Calibration, HeadResult
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +142,7 @@ def test_a_calibrator_killed_between_saves_loses_no_reported_result(tmp_path: Pa
     results = [_result(h).to_dict() for h in (3, 6, 12)]
     code = (f"import json, sys, time\nfrom pathlib import Path\n"
             f"from hydra_edge.measure.journal import RecordWriter\n"
-            f"from hydra_edge.measure.record import Calibration, HeadResult\n"
+            f"from hydra_edge.records.calibration import Calibration, HeadResult\n"
             f"cal = Calibration(device_id='local:x', device={{}}, bundle={{'manifest_sha256': '0' * 64}}, settings={{}})\n"
             f"writer = RecordWriter(cal, Path({str(record)!r}))\n"
             f"for r in json.loads({json.dumps(results)!r}):\n    writer.put(HeadResult(**r))\n"

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from test_calibrate import HOST_TARGET, invoke, make_bundle, torch_free_python
 
-from hydra_edge.measure.record import read_calibration
-from hydra_edge.measure.soak import derate, parse_duration
 from hydra_edge.errors import HydraEdgeError
+from hydra_edge.measure.journal import read_calibration
+from hydra_edge.measure.soak import derate, parse_duration
 
 
 @pytest.mark.parametrize("text,seconds", [("10m", 600), ("30s", 30), ("1h", 3600), ("90", 90), ("1m30s", 90),

@@ -20,7 +20,7 @@ from standins.sshd import SshServer, sshd_server, start_sshd  # noqa: F401  (fix
 from test_calibrate import HOST_TARGET, invoke, make_bundle, one_line_error, torch_free_python
 
 from hydra_edge.measure.device import push_files
-from hydra_edge.measure.record import read_calibration
+from hydra_edge.measure.journal import read_calibration
 from hydra_edge.measure.session import runner_files
 from hydra_edge.transport import RemoteCommandError, open_transport
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hydra_edge.measure.record import read_calibration
+from hydra_edge.measure.journal import read_calibration
 from hydra_edge.records.manifest import read_manifest
 from hydra_edge.records.recipe import read_recipe
 

@@ -24,8 +24,8 @@ from hydra_edge.lut.make import OUTPUTS
 from hydra_edge.lut.pareto import Point, pareto
 from hydra_edge.lut.policy import Policy, load_policy, policy_from_dict
 from hydra_edge.lut.table import build_table
-from hydra_edge.measure.record import Calibration, Derating, HeadResult
 from hydra_edge.records import lut as record
+from hydra_edge.records.calibration import Calibration, Derating, HeadResult
 from hydra_edge.records.manifest import ArtefactRecord, Manifest, read_manifest
 from hydra_edge.runtime.lut import read_table
 

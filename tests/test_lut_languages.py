@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_lut import ANDROID_SIGNALS, table
 
-from hydra_edge.measure.record import Derating
 from hydra_edge.lut.emit_c import emit_c
 from hydra_edge.lut.emit_kotlin import emit_kotlin
+from hydra_edge.records.calibration import Derating
 from hydra_edge.runtime.lut import table_from_dict
-from test_lut import ANDROID_SIGNALS, table
 
 C_MAIN = """#include <stdio.h>
 #include "hydra_lut.h"

@@ -31,8 +31,9 @@ from hydra_edge.convert.targets import load_target
 from hydra_edge.errors import HydraEdgeError
 from hydra_edge.lut.make import make_lut
 from hydra_edge.lut.policy import Policy, load_policy
-from hydra_edge.measure.record import Derating, read_calibration
+from hydra_edge.measure.journal import read_calibration
 from hydra_edge.model.config import HydraConfig, parse_heads
+from hydra_edge.records.calibration import Derating
 from hydra_edge.records.codec import RECORD_MAX_BYTES
 from hydra_edge.records.manifest import MANIFEST, bundle_files, read_manifest
 from hydra_edge.records.target import read_profile

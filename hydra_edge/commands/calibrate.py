@@ -14,9 +14,9 @@ from ..bounds import MAX_RUNS, MAX_THREADS, SOAK_INTERVAL_S
 from ..errors import HydraEdgeError
 from ..lock import exclusive
 from ..logs import device_log
-from ..measure.record import Calibration
 from ..measure.session import CalibrateOptions, Session, safe_name
 from ..measure.soak import parse_duration
+from ..records.calibration import Calibration
 from ..transport import Transport, open_transport
 from .base import Number, command
 

@@ -87,7 +87,7 @@ def demo_budget(bundle: Path, calibration: Path) -> float:
     """
     from ..lut.pareto import pareto
     from ..lut.table import points
-    from ..measure.record import read_calibration
+    from ..measure.journal import read_calibration
     from ..records.manifest import read_manifest
 
     front, _ = pareto(points(read_manifest(bundle), read_calibration(calibration))[0])

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..atomic import check_outputs, write_bytes, write_text
-from ..measure.record import read_calibration
+from ..measure.journal import read_calibration
 from ..records import lut as record
 from ..records.manifest import read_manifest
 from .emit_c import emit_c

@@ -22,6 +22,7 @@ from typing import Any, Dict, Optional
 from ..errors import HydraEdgeError
 from ..records import codec
 from ..records.calibration import Calibration, HeadResult
+from ..records.calibration import read_calibration as read_record
 
 KIND = "hydra-edge/calibration-journal"
 _TOO_DEEP = object()  # a line that is JSON but nests deeper than Python's parser goes: no journal entry
@@ -110,3 +111,9 @@ class RecordWriter:
         self._journal.close()
         self._journal = None
         journal_path(self.record).unlink(missing_ok=True)
+
+
+def read_calibration(path: str | Path) -> Calibration:
+    """The record at ``path`` with every result its journal holds beyond it: what a calibrator
+    killed mid-run reported is read by ``lut`` and the next run as if it had been folded in."""
+    return replay(read_record(path), Path(path))

@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, Mapping, Sequence
 
 from ..atomic import write_bytes
 from ..errors import HydraEdgeError
+from ..records.calibration import HeadResult
 from ..records.manifest import ArtefactRecord, bundle_files
 from ..runtime.engines import FORMATS
 from ..runtime.rebuild import rebuild
@@ -40,7 +41,6 @@ from ..runtime.signals import (
 )
 from ..transport import ConnectionLostError, Transport
 from .exits import reporting_exit, split_exit
-from .record import HeadResult
 
 UNCHECKED = {"checked": False, "passed": None,
              "reason": "native runners feed their own inputs; the golden pair was not compared"}

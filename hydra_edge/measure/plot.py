@@ -8,8 +8,8 @@ from pathlib import Path
 
 from ..atomic import atomic_path
 from ..lut.pareto import Point, pareto
+from ..records.calibration import Calibration
 from ..records.manifest import Manifest
-from .record import Calibration
 
 
 def accuracy_by_heads(manifest: Manifest) -> tuple[dict[int, float], str]:

@@ -20,6 +20,7 @@ from typing import Any, Callable
 from ..atomic import sha256_file
 from ..errors import HydraEdgeError
 from ..logs import LineLog, device_log, terminal
+from ..records.calibration import Calibration, HeadResult
 from ..records.codec import convert
 from ..records.manifest import MANIFEST, ArtefactRecord, Manifest, bundle_files, read_manifest
 from ..shipped import shipped
@@ -27,8 +28,7 @@ from ..transport import ConnectionLostError, RemoteCommandError, Transport, Tran
 from . import native
 from .device import ensure_python, package_files, push_files, runtime_requirements
 from .exits import exit_code, reporting_exit
-from .journal import RecordWriter
-from .record import Calibration, HeadResult, read_calibration
+from .journal import RecordWriter, read_calibration
 from .soak import derate
 
 RUNNER = shipped("calibration", "runner.py")

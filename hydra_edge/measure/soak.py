@@ -13,10 +13,10 @@ import re
 import statistics
 from typing import Any, Iterable, Sequence
 
-from ..errors import HydraEdgeError
 from ..bounds import MAX_SOAK_S
+from ..errors import HydraEdgeError
+from ..records.calibration import Derating
 from ..runtime.signals import THERMAL_STATUS_NAMES
-from .record import Derating
 
 TEMP_BIN_C = 5.0  # wide enough for several samples per bin, narrow enough to see a throttle step
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
