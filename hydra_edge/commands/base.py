@@ -1,6 +1,6 @@
 """What every ``hydra-edge`` command shares: ``-h``, ``-v`` (on the group and on each command, so
 ``hydra-edge -v calibrate`` and ``hydra-edge calibrate -v`` mean the same), and a ``HydraEdgeError``
-as one line and exit 1.
+as one line and exit 1; the options several commands take (``Number``, ``--ema``); the tables they print.
 
 Commands are declared with ``@command()`` (or on the group, which makes ``Command``s), so each is
 the same whether run under ``hydra-edge`` or invoked on its own (tests, ``CliRunner``).
@@ -8,13 +8,16 @@ the same whether run under ``hydra-edge`` or invoked on its own (tests, ``CliRun
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import click
 
 from ..bounds import parse_number
 from ..errors import HydraEdgeError
 from ..logs import set_verbose
+
+if TYPE_CHECKING:
+    from ..model.config import HydraConfig
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -74,3 +77,34 @@ class Number(click.FloatRange):
             return parse_number(value, self.min, self.max, self.integer, self.min_open)
         except ValueError as e:
             self.fail(str(e), param, ctx)
+
+
+# ``--ema/--no-ema``: which weights every command that reads a checkpoint loads. A plain option, so
+# declaring it imports no torch (``-h`` stays quick).
+ema_option = click.option(
+    "--ema/--no-ema", default=True, show_default=True,
+    help="Load the checkpoint's EMA weights (state_dict_ema, model_ema) when it has them: what the official "
+         "release is evaluated with. --no-ema loads its plain weights (state_dict, model).",
+)
+
+
+def print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
+    """One rich table, numbers right-aligned: what ``info``, ``train`` and ``eval`` print."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for c in columns:
+        table.add_column(c, justify="right")
+    for r in rows:
+        table.add_row(*r)
+    Console().print(table)
+
+
+def print_accuracy(cfg: "HydraConfig", accuracy: dict[int, float], title: str) -> None:
+    """Held-out top-1 per head count beside each subnetwork's width and GMACs."""
+    from ..train.evaluate import accuracy_rows
+
+    rows = [[str(r["heads"]), str(r["width"]), f"{r['gmacs']:.4f}", f"{r['top1']:.2f}"]
+            for r in accuracy_rows(cfg, accuracy)]
+    print_table(title, ["heads", "width", "GMACs", "top-1 %"], rows)

@@ -10,8 +10,7 @@ import click
 from ..convert.layout import LAYOUTS
 from ..convert.pipeline import ConvertOptions, ConvertResult, convert_targets, targets_options
 from ..logs import LOGS, terminal
-from .base import Number, command
-from .options import ema_option
+from .base import Number, command, ema_option
 
 JOBS = Number(1, 256, integer=True)  # conversion processes; demo passes its own through
 

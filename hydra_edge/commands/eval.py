@@ -8,9 +8,7 @@ import click
 
 from ..atomic import check_outputs
 from ..errors import HydraEdgeError
-from .base import command
-from .options import ema_option
-from .tables import print_accuracy
+from .base import command, ema_option, print_accuracy
 
 
 @command("eval")

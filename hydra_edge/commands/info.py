@@ -6,9 +6,7 @@ from pathlib import Path
 
 import click
 
-from .base import command
-from .options import ema_option
-from .tables import print_table
+from .base import command, ema_option, print_table
 
 
 @command()

@@ -10,9 +10,7 @@ from ..atomic import check_outputs
 from ..errors import HydraEdgeError
 from ..model.vit import INIT_SCHEMES
 from ..records.training import HEAD_SAMPLING, MAX_BATCH, MAX_EPOCHS, MAX_LR, MAX_SEED, MAX_WORKERS
-from .base import Number, command
-from .options import ema_option
-from .tables import print_accuracy
+from .base import Number, command, ema_option, print_accuracy
 
 EPOCHS = Number(1, MAX_EPOCHS, integer=True)  # the bound a checkpoint's training state is read with; demo's too
 
