@@ -18,7 +18,8 @@ from hydra_edge.measure.device import RuntimeMissingError, ensure_python, runtim
 from hydra_edge.model.config import HydraConfig, preset
 from hydra_edge.model.hydravit import HydraViT
 from hydra_edge.runtime import engines
-from hydra_edge.runtime.engines import FORMATS, check_golden, compare, format_of, load
+from hydra_edge.runtime.engines import check_golden, compare, format_of, load
+from hydra_edge.runtime.formats import FORMATS
 from hydra_edge.transport import LocalTransport
 
 # (format, quant, relative L2 error allowed against eager fp32)
@@ -149,7 +150,8 @@ def test_a_device_with_only_tflite_runtime_takes_artefacts_whose_records_name_it
     needs = {"numpy": "numpy", **engines.runtimes_of([variant])}
     with LocalTransport(tmp_path / "device") as t:
         assert ensure_python(t, str(python), needs, setup=False) == str(python)
-    code = ("from hydra_edge.runtime.engines import FORMATS, check_runtimes, runtime_module; "
+    code = ("from hydra_edge.runtime.engines import check_runtimes, runtime_module; "
+            "from hydra_edge.runtime.formats import FORMATS; "
             f"check_runtimes({needs!r}); "
             "print(runtime_module(FORMATS['tflite'], 'tflite-runtime'), runtime_module(FORMATS['tflite'], 'ai-edge-litert'))")
     done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[1])

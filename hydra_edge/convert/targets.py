@@ -22,7 +22,7 @@ import msgspec
 
 from ..errors import HydraEdgeError
 from ..records.target import Variant, read_profile
-from ..runtime.engines import FORMATS
+from ..runtime.formats import FORMATS
 from ..shipped import shipped
 from .formats import quants
 

@@ -26,7 +26,7 @@ from ..atomic import write_bytes
 from ..errors import HydraEdgeError
 from ..records.calibration import HeadResult
 from ..records.manifest import ArtefactRecord, bundle_files
-from ..runtime.engines import FORMATS
+from ..runtime.formats import FORMATS
 from ..runtime.rebuild import rebuild
 from ..runtime.signals import (
     DeviceState,

@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal, Tuple
 import msgspec
 from msgspec import Meta
 
+from ..runtime.formats import FORMATS
+
 MAX_HEADS = 128  # far above any ViT's head count, far below what would exhaust memory
 LARGE = 1e12  # the largest magnitude any measured or configured number may have
 
@@ -28,9 +30,9 @@ Percent = Annotated[float, Meta(ge=0.0, le=100.0)]
 Ratio = Annotated[float, Meta(ge=0.0, le=1.0)]
 Sha256 = Annotated[str, Meta(pattern="^[0-9a-f]{64}$")]
 Name = Annotated[str, Meta(min_length=1, max_length=4096)]
-# The artefact formats the device runtime loads: the keys of hydra_edge.runtime.engines.FORMATS, named
-# here because that module needs numpy and boards read these records without it (a test keeps them equal).
-Format = Literal["tflite", "executorch", "onnx"]
+# The artefact formats the device runtime loads: the keys of the one format table (stdlib only, so
+# boards read these records without numpy).
+Format = Literal[tuple(FORMATS)]  # type: ignore[valid-type]
 
 
 def relative_path(value: str, field: str) -> None:

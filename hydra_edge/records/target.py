@@ -13,6 +13,7 @@ import msgspec
 from msgspec import Meta
 
 from ..errors import HydraEdgeError
+from ..runtime.formats import FORMATS
 from . import codec
 from .fields import Name, PosFloat, Sha256, Threads, check
 
@@ -50,14 +51,6 @@ def signals(table: Mapping[str, Any], where: str) -> Signals:
     return codec.convert(dict(table), Signals, where, HINT)
 
 
-# (format, runtime) -> the only quants a variant may name that runtime for: a format's second runtime
-# (hydra_edge.runtime.engines.Alternate) that runs some of its artefacts correctly and not others.
-# tflite-runtime 2.14, the last release, refuses PT2E int8 .tflite files (FULLY_CONNECTED version 12)
-# and miscomputes ai-edge-quantizer's dynamic int8; fp32 passes its golden pairs there
-# (tests/test_tflite_runtime.py).
-ALTERNATE_QUANTS = {("tflite", "tflite-runtime"): ("fp32",)}
-
-
 class RuntimeRefused(HydraEdgeError, ValueError):
     """A variant names a runtime its artefacts do not run correctly in. A ValueError, so a profile
     or manifest being decoded reports it at its key and file; a HydraEdgeError, so a variant rebuilt
@@ -76,7 +69,10 @@ class Variant(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     options: Dict[str, Any] = msgspec.field(default_factory=dict)  # exporter settings (calibration, exclusions)
 
     def __post_init__(self) -> None:
-        quants = ALTERNATE_QUANTS.get((self.format, self.runtime), (self.quant,))
+        # a format's second runtime that runs some of its artefacts correctly and not others
+        fmt = FORMATS.get(self.format)
+        alt = fmt.alternate if fmt else None
+        quants = alt.quants if alt and alt.runtime == self.runtime else (self.quant,)
         if self.quant not in quants:
             raise RuntimeRefused(
                 f"`.runtime`: {self.runtime} runs only {' or '.join(quants)} {self.format} artefacts correctly, not "

@@ -4,8 +4,7 @@ This module is what a board or phone runs, so it imports numpy only; each runtim
 lazily when its format is loaded. The host's conversion check (``hydra_edge.convert.verify``)
 loads artefacts through these same engines, so what was verified is what the device runs.
 
-``FORMATS`` is the one table of artefact formats, keyed by name: each entry also names the
-host module that converts to it and the native program that times it (``Format``).
+Each format's entry in ``runtime.formats.FORMATS`` names its loader here (``load_<runtime>``).
 """
 
 from __future__ import annotations
@@ -27,45 +26,11 @@ import numpy as np
 from ..errors import HydraEdgeError
 from ..records.codec import read_bytes
 from ..records.manifest import golden_files
+from .formats import FORMATS, Format
 from .rebuild import bundle_bytes
 
 Step = Callable[[np.ndarray], np.ndarray]  # one (1, C, H, W) float32 image -> (1, classes) logits
 Model = Union[Path, bytes]  # an artefact file, or its bytes (rebuilt in memory from a compact bundle)
-
-
-@dataclass(frozen=True)
-class Alternate:
-    """A second runtime some artefacts of a format run in, and others must not.
-
-    An artefact whose manifest record names ``runtime`` as its runtime was verified against it
-    (a target may name it only for the quants ``records.target.ALTERNATE_QUANTS`` lists); any other
-    artefact of the format is refused there with ``why``, since the runtime may load it and compute
-    garbage.
-    """
-
-    runtime: str  # pip name
-    module: str  # import name; its package has an ``interpreter`` module like the format's own runtime
-    why: str  # why it will not do for the artefacts that do not name it
-
-
-@dataclass(frozen=True)
-class Format:
-    """An artefact format as data: its file suffix, the runtime (pip name, import name) that runs it,
-    and by name the host module that converts to it and the native benchmark program that times it.
-
-    This table is the one place a format is added: the converter imports ``exporter`` (a module
-    exposing ``QUANTS``, ``TOOLS``, ``export`` and ``tensor_map``), calibrate's ``--runner`` runs
-    ``native`` (``hydra_edge.measure.native``). Named, not imported: a device has neither.
-    """
-
-    name: str
-    suffix: str
-    runtime: str  # the pip distribution a device installs
-    module: str  # what the engine imports
-    loader: Callable[[Model, int, str], Step]  # (artefact, threads, import name of the runtime to use)
-    exporter: str  # the host module that writes these artefacts
-    native: str  # the native benchmark program for phones and boards without Python
-    alternate: Alternate | None = None
 
 
 @dataclass
@@ -83,8 +48,8 @@ class Engine:
         return np.concatenate([self.step(x[i : i + 1]) for i in range(len(x))]).astype(np.float32)
 
 
-def _load_tflite(model: Model, threads: int, module: str) -> Step:
-    # ai-edge-litert, or tflite-runtime for an artefact whose record names it (see TFLITE_RUNTIME):
+def load_tflite(model: Model, threads: int, module: str) -> Step:
+    # ai-edge-litert, or tflite-runtime for an artefact whose record names it (see runtime.formats.TFLITE_RUNTIME):
     # both packages have the same ``interpreter`` API.
     Interpreter = importlib.import_module(f"{module}.interpreter").Interpreter
 
@@ -141,7 +106,7 @@ def onnx_session_options(threads: int) -> Any:
     return options
 
 
-def _load_onnx(model: Model, threads: int, module: str) -> Step:
+def load_onnx(model: Model, threads: int, module: str) -> Step:
     import onnxruntime as ort
 
     options = onnx_session_options(threads)
@@ -151,7 +116,7 @@ def _load_onnx(model: Model, threads: int, module: str) -> Step:
     return lambda x: session.run(None, {name: x})[0]
 
 
-def _load_pte(model: Model, threads: int, module: str) -> Step:
+def load_pte(model: Model, threads: int, module: str) -> Step:
     # executorch's Python bindings take and return torch tensors, so this one engine needs torch
     # (executorch.runtime imports it anyway); the conversion to numpy stays at this boundary.
     from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
@@ -170,26 +135,6 @@ def _run_pte(program: Any, method: Any, x: np.ndarray) -> np.ndarray:
     return method.execute([torch.from_numpy(x)])[0].numpy()
 
 
-# tflite-runtime 2.14.0 is its last release. It refuses the artefacts the PT2E dynamic-range path
-# writes (their FULLY_CONNECTED ops are version 12, newer than it knows), and for the FC layers of
-# ai-edge-quantizer's dynamic recipe it loads the model but returns wrong outputs without a word.
-# The fp32 artefacts of the rpi-tflite-runtime target run in it (tests/test_tflite_runtime.py).
-TFLITE_RUNTIME = Alternate(
-    "tflite-runtime", "tflite_runtime",
-    "its tflite-runtime cannot run these artefacts: 2.14, the last release, refuses FULLY_CONNECTED version 12; "
-    "for a board with only tflite-runtime convert with --target rpi-tflite-runtime")
-
-FORMATS: dict[str, Format] = {
-    "tflite": Format("tflite", ".tflite", runtime="ai-edge-litert", module="ai_edge_litert", loader=_load_tflite,
-                     exporter="hydra_edge.convert.tflite", native="benchmark_model",
-                     alternate=TFLITE_RUNTIME),
-    "executorch": Format("executorch", ".pte", runtime="executorch", module="executorch", loader=_load_pte,
-                         exporter="hydra_edge.convert.executorch", native="executor_runner"),
-    "onnx": Format("onnx", ".onnx", runtime="onnxruntime", module="onnxruntime", loader=_load_onnx,
-                   exporter="hydra_edge.convert.onnx", native="trtexec"),
-}
-
-
 def format_of(path: str | Path) -> Format:
     """The format of an artefact file, from its suffix."""
     suffix = Path(path).suffix.lower()
@@ -204,7 +149,7 @@ def load(path: str | Path, threads: int = 1, format: str | None = None, runtime:
     """Load an artefact into its runtime; ``format`` overrides the suffix (for files still being written).
 
     ``runtime``: the runtime its manifest record names; a format's alternate runtime is used only
-    when the record names it (``Alternate``).
+    when the record names it (``runtime.formats.Alternate``).
     """
     path = Path(path)
     fmt = _format(format, path)
@@ -244,9 +189,16 @@ def runtime_module(fmt: Format, runtime: str | None) -> str:
     return fmt.module
 
 
+def _loader(fmt: Format) -> Callable[[Model, int, str], Step]:
+    """The function ``fmt.loader`` names: (artefact, threads, import name of the runtime to use) -> step."""
+    module, _, name = fmt.loader.partition(":")
+    loader: Callable[[Model, int, str], Step] = getattr(importlib.import_module(module), name)
+    return loader
+
+
 def _engine(model: Model, path: Path, fmt: Format, threads: int, runtime: str | None) -> Engine:
     try:
-        step = fmt.loader(model, max(1, int(threads)), runtime_module(fmt, runtime))
+        step = _loader(fmt)(model, max(1, int(threads)), runtime_module(fmt, runtime))
     except ImportError as e:
         # a look-alike runtime this Python has (tflite-runtime) is named, so no one takes it for enough
         alt = fmt.alternate
