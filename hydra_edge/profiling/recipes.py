@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from hydra_edge.convert.formats import exporter
 from hydra_edge.convert.targets import load_target
-from hydra_edge.runtime.engines import FORMATS
 
 # (format, quant, target whose profile gives the exporter options): the artefacts' recipes
 RECIPES = (("tflite", "int8-dynamic", "rpi"), ("executorch", "int8-dynamic", "android"), ("onnx", "int8-qdq", "jetson"))
@@ -27,11 +27,10 @@ def export_with_recipe(module: torch.nn.Module, x: np.ndarray, fmt: str, quant: 
     options = recipe_options(fmt, quant, target)
     rng = np.random.default_rng(0)
     calibration = rng.standard_normal((int(options.get("calibration_images", 1)), *calibration_shape), dtype=np.float32)
-    exporter = __import__(FORMATS[fmt].exporter, fromlist=["export"])
     print(f"{what}: {fmt} {quant}", flush=True)
     with torch.no_grad():
-        exporter.export(module, torch.from_numpy(x), quant, options, calibration, path,
-                        lambda s: print(f"  {fmt}: {s}", flush=True))
+        exporter(fmt).export(module, torch.from_numpy(x), quant, options, calibration, path,
+                             lambda s: print(f"  {fmt}: {s}", flush=True))
     return path
 
 
