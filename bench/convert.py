@@ -27,7 +27,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from hydra_edge.convert.pipeline import ConvertOptions, ConvertResult, convert_targets, tool_versions
+from hydra_edge.convert.naming import tool_versions
+from hydra_edge.convert.options import ConvertOptions, ConvertResult
+from hydra_edge.convert.pipeline import convert_targets
 from hydra_edge.model.config import parse_heads, preset
 from hydra_edge.model.hydravit import HydraViT
 from hydra_edge.profiling.report import save_report, subplots

@@ -25,7 +25,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from hydra_edge.convert.pipeline import tool_versions
+from hydra_edge.convert.naming import tool_versions
 from hydra_edge.errors import HydraEdgeError
 from hydra_edge.model.checkpoint import load_checkpoint
 from hydra_edge.model.config import HydraConfig
@@ -34,7 +34,8 @@ from hydra_edge.profiling.recipes import RECIPES, Stacked, export_with_recipe
 from hydra_edge.profiling.report import save_report, subplots
 from hydra_edge.profiling.timing import cpu_family, host_cpu, paired_ms
 from hydra_edge.records.manifest import read_manifest
-from hydra_edge.runtime.engines import FORMATS, load
+from hydra_edge.runtime.engines import load
+from hydra_edge.runtime.formats import FORMATS
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"

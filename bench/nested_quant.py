@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from hydra_edge.convert.nesting import both_scales, fake_quant_logits, nested_ranges
-from hydra_edge.convert.pipeline import tool_versions
+from hydra_edge.convert.naming import tool_versions
 from hydra_edge.model.config import parse_heads
 from hydra_edge.model.hydravit import HydraViT
 from hydra_edge.model.slicing import weight_index

@@ -30,12 +30,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from hydra_edge.convert.pipeline import LOCK, tool_versions
+from hydra_edge.convert.naming import tool_versions
 from hydra_edge.model.config import parse_heads, preset
 from hydra_edge.profiling.bundles import full_and_compact
 from hydra_edge.profiling.report import save_report, subplots
 from hydra_edge.profiling.timing import host_cpu, paired_ms
-from hydra_edge.records.manifest import ArtefactRecord, read_manifest, stored_files
+from hydra_edge.records.manifest import LOCK, ArtefactRecord, read_manifest, stored_files
 from hydra_edge.runtime.engines import load, load_bytes
 from hydra_edge.runtime.rebuild import rebuild
 from hydra_edge.runtime.signals import percentile

@@ -24,6 +24,7 @@ from test_lut import fake_bundle
 from hydra_edge.cli import main
 from hydra_edge.commands.calibrate import calibrate
 from hydra_edge.convert import pipeline
+from hydra_edge.convert.options import ConvertOptions
 from hydra_edge.logs import VERBOSE
 from hydra_edge.measure.device import RuntimeMissingError, ensure_python
 from hydra_edge.measure.journal import journal_path, read_calibration
@@ -55,8 +56,8 @@ def make_bundle(root: Path, target: str, heads: str, layout: str = "full") -> Pa
     if "\n" in target:
         (root / "host.toml").write_text(target)
         target = str(root / "host.toml")
-    pipeline.convert(pipeline.ConvertOptions(checkpoint=root / "tiny.pt", target=target, out=root / "bundle",
-                                             heads=heads, data="digits", eval_limit=60, layout=layout))
+    pipeline.convert(ConvertOptions(checkpoint=root / "tiny.pt", target=target, out=root / "bundle",
+                                    heads=heads, data="digits", eval_limit=60, layout=layout))
     return root / "bundle"
 
 

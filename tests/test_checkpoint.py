@@ -144,7 +144,9 @@ def test_eval_and_init_take_ema_or_plain_weights_as_asked(tmp_path, b16_like):
 
 def test_the_manifest_records_which_weights_were_converted(tmp_path, b16_like):
     """convert resolves the weights once; every job loads those, and switching re-converts."""
-    from hydra_edge.convert.pipeline import ConvertOptions, check_inputs, plan
+    from hydra_edge.convert.inputs import check_inputs
+    from hydra_edge.convert.options import ConvertOptions
+    from hydra_edge.convert.plan import plan
 
     _release_files(tmp_path, b16_like)
     planned = {}

@@ -25,6 +25,7 @@ from hydra_edge.cli import main
 from hydra_edge.convert import pipeline
 from hydra_edge.convert.compact import Tensor, compact, largest
 from hydra_edge.convert.formats import exporter
+from hydra_edge.convert.options import ConvertOptions
 from hydra_edge.errors import HydraEdgeError
 from hydra_edge.lut.make import make_lut
 from hydra_edge.model.config import preset
@@ -75,7 +76,7 @@ def converted(model_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Cal
             for layout in ("full", "compact"):
                 if layout == "compact":
                     shutil.copytree(root / "full", root / "compact")
-                result = pipeline.convert(pipeline.ConvertOptions(
+                result = pipeline.convert(ConvertOptions(
                     checkpoint=root / "m.pt", target=target, quant=quant, heads=HEADS, out=root / layout,
                     eval_limit=16, layout=layout))
                 assert not result.failed and len(result.converted) == (3 if layout == "full" else 0)
@@ -169,8 +170,8 @@ def test_expand_writes_the_manifests_files_and_runs_like_the_dedicated_artefacts
 def test_rerun_skips_a_compact_bundle_and_layout_full_restores_the_files(root: Path, tmp_path: Path) -> None:
     out = tmp_path / "b"
     shutil.copytree(root / "compact", out)
-    opts = pipeline.ConvertOptions(checkpoint=root / "m.pt", target="jetson", quant="fp16", heads=HEADS, out=out,
-                                   eval_limit=16, layout="compact")
+    opts = ConvertOptions(checkpoint=root / "m.pt", target="jetson", quant="fp16", heads=HEADS, out=out,
+                          eval_limit=16, layout="compact")
     assert pipeline.convert(opts).converted == []
     result = CliRunner().invoke(main, ["convert", "-c", str(root / "m.pt"), "-t", "jetson", "--quant", "fp16",
                                        "--heads", HEADS, "-o", str(out), "--eval-limit", "16", "--layout", "full"])
@@ -333,8 +334,8 @@ def switch_bundles(root: Path) -> Path:
     (root / "policy.toml").write_text(POLICY)
     for layout in ("host-compact", "host-full"):
         out = root / layout
-        pipeline.convert(pipeline.ConvertOptions(checkpoint=root / "m.pt", target=str(root / "host.toml"),
-                                                 heads=HEADS, out=out, eval_limit=16, layout=layout[5:]))
+        pipeline.convert(ConvertOptions(checkpoint=root / "m.pt", target=str(root / "host.toml"),
+                                        heads=HEADS, out=out, eval_limit=16, layout=layout[5:]))
         calibration(out, {3: 10, 6: 20, 12: 40}).write(root / f"{layout}.json")
         make_lut(out, root / f"{layout}.json", out, budget_ms=41, policy=root / "policy.toml")
     return root

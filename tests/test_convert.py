@@ -17,7 +17,8 @@ from test_lock import held_elsewhere
 
 from hydra_edge.atomic import sha256_file
 from hydra_edge.commands.convert import convert
-from hydra_edge.convert import pipeline
+from hydra_edge.convert import artefact, pipeline
+from hydra_edge.convert.options import ConvertOptions
 from hydra_edge.model.checkpoint import load_checkpoint
 from hydra_edge.model.config import HydraConfig, preset
 from hydra_edge.model.hydravit import HydraViT
@@ -137,8 +138,8 @@ def test_interrupted_run_resumes(checkpoint: Path, host_target: Path, tmp_path: 
         return real(*args, **kwargs)
 
     out = tmp_path / "out"
-    opts = pipeline.ConvertOptions(checkpoint=checkpoint, target=str(host_target), out=out, layout="full",
-                                   jobs=1)  # in this process, where the patched exporter is
+    opts = ConvertOptions(checkpoint=checkpoint, target=str(host_target), out=out, layout="full",
+                          jobs=1)  # in this process, where the patched exporter is
     monkeypatch.setattr(onnx_exporter, "export", interrupted)
     with pytest.raises(KeyboardInterrupt):
         pipeline.convert(opts)
@@ -149,7 +150,7 @@ def test_interrupted_run_resumes(checkpoint: Path, host_target: Path, tmp_path: 
     result = pipeline.convert(opts)
     assert result.skipped == ["vit_h3_onnx_fp32.onnx"] and len(result.converted) == 2
     _check_bundle(out, 3, "onnx")
-    assert len(pipeline.convert(pipeline.ConvertOptions(**{**opts.__dict__, "force": True})).converted) == 3
+    assert len(pipeline.convert(ConvertOptions(**{**opts.__dict__, "force": True})).converted) == 3
 
 
 def test_ctrl_c_before_the_temp_file_is_guarded_leaves_no_temp_file(checkpoint: Path, host_target: Path,
@@ -158,7 +159,7 @@ def test_ctrl_c_before_the_temp_file_is_guarded_leaves_no_temp_file(checkpoint: 
     """Ctrl-C can land after an artefact's temp file exists but before the block that removes it is
     entered (a parallel worker starting its next artefact as the interrupt arrives): the interrupted
     run still leaves no temp file in the bundle."""
-    real, abandoned = pipeline.atomic_path, []
+    real, abandoned = artefact.atomic_path, []
 
     def interrupted_on_entry(path: Path):
         writer = real(path)
@@ -167,17 +168,17 @@ def test_ctrl_c_before_the_temp_file_is_guarded_leaves_no_temp_file(checkpoint: 
         raise KeyboardInterrupt
 
     out = tmp_path / "out"
-    monkeypatch.setattr(pipeline, "atomic_path", interrupted_on_entry)
+    monkeypatch.setattr(artefact, "atomic_path", interrupted_on_entry)
     with pytest.raises(KeyboardInterrupt):
-        pipeline.convert(pipeline.ConvertOptions(checkpoint=checkpoint, target=str(host_target), out=out,
-                                                 layout="full", jobs=1))
+        pipeline.convert(ConvertOptions(checkpoint=checkpoint, target=str(host_target), out=out,
+                                        layout="full", jobs=1))
     assert len(abandoned) == 1 and not list(out.glob(".*.tmp")), sorted(p.name for p in out.iterdir())
     assert read_manifest(out).artefacts == []
 
 
 def test_max_drop_failure_names_the_artefact(checkpoint: Path, host_target: Path, tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    real = pipeline.load
+    real = artefact.load
 
     def broken(path, threads=1, format=None) -> Engine:  # a runtime that returns garbage for 6 heads
         engine = real(path, threads, format)
@@ -186,7 +187,7 @@ def test_max_drop_failure_names_the_artefact(checkpoint: Path, host_target: Path
         rng = np.random.default_rng(0)
         return Engine(engine.path, engine.format, threads, lambda x: rng.standard_normal((1, 10)).astype(np.float32))
 
-    monkeypatch.setattr(pipeline, "load", broken)
+    monkeypatch.setattr(artefact, "load", broken)
     out = tmp_path / "out"
     code, output = _run("-c", checkpoint, "-t", host_target, "-o", out, "-j", 1)  # in this process, patched
     assert code != 0
@@ -275,8 +276,8 @@ def test_ctrl_c_during_parallel_conversion_keeps_every_finished_artefact(checkpo
     listed = {a.file for a in read_manifest(out).artefacts}
     assert files == listed and 1 <= len(files) < 6, output
     assert not list(out.glob(".*.tmp"))
-    result = pipeline.convert(pipeline.ConvertOptions(checkpoint=checkpoint, target=str(host_target), out=out,
-                                                      heads="3-8", eval_limit=60, layout="full"))
+    result = pipeline.convert(ConvertOptions(checkpoint=checkpoint, target=str(host_target), out=out,
+                                             heads="3-8", eval_limit=60, layout="full"))
     assert set(result.skipped) == listed and len(result.converted) == 6 - len(listed) and not result.failed
     _check_bundle(out, 6, "onnx")
 

@@ -20,7 +20,8 @@ from click.testing import CliRunner
 from test_convert import ONNX_FP32, _cli
 
 from hydra_edge.commands.convert import convert
-from hydra_edge.convert import pipeline, workers
+from hydra_edge.convert import artefact, pipeline, references, workers
+from hydra_edge.convert.options import ConvertOptions
 from hydra_edge.model.config import preset
 from hydra_edge.model.hydravit import HydraViT
 from hydra_edge.records.manifest import Manifest, read_manifest
@@ -56,7 +57,7 @@ def test_targets_together_compute_each_reference_once_and_match_separate_runs(
         checkpoint: Path, host: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: Counter[str] = Counter()
     verify_threads: set[int] = set()
-    real_eager, real_measure, real_load = pipeline.eager_logits, pipeline.measure, pipeline.load
+    real_eager, real_measure, real_load = references.eager_logits, references.measure, artefact.load
 
     def eager(*args: Any) -> np.ndarray:
         calls["reference"] += 1
@@ -70,11 +71,11 @@ def test_targets_together_compute_each_reference_once_and_match_separate_runs(
         verify_threads.add(threads)
         return real_load(path, threads, format)
 
-    monkeypatch.setattr(pipeline, "eager_logits", eager)
-    monkeypatch.setattr(pipeline, "measure", measure)
-    monkeypatch.setattr(pipeline, "load", load)
-    opts = pipeline.ConvertOptions(checkpoint=checkpoint, target="", out=tmp_path / "together", heads="3,12",
-                                   jobs=1, layout="full")  # in this process, where the counters are
+    monkeypatch.setattr(references, "eager_logits", eager)
+    monkeypatch.setattr(references, "measure", measure)
+    monkeypatch.setattr(artefact, "load", load)
+    opts = ConvertOptions(checkpoint=checkpoint, target="", out=tmp_path / "together", heads="3,12",
+                          jobs=1, layout="full")  # in this process, where the counters are
     results = pipeline.convert_targets(pipeline.targets_options(opts, ["jetson", str(host)]))
     # jetson: fp16 and int8-qdq (nested), host: fp32; two head counts: 6 artefacts, 2 references, 2 nestings
     assert [len(r.converted) for r in results] == [4, 2], [r.failed for r in results]
@@ -90,7 +91,7 @@ def test_targets_together_compute_each_reference_once_and_match_separate_runs(
 
 def test_a_manifest_written_before_verify_seconds_still_reads(checkpoint: Path, host: Path, tmp_path: Path) -> None:
     out = tmp_path / "bundle"
-    pipeline.convert(pipeline.ConvertOptions(checkpoint=checkpoint, target=str(host), out=out, heads="3", jobs=1))
+    pipeline.convert(ConvertOptions(checkpoint=checkpoint, target=str(host), out=out, heads="3", jobs=1))
     doc = json.loads((out / "manifest.json").read_text())
     assert doc["artefacts"][0].pop("verify_seconds") > 0
     assert Manifest.from_dict(doc).artefacts[0].verify_seconds is None
@@ -168,7 +169,7 @@ def test_ctrl_c_while_converting_several_targets_leaves_every_bundle_whole(check
         assert not list((tmp_path / name).glob(".*.tmp"))
         made += len(files)
     assert 1 <= made < 12, output
-    opts = pipeline.ConvertOptions(checkpoint=checkpoint, target="", out=tmp_path, heads="3-6", layout="full")
+    opts = ConvertOptions(checkpoint=checkpoint, target="", out=tmp_path, heads="3-6", layout="full")
     results = pipeline.convert_targets(pipeline.targets_options(opts, [str(host), "jetson"]))
     assert sum(len(r.skipped) for r in results) == made and sum(len(r.converted) for r in results) == 12 - made
     assert not any(r.failed for r in results)

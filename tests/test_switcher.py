@@ -23,6 +23,7 @@ from test_lut import calibration
 from test_signals import within
 
 from hydra_edge.convert import pipeline
+from hydra_edge.convert.options import ConvertOptions
 from hydra_edge.errors import HydraEdgeError
 from hydra_edge.lut.make import make_lut
 from hydra_edge.model.config import preset
@@ -50,8 +51,8 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     HydraViT(preset("digits", depth=1, heads=(3, 6, 9, 12))).save(root / "m.pt")
     (root / "host.toml").write_text(PROFILE)
     out = root / "bundle"
-    pipeline.convert(pipeline.ConvertOptions(checkpoint=root / "m.pt", target=str(root / "host.toml"), out=out,
-                                             layout="full"))
+    pipeline.convert(ConvertOptions(checkpoint=root / "m.pt", target=str(root / "host.toml"), out=out,
+                                    layout="full"))
     calibration(out, {3: 10, 6: 20, 9: 30, 12: 40}).write(root / "cal.json")
     (root / "policy.toml").write_text(POLICY)
     make_lut(out, root / "cal.json", out, budget_ms=41, policy=root / "policy.toml")
@@ -63,8 +64,8 @@ def compact_bundle(bundle: Path) -> Path:
     """The same model and table as ``bundle``, converted compact: 12 heads whole, 3, 6 and 9 rebuilt."""
     root = bundle.parent
     out = root / "compact"
-    pipeline.convert(pipeline.ConvertOptions(checkpoint=root / "m.pt", target=str(root / "host.toml"), out=out,
-                                             layout="compact"))
+    pipeline.convert(ConvertOptions(checkpoint=root / "m.pt", target=str(root / "host.toml"), out=out,
+                                    layout="compact"))
     calibration(out, {3: 10, 6: 20, 9: 30, 12: 40}).write(root / "compact-cal.json")
     make_lut(out, root / "compact-cal.json", out, budget_ms=41, policy=root / "policy.toml")
     assert [a.compact is not None for a in read_manifest(out).artefacts] == [True, True, True, False]

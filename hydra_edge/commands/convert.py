@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from ..convert.layout import LAYOUTS
-from ..convert.pipeline import ConvertOptions, ConvertResult, convert_targets, targets_options
+from ..convert.options import ConvertOptions, ConvertResult
+from ..convert.pipeline import convert_targets, targets_options
 from ..logs import LOGS, terminal
 from .base import Number, command, ema_option
 

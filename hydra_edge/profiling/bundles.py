@@ -7,7 +7,8 @@ from pathlib import Path
 
 import torch
 
-from hydra_edge.convert.pipeline import ConvertOptions, convert
+from hydra_edge.convert.options import ConvertOptions
+from hydra_edge.convert.pipeline import convert
 from hydra_edge.model.config import preset
 from hydra_edge.model.hydravit import HydraViT
 
