@@ -19,6 +19,7 @@ from standins import free_port, stop_process, wait_for_port
 from standins.sshd import SshServer, sshd_server, start_sshd  # noqa: F401  (fixture)
 from test_calibrate import HOST_TARGET, invoke, make_bundle, one_line_error, torch_free_python
 
+from hydra_edge.bounds import MAX_RUNS
 from hydra_edge.measure.device import push_files
 from hydra_edge.measure.journal import read_calibration
 from hydra_edge.measure.session import runner_files
@@ -240,7 +241,7 @@ def test_stopping_the_host_stops_the_runner_on_the_board(how: str, bundle: Path,
     board = tmp_path / f"board-{uuid.uuid4().hex[:8]}"
     out = tmp_path / "board.json"
     host = start_host("calibrate", "--bundle", bundle, "--host", sshd_server.spec, *_ssh_args(sshd_server),
-                      "--remote-dir", board, "--python", device_python, "--out", out, "--runs", 10**6, "--warmup", 0)
+                      "--remote-dir", board, "--python", device_python, "--out", out, "--runs", MAX_RUNS, "--warmup", 0)
     deadline = time.monotonic() + 120
     while not (out.exists() and on_board(sshd_server, "runner.py --bundle")) and time.monotonic() < deadline:
         time.sleep(0.05)  # the device has reported itself: the runner is timing 3 heads, for minutes

@@ -19,6 +19,8 @@ from hydra_edge.atomic import sha256_file
 from hydra_edge.commands.convert import convert
 from hydra_edge.convert import artefact, pipeline
 from hydra_edge.convert.options import ConvertOptions
+from hydra_edge.convert.verify import allowed_drop, check_drop
+from hydra_edge.errors import HydraEdgeError
 from hydra_edge.model.checkpoint import load_checkpoint
 from hydra_edge.model.config import HydraConfig, preset
 from hydra_edge.model.hydravit import HydraViT
@@ -67,7 +69,8 @@ def _check_bundle(out: Path, n: int, fmt: str) -> Manifest:
         assert a.format == fmt and (out / a.file).stat().st_size == a.bytes
         assert sha256_file(out / a.file) == a.sha256 and sha256_file(out / a.golden["file"]) == a.golden["sha256"]
         assert a.params == subnet_size(cfg, a.heads).params and a.convert_seconds > 0
-        assert a.accuracy["top1"] is not None and a.accuracy["drop_pp"] <= manifest.max_drop
+        assert a.accuracy["top1"] is not None
+        assert a.accuracy["drop_pp"] <= allowed_drop(manifest.max_drop, a.accuracy["images"]) + 1e-9
         assert check_golden(load(out / a.file), load_golden(out / a.golden["file"]), a.golden["tolerance"]).ok
     return manifest
 
@@ -98,12 +101,14 @@ def test_rpi_bundle_is_verified_recorded_and_skipped_on_rerun(checkpoint: Path, 
 
     # A stricter --max-drop than a recorded drop is not satisfied by skipping: that artefact is made again.
     doc = json.loads((out / "manifest.json").read_text())
-    doc["artefacts"][0]["accuracy"]["drop_pp"] = 0.9
+    recorded = allowed_drop(0.5, doc["artefacts"][0]["accuracy"]["images"]) + 0.1  # over --max-drop 0.5's allowance
+    doc["artefacts"][0]["accuracy"]["drop_pp"] = recorded
     (out / "manifest.json").write_text(json.dumps(doc))
     code, output = _run("-c", checkpoint, "--target", "rpi", "--out", out, "--heads", "3,12", "--max-drop", "0.5",
                         "--layout", "full")
-    assert "1 converted, 1 unchanged" in output or "vit_h3_tflite_int8-dynamic.tflite: top-1" in output, output
-    assert read_manifest(out).artefacts[0].accuracy["drop_pp"] != 0.9
+    remade = "1 converted, 1 unchanged" in output
+    assert remade or "vit_h3_tflite_int8-dynamic.tflite: top-1" in output, output  # made again, then judged
+    assert not remade or read_manifest(out).artefacts[0].accuracy["drop_pp"] != recorded
 
 
 def test_android_bundle_is_an_xnnpack_pte(checkpoint: Path, tmp_path: Path) -> None:
@@ -192,6 +197,7 @@ def test_max_drop_failure_names_the_artefact(checkpoint: Path, host_target: Path
     code, output = _run("-c", checkpoint, "-t", host_target, "-o", out, "-j", 1)  # in this process, patched
     assert code != 0
     assert "Error: vit_h6_onnx_fp32.onnx: top-1" in output and "p.p. below the fp32 subnetwork" in output
+    assert "held-out images); use another --quant, raise --max-drop or --eval-limit" in output
     assert output.rstrip().endswith(f"converter output: {out / 'logs' / 'vit_h6_onnx_fp32.log'}")
     assert (out / "logs" / "vit_h6_onnx_fp32.log").is_file()
     assert [a.heads for a in read_manifest(out).artefacts] == [3, 12]
@@ -300,3 +306,10 @@ def test_a_second_conversion_into_a_bundle_in_use_says_who_or_waits(checkpoint: 
     assert waiting.returncode == 0, errors
     assert [a.heads for a in read_manifest(out).artefacts] == [3]
 
+
+def test_the_drop_is_judged_to_within_one_held_out_image() -> None:
+    """One image is the resolution of a top-1 drop: 32 images cannot tell 1 p.p. from 3.12."""
+    assert allowed_drop(1.0, 32) == pytest.approx(1.0 + 3.125) and allowed_drop(1.0, 10_000) == pytest.approx(1.01)
+    check_drop({"drop_pp": 4.0, "images": 32, "top1": 50.0, "fp32_top1": 54.0}, 1.0, "a.tflite")  # one image
+    with pytest.raises(HydraEdgeError, match=r"6.25 p.p. below .* \(allowed 1 p.p. \+ 3.12, one of 32 held-out"):
+        check_drop({"drop_pp": 6.25, "images": 32, "top1": 50.0, "fp32_top1": 56.25}, 1.0, "a.tflite")

@@ -51,10 +51,14 @@ BATTERY = ('battery_capacity = "/sys/class/power_supply/battery/capacity"\n'
 
 
 def board_profile(target: str) -> str:
-    """The shipped ``target`` profile with a battery named (as a UPS HAT or a battery carrier board adds)."""
+    """The shipped ``target`` profile with a battery named (as a UPS HAT or a battery carrier board adds),
+    and without a ``vcgencmd measure_temp`` line: the simulated board has no vcgencmd, and a named
+    temperature that never reads is the hottest band (as on a Pi whose OS lacks vcgencmd)."""
     from ..convert.targets import resolve
+    from ..runtime.signals.state import tool_of
 
-    return resolve(target).read_text().replace("[signals.files]\n", "[signals.files]\n" + BATTERY, 1)
+    lines = resolve(target).read_text().replace("[signals.files]\n", "[signals.files]\n" + BATTERY, 1).splitlines()
+    return "\n".join(line for line in lines if tool_of(line.partition("=")[2].strip().strip('"')) != "measure_temp") + "\n"
 
 
 def scenario_steps(images_per_step: int, seconds: float = 30.0) -> list[dict]:
