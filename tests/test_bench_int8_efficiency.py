@@ -17,6 +17,8 @@ from hydra_edge import HydraViT
 from hydra_edge.model.config import HydraConfig
 from hydra_edge.runtime.engines import int8_kernels_saturate, load
 
+pytestmark = pytest.mark.slow  # runs the bench end to end: conversions in every runtime
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -1,4 +1,4 @@
-"""bench/one_weight_set.py on the digits preset: it runs end to end and its JSON has what the README table needs."""
+"""bench/one_weight_set.py on the digits preset: it runs end to end and its JSON has what docs/benchmarks.md reports."""
 
 from __future__ import annotations
 
@@ -6,6 +6,10 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow  # runs the bench end to end
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -26,6 +26,8 @@ from hydra_edge.measure.session import bundle_record
 from hydra_edge.records.calibration import Calibration, HeadResult
 from hydra_edge.records.manifest import read_manifest
 
+pytestmark = pytest.mark.slow  # converts a bundle, runs the board app, deploys over sshd
+
 ROOT = Path(__file__).resolve().parents[1]
 # The Raspberry Pi's signals plus a battery (a UPS HAT), as a user-added profile.
 BOARD_TARGET = HOST_TARGET.replace("[signals.files]\n", "[signals.files]\n"

@@ -32,6 +32,8 @@ from hydra_edge.model.config import preset
 from hydra_edge.model.hydravit import HydraViT
 from hydra_edge.transport import LocalTransport
 
+pytestmark = pytest.mark.slow  # converts bundles, builds venvs, drives the adb stand-in
+
 # A user-added profile: fp32 ONNX (converts in seconds), with the Raspberry Pi's signals.
 HOST_TARGET = """\
 name = "host"

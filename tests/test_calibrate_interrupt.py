@@ -24,6 +24,8 @@ from hydra_edge.measure.session import resume_or_start
 from hydra_edge.records import calibration as records_calibration
 from hydra_edge.records.calibration import Calibration, HeadResult
 
+pytestmark = pytest.mark.slow  # converts a bundle and kills calibrations
+
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -14,6 +14,8 @@ from hydra_edge.errors import HydraEdgeError
 from hydra_edge.measure.journal import read_calibration
 from hydra_edge.measure.soak import derate, parse_duration
 
+pytestmark = pytest.mark.slow  # converts a bundle and soaks it
+
 
 @pytest.mark.parametrize("text,seconds", [("10m", 600), ("30s", 30), ("1h", 3600), ("90", 90), ("1m30s", 90),
                                           ("2.5s", 2.5)])

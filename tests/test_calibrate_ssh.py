@@ -25,6 +25,8 @@ from hydra_edge.measure.journal import read_calibration
 from hydra_edge.measure.session import runner_files
 from hydra_edge.transport import RemoteCommandError, open_transport
 
+pytestmark = pytest.mark.slow  # drives a real sshd and converts a bundle
+
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:

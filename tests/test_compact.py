@@ -38,6 +38,8 @@ from hydra_edge.runtime.engines import load, load_bytes, load_golden, load_golde
 from hydra_edge.runtime.rebuild import rebuild
 from hydra_edge.runtime.switcher import Switcher
 
+pytestmark = pytest.mark.slow  # converts bundles in every format and layout
+
 HEADS = "3,6,12"
 # (target, quant) of every format compacted; int8 weights are quantised nested (exact slices of the largest
 # head count's), so they compact like float ones

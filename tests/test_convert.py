@@ -30,6 +30,8 @@ from hydra_edge.runtime.engines import Engine, check_golden, load, load_golden
 from hydra_edge.train.data import load_data
 from hydra_edge.train.loop import TrainSettings, train
 
+pytestmark = pytest.mark.slow  # converts bundles for every target
+
 ONNX_FP32 = 'name = "host"\nthreads = 2\n[[artefacts]]\nformat = "onnx"\nquant = "fp32"\n' \
             'runtime = "onnxruntime"\nruntime_min_version = "1.17"\n'
 

@@ -27,6 +27,8 @@ from hydra_edge.model.hydravit import HydraViT
 from hydra_edge.records.manifest import Manifest, read_manifest
 from hydra_edge.runtime.engines import load_golden
 
+pytestmark = pytest.mark.slow  # converts several targets, interrupts workers
+
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -11,9 +11,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from hydra_edge.measure.journal import read_calibration
 from hydra_edge.records.manifest import read_manifest
 from hydra_edge.records.recipe import read_recipe
+
+pytestmark = pytest.mark.slow  # runs the whole demo
 
 
 def test_demo_runs_the_whole_pipeline_on_a_compact_bundle_and_resumes(tmp_path: Path) -> None:

@@ -49,6 +49,7 @@ def _export(subnet: torch.nn.Module, fmt: str, quant: str, images: np.ndarray, f
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt, quant, rel", CASES, ids=[f"{f}-{q}" for f, q, _ in CASES])
 def test_artefact_matches_eager_torch(subnet, images, tmp_path: Path, fmt: str, quant: str, rel: float) -> None:
     path = _export(subnet, fmt, quant, images, tmp_path)
@@ -159,6 +160,7 @@ def test_a_device_with_only_tflite_runtime_takes_artefacts_whose_records_name_it
     assert engines.runtime_module(FORMATS["tflite"], "tflite-runtime") == "ai_edge_litert"  # this host has no tflite-runtime
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["executorch", "tflite"])
 def test_an_engine_loaded_from_bytes_keeps_them_alive_and_runs_like_the_file(subnet, images, tmp_path: Path,
                                                                              fmt: str) -> None:

@@ -14,6 +14,8 @@ from hydra_edge.model.hydravit import HydraViT
 from hydra_edge.profiling.executorch import op_times
 from hydra_edge.runtime.engines import load
 
+pytestmark = pytest.mark.slow  # exports and profiles .pte artefacts
+
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Path], torch.nn.Module, np.ndarray]:

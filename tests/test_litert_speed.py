@@ -24,6 +24,8 @@ from hydra_edge.model.vit import PatchEmbed
 from hydra_edge.profiling.litert import op_events, op_times
 from hydra_edge.runtime.engines import load
 
+pytestmark = pytest.mark.slow  # exports and profiles .tflite artefacts
+
 DEPTH = 2
 
 

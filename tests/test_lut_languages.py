@@ -18,6 +18,8 @@ from hydra_edge.lut.emit_kotlin import emit_kotlin
 from hydra_edge.records.calibration import Derating
 from hydra_edge.runtime.lut import table_from_dict
 
+pytestmark = pytest.mark.slow  # compiles the emitted tables with gcc and kotlinc
+
 C_MAIN = """#include <stdio.h>
 #include "hydra_lut.h"
 int main(void) {

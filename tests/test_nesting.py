@@ -23,6 +23,8 @@ from hydra_edge.runtime.formats import FORMATS
 from hydra_edge.train.data import load_data
 from hydra_edge.train.loop import TrainSettings, train
 
+pytestmark = pytest.mark.slow  # converts nested int8 artefacts
+
 CASES = [("tflite", "int8-dynamic"), ("executorch", "int8-dynamic"), ("onnx", "int8-qdq")]
 LINEAR = {"attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2"}
 

@@ -24,6 +24,8 @@ from hydra_edge.runtime.engines import check_golden, load, load_golden
 from hydra_edge.train.data import load_data
 from hydra_edge.train.loop import TrainSettings, train
 
+pytestmark = pytest.mark.slow  # trains and converts a jetson bundle
+
 HEADS = (3, 12)
 
 

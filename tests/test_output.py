@@ -22,6 +22,8 @@ from hydra_edge.model.config import preset
 from hydra_edge.model.hydravit import HydraViT
 from hydra_edge.train.data import DataSpec
 
+pytestmark = pytest.mark.slow  # converts bundles to check what the terminal shows
+
 ROOT = Path(__file__).resolve().parents[1]
 ARTEFACT = "vit_h3_tflite_int8-dynamic"
 

@@ -27,6 +27,8 @@ from standins.sshd import SshServer, sshd_server  # noqa: F401  (fixture)
 from hydra_edge.model.config import preset
 from hydra_edge.model.hydravit import HydraViT
 
+pytestmark = pytest.mark.slow  # builds the wheel and installs it in a fresh venv
+
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ("hydra_edge/shipped/targets/rpi.toml", "hydra_edge/shipped/targets/jetson.toml",
            "hydra_edge/shipped/targets/android.toml", "hydra_edge/shipped/calibration/runner.py",

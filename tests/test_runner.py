@@ -22,6 +22,8 @@ from hydra_edge.measure.exits import exit_code, reporting_exit
 from hydra_edge.measure.session import runner_files
 from hydra_edge.records.manifest import read_manifest
 
+pytestmark = pytest.mark.slow  # converts a bundle and runs the device runner
+
 # Blocks torch, runs the runner as __main__, then reports where every hydra_edge module came from.
 GUARD = """\
 import json, os, runpy, sys

@@ -24,6 +24,8 @@ from hydra_edge.model.config import preset
 from hydra_edge.model.hydravit import HydraViT
 from hydra_edge.records.manifest import read_manifest
 
+pytestmark = pytest.mark.slow  # builds a tflite-runtime venv
+
 ROOT = Path(__file__).parents[1]
 
 

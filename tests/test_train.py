@@ -30,6 +30,7 @@ def _small(**overrides) -> HydraViT:
     return HydraViT(preset("digits", depth=2, **overrides))
 
 
+@pytest.mark.slow
 def test_training_learns_and_writes_checkpoint_history_and_accuracy(tmp_path):
     model = _small()
     result = train(model, load_data("digits", model.config), FAST, tmp_path)
@@ -88,6 +89,7 @@ def test_per_rank_sampling_draws_what_the_official_script_draws_on_each_rank(wei
         HeadSampler(HEADS, None, seed=0, mode="per-batch")
 
 
+@pytest.mark.slow
 def test_interrupted_training_resumes_to_the_same_weights(tmp_path, monkeypatch):
     data = load_data("digits", preset("digits", depth=2))
     straight = _small()
@@ -153,6 +155,7 @@ def test_cli_rejects_a_missing_data_folder(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_distributed_training_with_two_cpu_processes_matches_one_process(tmp_path):
     """torchrun, gloo, 2 ranks of batch 16: the same steps, draws and weights as one process of batch 32.
 
@@ -177,6 +180,7 @@ def test_distributed_training_with_two_cpu_processes_matches_one_process(tmp_pat
         assert (a - b).abs().max() <= 1e-3, (name, (a - b).abs().max())
 
 
+@pytest.mark.slow
 def test_per_rank_sampling_under_torchrun_draws_the_official_sequence_on_rank_0(tmp_path):
     """Two gloo ranks with --head-sampling per-rank: rank 0 draws what the official loop draws for rank 0."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -221,6 +225,7 @@ def test_eval_of_a_foreign_checkpoint_needs_data(tmp_path, b16_like):
     assert result.exit_code == 1 and "does not say what it was trained on; pass --data" in result.output
 
 
+@pytest.mark.slow
 def test_resume_trains_with_the_runs_settings_and_refuses_other_values_without_override(tmp_path, monkeypatch):
     """A 3-epoch run (batch 64, lr 2e-3) stopped after epoch 1 is finished as a 3-epoch run: the
     defaults (30 epochs, batch 32) do not stretch its schedule; typed values that differ are refused

@@ -29,6 +29,8 @@ from hydra_edge.transport import (
     open_transport,
 )
 
+pytestmark = pytest.mark.slow  # drives sshd and the adb stand-in
+
 NASTY_DIR = "a b;'c\"$(x)`y`"
 NASTY_ARGS = ["two words", "it's", 'say "hi"', "$HOME", "`id`", "$(id)", "a;b", "*", "\\n", "-n", ""]
 

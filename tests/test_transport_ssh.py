@@ -19,6 +19,8 @@ from hydra_edge.transport import (
 )
 from hydra_edge.transport.ssh import SshTarget, parse_target
 
+pytestmark = pytest.mark.slow  # drives a real sshd
+
 
 def test_an_ssh_config_alias_works_as_the_user_set_it_up(sshd_server: SshServer) -> None:
     with open_transport(host=sshd_server.alias, ssh_config=sshd_server.ssh_config) as t:
