@@ -26,8 +26,9 @@ from ..atomic import write_bytes
 from ..errors import HydraEdgeError
 from ..lock import LockedError, exclusive, holder
 from ..records.manifest import LOCK, MANIFEST, Manifest, golden_files, read_manifest
+from ..runtime.bundle_files import bundle_bytes
 from ..runtime.engines import GOLDEN_MAX_BYTES
-from ..runtime.rebuild import artefact_bytes, bundle_bytes
+from ..runtime.rebuild import artefact_bytes
 
 STAGING = ".expand-"  # prefix of the folder inside --out where files wait until every one has passed
 CHOOSE = "choose a new or empty folder for --out"

@@ -21,7 +21,8 @@ from ..errors import HydraEdgeError
 from ..records.codec import read_bytes
 from ..records.manifest import ArtefactRecord, Compact, Manifest
 from ..records.recipe import read_recipe
-from ..runtime.rebuild import ARTEFACT_MAX_BYTES, rebuild
+from ..runtime.bundle_files import ARTEFACT_MAX_BYTES
+from ..runtime.rebuild import rebuild
 from .compact import Largest, Tensor, compact, largest
 from .formats import exporter
 from .golden import share_inputs, unshare_inputs

@@ -26,8 +26,8 @@ import numpy as np
 from ..errors import HydraEdgeError
 from ..records.codec import read_bytes
 from ..records.manifest import golden_files
+from .bundle_files import bundle_bytes
 from .formats import FORMATS, Format
-from .rebuild import bundle_bytes
 
 Step = Callable[[np.ndarray], np.ndarray]  # one (1, C, H, W) float32 image -> (1, classes) logits
 Model = Union[Path, bytes]  # an artefact file, or its bytes (rebuilt in memory from a compact bundle)

@@ -17,75 +17,26 @@ import mmap
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
-from stat import S_ISREG
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
 from ..errors import HydraEdgeError
 from ..records.codec import RECORD_MAX_BYTES, read_bytes
-from ..records.manifest import ArtefactRecord, refuse_link_out
+from ..records.manifest import ArtefactRecord
 from ..records.recipe import Piece, Range, Recipe, decode_recipe
+from .bundle_files import ARTEFACT_MAX_BYTES, FIX, bundle_bytes, bundle_path, check_sha256, check_size, checked, reading
 
 if TYPE_CHECKING:
     from .engines import Engine
 
-FIX = "re-push the bundle or re-run hydra-edge convert"
-
-
-def _same(got: str, path: Path, what: str, sha256: str) -> None:
-    if got != sha256:
-        raise HydraEdgeError(f"{path}: {what} sha256 is {got[:12]}..., expected {sha256[:12]}...; {FIX}")
-
-
-def _checked(data: Any, path: Path, what: str, sha256: str) -> Any:
-    _same(hashlib.sha256(data).hexdigest(), path, what, sha256)
-    return data
-
-
-# A whole artefact is read into memory to be hashed and loaded as one: b16 in fp32 is ~350 MB.
-ARTEFACT_MAX_BYTES = 4 << 30
-
-
-def _bundle_path(bundle: Path, name: str, what: str) -> Path:
-    """The bundle file ``name``: a link leading out of the bundle is refused before anything is read."""
-    path = bundle / name
-    refuse_link_out(bundle, path, what)
-    return path
-
-
-@contextmanager
-def _reading(path: Path, what: str) -> Iterator[None]:
-    """An OSError while opening or mapping ``path`` as one line."""
-    try:
-        yield
-    except FileNotFoundError:
-        raise HydraEdgeError(f"{path}: {what} is missing; {FIX}") from None
-    except OSError as e:
-        raise HydraEdgeError(f"{path}: cannot read {what}: {e.strerror or e}; {FIX}") from None
-
-
-def _check_size(path: Path, stat: os.stat_result, piece: Piece, what: str) -> None:
-    if not S_ISREG(stat.st_mode):
-        raise HydraEdgeError(f"{path}: {what} is not a regular file (a FIFO, a folder or a device); {FIX}")
-    if stat.st_size != piece.bytes:
-        raise HydraEdgeError(f"{path}: {what} is {stat.st_size} bytes, the recipe says {piece.bytes}; {FIX}")
-
-
-def bundle_bytes(bundle: Path, name: str, sha256: str, what: str, max_bytes: int) -> bytes:
-    """The bundle file ``name`` (``what`` it is, for messages), read once and at most ``max_bytes``, its
-    sha256 checked on the bytes read: they are what the caller uses, whatever happens to the file after."""
-    path = _bundle_path(bundle, name, what)
-    return _checked(read_bytes(path, what, FIX, max_bytes=max_bytes), path, what, sha256)
-
 
 def _read_piece(bundle: Path, piece: Piece, what: str) -> bytes:
     """A skeleton: its size is compared before it is read (at most that many bytes), its sha256 after."""
-    path = _bundle_path(bundle, piece.file, what)
-    with _reading(path, what):
-        _check_size(path, path.stat(), piece, what)
+    path = bundle_path(bundle, piece.file, what)
+    with reading(path, what):
+        check_size(path, path.stat(), piece, what)
     return bundle_bytes(bundle, piece.file, piece.sha256, what, piece.bytes)
 
 
@@ -101,18 +52,18 @@ def _map_source(bundle: Path, piece: Piece) -> Union[bytes, mmap.mmap]:
     open file, not its path. Its sha256 is checked on first use and again whenever that identity
     (device, inode, size, modification time) changes; the rebuilt bytes themselves are always hashed.
     """
-    path = _bundle_path(bundle, piece.file, "source artefact")
-    with _reading(path, "source artefact"):
+    path = bundle_path(bundle, piece.file, "source artefact")
+    with reading(path, "source artefact"):
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         try:
             stat = os.fstat(fd)
-            _check_size(path, stat, piece, "source artefact")
+            check_size(path, stat, piece, "source artefact")
             data = mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if piece.bytes else b""
         finally:
             os.close(fd)
     key = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
     if _VERIFIED.get(key) != piece.sha256:
-        _checked(data, path, "source artefact", piece.sha256)
+        checked(data, path, "source artefact", piece.sha256)
         _VERIFIED[key] = piece.sha256
     return data
 
@@ -232,14 +183,14 @@ def rebuild(bundle: Union[str, Path], record: ArtefactRecord) -> bytes:
     skeleton = _read_piece(bundle, recipe.skeleton, "skeleton")
     source = _map_source(bundle, recipe.source)
     data, got = _splice_hashed(skeleton, source, recipe.ranges)
-    _same(got, bundle / record.compact.recipe, f"artefact {record.file} rebuilt by the recipe", record.sha256)
+    check_sha256(got, bundle / record.compact.recipe, f"artefact {record.file} rebuilt by the recipe", record.sha256)
     return data
 
 
 def _whole(bundle: Path, record: ArtefactRecord) -> bytes:
     """A full artefact's file, read once (at most the manifest's size) and hashed: the bytes checked are
     the bytes returned, whatever happens to the file after."""
-    path = _bundle_path(bundle, record.file, "artefact")
+    path = bundle_path(bundle, record.file, "artefact")
     data = read_bytes(path, "artefact", FIX, max_bytes=min(record.bytes, ARTEFACT_MAX_BYTES))
     if hashlib.sha256(data).hexdigest() != record.sha256:
         raise HydraEdgeError(f"{path} is missing or its sha256 differs from the manifest; {FIX}")
