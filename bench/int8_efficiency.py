@@ -27,6 +27,7 @@ import torch
 
 from hydra_edge.convert.naming import tool_versions
 from hydra_edge.errors import HydraEdgeError
+from hydra_edge.formats import FORMATS
 from hydra_edge.model.checkpoint import load_checkpoint
 from hydra_edge.model.config import HydraConfig
 from hydra_edge.model.sizes import subnet_size
@@ -35,7 +36,6 @@ from hydra_edge.profiling.report import save_report, subplots
 from hydra_edge.profiling.timing import cpu_family, host_cpu, paired_ms
 from hydra_edge.records.manifest import read_manifest
 from hydra_edge.runtime.engines import load
-from hydra_edge.runtime.formats import FORMATS
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"

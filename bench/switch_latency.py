@@ -35,8 +35,8 @@ import numpy as np
 import torch
 
 from hydra_edge.lut.make import make_lut
-from hydra_edge.lut.pareto import Point, pareto
 from hydra_edge.measure.journal import read_calibration
+from hydra_edge.measure.pareto import Point, pareto
 from hydra_edge.measure.session import CalibrateOptions, Session, bundle_record
 from hydra_edge.model.config import parse_heads, preset
 from hydra_edge.profiling.bundles import full_and_compact

@@ -2,7 +2,7 @@
 """hydra-edge calibration runner: times every artefact of a bundle on the device it runs on.
 
 ``hydra-edge calibrate`` pushes this file beside the torch-free parts of ``hydra_edge`` it
-imports (``runtime``, ``records``, ``errors``, ``atomic``, ``bounds``) and runs it with the
+imports (``runtime``, ``records``, ``errors``, ``atomic``, ``bounds``, ``formats``) and runs it with the
 device's Python (3.9+, numpy, msgspec and the bundle's runtime; never torch). It can also be run by
 hand on a board: ``python3 calibration/runner.py --bundle bundles/rpi``.
 
@@ -37,8 +37,8 @@ from typing import Any, Callable, Dict, List, Optional
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the pushed hydra_edge beside us
 
 from hydra_edge.atomic import sha256_file  # noqa: E402
-from hydra_edge.errors import HydraEdgeError  # noqa: E402
 from hydra_edge.bounds import MAX_RUNS, MAX_SOAK_S, MAX_THREADS, SOAK_INTERVAL_S, number_arg  # noqa: E402
+from hydra_edge.errors import HydraEdgeError  # noqa: E402
 from hydra_edge.records.manifest import ArtefactRecord, read_manifest  # noqa: E402
 
 Emit = Callable[[Dict[str, Any]], None]
@@ -173,9 +173,10 @@ def soak(bundle: Path, artefact: ArtefactRecord, args: argparse.Namespace, devic
 
 def device_record() -> Dict[str, Any]:
     """What this device is, and which runtimes it has, for the calibration's device record."""
+    import numpy
+
     from hydra_edge.runtime.engines import installed_runtimes
     from hydra_edge.runtime.signals import read_device_info
-    import numpy
 
     return {"event": "device", "device": read_device_info().to_dict(),
             "runtimes": {**installed_runtimes(), "numpy": numpy.__version__}}

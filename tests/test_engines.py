@@ -14,12 +14,12 @@ import torch
 from hydra_edge.convert.formats import exporter
 from hydra_edge.convert.targets import load_target
 from hydra_edge.errors import HydraEdgeError
+from hydra_edge.formats import FORMATS
 from hydra_edge.measure.device import RuntimeMissingError, ensure_python, runtime_requirements
 from hydra_edge.model.config import HydraConfig, preset
 from hydra_edge.model.hydravit import HydraViT
 from hydra_edge.runtime import engines
 from hydra_edge.runtime.engines import check_golden, compare, format_of, load
-from hydra_edge.runtime.formats import FORMATS
 from hydra_edge.transport import LocalTransport
 
 # (format, quant, relative L2 error allowed against eager fp32)
@@ -152,7 +152,7 @@ def test_a_device_with_only_tflite_runtime_takes_artefacts_whose_records_name_it
     with LocalTransport(tmp_path / "device") as t:
         assert ensure_python(t, str(python), needs, setup=False) == str(python)
     code = ("from hydra_edge.runtime.engines import check_runtimes, runtime_module; "
-            "from hydra_edge.runtime.formats import FORMATS; "
+            "from hydra_edge.formats import FORMATS; "
             f"check_runtimes({needs!r}); "
             "print(runtime_module(FORMATS['tflite'], 'tflite-runtime'), runtime_module(FORMATS['tflite'], 'ai-edge-litert'))")
     done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[1])

@@ -8,7 +8,7 @@ import inspect
 import pytest
 
 from hydra_edge.convert.formats import Exporter, exporter
-from hydra_edge.runtime.formats import FORMATS
+from hydra_edge.formats import FORMATS
 
 CONSTANTS = [name for name in Exporter.__annotations__]
 FUNCTIONS = [name for name, member in vars(Exporter).items() if inspect.isfunction(member) and not name.startswith("_")]

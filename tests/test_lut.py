@@ -21,9 +21,9 @@ from hydra_edge.convert.targets import load_target
 from hydra_edge.errors import HydraEdgeError
 from hydra_edge.lut import policy as policy_module
 from hydra_edge.lut.make import OUTPUTS
-from hydra_edge.lut.pareto import Point, pareto
 from hydra_edge.lut.policy import Policy, load_policy, policy_from_dict
 from hydra_edge.lut.table import build_table
+from hydra_edge.measure.pareto import Point, pareto
 from hydra_edge.records import lut as record
 from hydra_edge.records.calibration import Calibration, Derating, HeadResult
 from hydra_edge.records.manifest import ArtefactRecord, Manifest, read_manifest

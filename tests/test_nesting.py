@@ -15,11 +15,11 @@ from hydra_edge.convert.options import ConvertOptions
 from hydra_edge.convert.pipeline import convert
 from hydra_edge.convert.targets import load_target
 from hydra_edge.errors import HydraEdgeError
+from hydra_edge.formats import FORMATS
 from hydra_edge.model.config import preset
 from hydra_edge.model.hydravit import HydraViT
 from hydra_edge.model.slicing import weight_index
 from hydra_edge.records.manifest import read_manifest
-from hydra_edge.runtime.formats import FORMATS
 from hydra_edge.train.data import load_data
 from hydra_edge.train.loop import TrainSettings, train
 

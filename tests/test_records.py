@@ -498,8 +498,8 @@ def test_an_artefact_format_no_runtime_loads_is_one_line_naming_the_field(tmp_pa
 
 
 def test_the_records_know_the_formats_the_runtime_loads() -> None:
+    from hydra_edge.formats import FORMATS
     from hydra_edge.records.fields import Format
-    from hydra_edge.runtime.formats import FORMATS
 
     assert set(typing.get_args(Format)) == set(FORMATS)
     assert [msgspec.convert(name, Format) for name in FORMATS] == list(FORMATS)  # each decodes as itself

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from hydra_edge.cli import main
 from hydra_edge.convert.targets import SHIPPED, available, load_target
 from hydra_edge.errors import HydraEdgeError
-from hydra_edge.runtime.formats import FORMATS
+from hydra_edge.formats import FORMATS
 
 
 @pytest.mark.parametrize("name", ["rpi", "jetson", "android"])

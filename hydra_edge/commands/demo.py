@@ -89,9 +89,9 @@ def demo_budget(bundle: Path, calibration: Path) -> float:
 
     The most accurate is the top of this device's Pareto front (ties go to fewer heads).
     """
-    from ..lut.pareto import pareto
     from ..lut.table import points
     from ..measure.journal import read_calibration
+    from ..measure.pareto import pareto
     from ..records.manifest import read_manifest
 
     front, _ = pareto(points(read_manifest(bundle), read_calibration(calibration))[0])

@@ -12,11 +12,11 @@ from typing import Any, Callable
 from .. import __version__
 from ..atomic import atomic_path, sha256_file
 from ..errors import HydraEdgeError
+from ..formats import FORMATS
 from ..logs import artefact_log, capture
 from ..model.slicing import weight_index
 from ..records.manifest import ArtefactRecord
 from ..runtime.engines import load, runtime_version
-from ..runtime.formats import FORMATS
 from .formats import exporter
 from .golden import golden_name
 from .inputs import context

@@ -1,5 +1,5 @@
 """The exporter contract (``Exporter``), and dispatch from a format name (a key of
-``runtime.formats.FORMATS``) to the exporter module that entry names.
+``hydra_edge.formats.FORMATS``) to the exporter module that entry names.
 
 A format's exporter is one module satisfying ``Exporter`` structurally: its constants and two
 functions, nothing to register but the table entry. Importing one is cheap: the heavy converter is
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
 import numpy as np
 
 from ..errors import HydraEdgeError
-from ..runtime.formats import FORMATS
+from ..formats import FORMATS
 
 if TYPE_CHECKING:  # the exporters import torch inside export() only
     import torch

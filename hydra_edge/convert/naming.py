@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from .. import __version__
-from ..runtime.formats import FORMATS
+from ..formats import FORMATS
 from .formats import all_tools, tools
 from .targets import Variant
 

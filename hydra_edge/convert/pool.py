@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .. import __version__
+from ..formats import FORMATS
 from ..logs import LOGS, capture
 from ..records.manifest import MANIFEST, ArtefactRecord
-from ..runtime.formats import FORMATS
 from .artefact import run_job
 from .formats import exporter
 from .options import Report

@@ -21,8 +21,8 @@ from typing import Any
 import msgspec
 
 from ..errors import HydraEdgeError
+from ..formats import FORMATS
 from ..records.target import Variant, read_profile
-from ..runtime.formats import FORMATS
 from ..shipped import shipped
 from .formats import quants
 

@@ -18,11 +18,11 @@ from typing import Any
 from .. import __version__
 from ..atomic import sha256_file
 from ..errors import HydraEdgeError
+from ..measure.pareto import Point, pareto
 from ..records.calibration import Calibration, Derating
 from ..records.lut import SCHEMA, SCHEMA_VERSION
 from ..records.manifest import MANIFEST, Manifest
 from ..runtime.signals import signals_from_profile
-from .pareto import Point, pareto
 from .policy import ANDROID_STATUSES, Policy
 
 

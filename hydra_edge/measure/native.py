@@ -24,9 +24,9 @@ from typing import Any, Callable, Dict, Iterable, Iterator, Mapping, Sequence
 
 from ..atomic import write_bytes
 from ..errors import HydraEdgeError
+from ..formats import FORMATS
 from ..records.calibration import HeadResult
 from ..records.manifest import ArtefactRecord, bundle_files
-from ..runtime.formats import FORMATS
 from ..runtime.rebuild import rebuild
 from ..runtime.signals import (
     DeviceState,

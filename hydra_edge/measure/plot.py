@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..atomic import atomic_path
-from ..lut.pareto import Point, pareto
 from ..records.calibration import Calibration
 from ..records.manifest import Manifest
+from .pareto import Point, pareto
 
 
 def accuracy_by_heads(manifest: Manifest) -> tuple[dict[int, float], str]:

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, Tuple
 import msgspec
 from msgspec import Meta
 
-from ..runtime.formats import FORMATS
+from ..formats import FORMATS
 
 MAX_HEADS = 128  # far above any ViT's head count, far below what would exhaust memory
 LARGE = 1e12  # the largest magnitude any measured or configured number may have

@@ -13,7 +13,7 @@ import msgspec
 from msgspec import Meta
 
 from ..errors import HydraEdgeError
-from ..runtime.formats import FORMATS
+from ..formats import FORMATS
 from . import codec
 from .fields import Name, PosFloat, Sha256, Threads, check
 

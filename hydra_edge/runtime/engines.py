@@ -4,7 +4,7 @@ This module is what a board or phone runs, so it imports numpy only; each runtim
 lazily when its format is loaded. The host's conversion check (``hydra_edge.convert.verify``)
 loads artefacts through these same engines, so what was verified is what the device runs.
 
-Each format's entry in ``runtime.formats.FORMATS`` names its loader here (``load_<runtime>``).
+Each format's entry in ``hydra_edge.formats.FORMATS`` names its loader here (``load_<runtime>``).
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from typing import Any, Callable, Iterable, Mapping, Sequence, Union
 import numpy as np
 
 from ..errors import HydraEdgeError
+from ..formats import FORMATS, Format
 from ..records.codec import read_bytes
 from ..records.manifest import golden_files
 from .bundle_files import bundle_bytes
-from .formats import FORMATS, Format
 
 Step = Callable[[np.ndarray], np.ndarray]  # one (1, C, H, W) float32 image -> (1, classes) logits
 Model = Union[Path, bytes]  # an artefact file, or its bytes (rebuilt in memory from a compact bundle)
@@ -49,7 +49,7 @@ class Engine:
 
 
 def load_tflite(model: Model, threads: int, module: str) -> Step:
-    # ai-edge-litert, or tflite-runtime for an artefact whose record names it (see runtime.formats.TFLITE_RUNTIME):
+    # ai-edge-litert, or tflite-runtime for an artefact whose record names it (see hydra_edge.formats.TFLITE_RUNTIME):
     # both packages have the same ``interpreter`` API.
     Interpreter = importlib.import_module(f"{module}.interpreter").Interpreter
 
@@ -149,7 +149,7 @@ def load(path: str | Path, threads: int = 1, format: str | None = None, runtime:
     """Load an artefact into its runtime; ``format`` overrides the suffix (for files still being written).
 
     ``runtime``: the runtime its manifest record names; a format's alternate runtime is used only
-    when the record names it (``runtime.formats.Alternate``).
+    when the record names it (``hydra_edge.formats.Alternate``).
     """
     path = Path(path)
     fmt = _format(format, path)
