@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,27 +16,11 @@ from ..logs import device_log
 from ..measure.session import CalibrateOptions, Session, safe_name
 from ..measure.soak import parse_duration
 from ..records.calibration import Calibration
-from ..transport import Transport, open_transport
+from ..transport import DeviceArg, Transport
 from .base import Number, command
 
 RUNS = Number(1, MAX_RUNS, integer=True)  # timed runs per head count; demo passes its own through
 THREADS = Number(1, MAX_THREADS, integer=True)
-
-
-@dataclass(frozen=True)
-class DeviceArg:
-    """One device named on the command line (``--host``, ``--serial`` or ``--local``), as ``open_transport``
-    keywords; not a target profile (``convert.targets.Target``), which says what a kind of device runs."""
-
-    kind: str  # "host" | "serial" | "local"
-    name: str | None
-
-    def open(self, options: dict[str, Any]) -> Transport:
-        if self.kind == "local":
-            return open_transport(local=True, **({"workdir": options["remote_dir"]} if "remote_dir" in options else {}))
-        keys = {"host": ("identity_file", "known_hosts", "ssh_config", "remote_dir"),
-                "serial": ("adb_port", "remote_dir")}[self.kind]
-        return open_transport(**{self.kind: self.name}, **{k: v for k, v in options.items() if k in keys})
 
 
 def _devices(hosts: tuple[str, ...], serial: str | None, local: bool) -> list[DeviceArg]:

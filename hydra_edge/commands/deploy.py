@@ -20,10 +20,9 @@ from ..records.manifest import MANIFEST, bundle_files, read_manifest
 from ..runtime.lut import read_table
 from ..runtime.preprocess import IMAGE_SUFFIXES
 from ..shipped import shipped
-from ..transport import Transport
+from ..transport import DeviceArg, Transport
 from ..transport.base import host_watch
 from .base import Number, command
-from .calibrate import DeviceArg
 
 APP = shipped("board-demo", "app.py")
 APP_DIR = "app"  # under the device's hydra-edge dir

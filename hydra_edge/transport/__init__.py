@@ -7,6 +7,7 @@ every kind of device. ``open_transport`` picks the kind from what the user named
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import HydraEdgeError
@@ -33,7 +34,7 @@ from .result import Result
 from .ssh import SshTransport
 
 __all__ = [
-    "open_transport", "Transport", "Result", "Stream", "LocalTransport", "SshTransport", "AdbTransport",
+    "open_transport", "DeviceArg", "Transport", "Result", "Stream", "LocalTransport", "SshTransport", "AdbTransport",
     "TransportError", "ToolMissingError", "HostKeyError", "UnreachableError", "AuthenticationError",
     "ConnectionLostError", "DeviceNotFoundError", "DeviceUnauthorizedError", "NoSpaceError",
     "RemoteFileNotFoundError", "IntegrityError", "TransportTimeout", "TransportInterrupted",
@@ -68,3 +69,19 @@ def open_transport(host: str | None = None, serial: str | None = None, local: bo
         transport.close()
         raise
     return transport
+
+
+@dataclass(frozen=True)
+class DeviceArg:
+    """One device named on the command line (``--host``, ``--serial`` or ``--local``), as ``open_transport``
+    keywords; not a target profile (``convert.targets.Target``), which says what a kind of device runs."""
+
+    kind: str  # "host" | "serial" | "local"
+    name: str | None
+
+    def open(self, options: dict[str, Any]) -> Transport:
+        if self.kind == "local":
+            return open_transport(local=True, **({"workdir": options["remote_dir"]} if "remote_dir" in options else {}))
+        keys = {"host": ("identity_file", "known_hosts", "ssh_config", "remote_dir"),
+                "serial": ("adb_port", "remote_dir")}[self.kind]
+        return open_transport(**{self.kind: self.name}, **{k: v for k, v in options.items() if k in keys})
