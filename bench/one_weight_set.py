@@ -37,8 +37,8 @@ from hydra_edge.profiling.report import save_report, subplots
 from hydra_edge.profiling.timing import host_cpu, paired_ms
 from hydra_edge.records.manifest import LOCK, ArtefactRecord, read_manifest, stored_files
 from hydra_edge.runtime.engines import load, load_bytes
+from hydra_edge.runtime.latency import percentile
 from hydra_edge.runtime.rebuild import rebuild
-from hydra_edge.runtime.signals import percentile
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = "rpi:int8-dynamic,android:int8-dynamic,jetson:fp16"  # each target's shipped format

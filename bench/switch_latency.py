@@ -44,7 +44,7 @@ from hydra_edge.profiling.report import save_report, subplots
 from hydra_edge.profiling.timing import host_cpu
 from hydra_edge.records.calibration import Calibration
 from hydra_edge.records.manifest import read_manifest
-from hydra_edge.runtime.signals import percentile
+from hydra_edge.runtime.latency import percentile
 from hydra_edge.runtime.switcher import Switcher
 from hydra_edge.transport import open_transport
 

@@ -107,7 +107,7 @@ def measure(bundle: Path, artefact: ArtefactRecord, args: argparse.Namespace, de
     from hydra_edge.records.manifest import golden_files
     from hydra_edge.runtime.engines import check_golden, load_golden_pair
     from hydra_edge.runtime.rebuild import load_timed
-    from hydra_edge.runtime.signals import summarize_latencies
+    from hydra_edge.runtime.latency import summarize_latencies
 
     result: Dict[str, Any] = {"event": "result", "heads": artefact.heads, "artefact": artefact.id,
                               "sha256": artefact.sha256, "runner": "python", "status": "error"}

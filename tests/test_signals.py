@@ -15,13 +15,30 @@ from typing import Callable, TypeVar
 import pytest
 
 from hydra_edge.errors import HydraEdgeError
-from hydra_edge.runtime.signals import _text, state as state_module
+from hydra_edge.runtime.latency import parse_benchmark_model, parse_executor_runner, summarize_latencies
 from hydra_edge.runtime.signals import (
-    COMMANDS, BoundedReader, DeviceState, configured, Throttling, android_device_info, parse_battery,
-    parse_benchmark_model, parse_executor_runner, parse_get_throttled, parse_getprop, parse_measure_temp,
-    parse_tegrastats, parse_thermalservice, read_device_info, read_power_supplies, read_state,
-    read_thermal_zones, run_command, signals_from_profile, summarize_latencies,
-    thermal_status_name)
+    COMMANDS,
+    BoundedReader,
+    DeviceState,
+    Throttling,
+    _text,
+    android_device_info,
+    configured,
+    parse_battery,
+    parse_get_throttled,
+    parse_getprop,
+    parse_measure_temp,
+    parse_tegrastats,
+    parse_thermalservice,
+    read_device_info,
+    read_power_supplies,
+    read_state,
+    read_thermal_zones,
+    run_command,
+    signals_from_profile,
+    thermal_status_name,
+)
+from hydra_edge.runtime.signals import state as state_module
 
 ROOT = Path(__file__).resolve().parents[1]
 SIGNALS_DIR = ROOT / "hydra_edge" / "runtime" / "signals"
@@ -948,7 +965,7 @@ def test_executor_runner_total_only_old_and_failed():
 # --- stays on the device side -----------------------------------------------------------------
 
 def test_signals_import_no_torch_or_numpy():
-    code = ("import sys, hydra_edge.runtime.signals; "
+    code = ("import sys, hydra_edge.runtime.signals, hydra_edge.runtime.latency; "
             "heavy = sorted({'torch', 'numpy'} & set(sys.modules)); "
             "sys.exit(f'imported {heavy}' if heavy else 0)")
     done = subprocess.run([sys.executable, "-c", code], cwd=SIGNALS_DIR.parents[2],
@@ -956,6 +973,7 @@ def test_signals_import_no_torch_or_numpy():
     assert done.returncode == 0, done.stderr or done.stdout
 
 
-@pytest.mark.parametrize("source", sorted(SIGNALS_DIR.glob("*.py")), ids=lambda p: p.name)
+@pytest.mark.parametrize("source", [*sorted(SIGNALS_DIR.glob("*.py")), SIGNALS_DIR.parent / "latency.py"],
+                         ids=lambda p: p.name)
 def test_signals_source_parses_as_python_3_9(source: Path):
     ast.parse(source.read_text(), filename=str(source), feature_version=(3, 9))

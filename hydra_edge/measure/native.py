@@ -27,18 +27,9 @@ from ..errors import HydraEdgeError
 from ..formats import FORMATS
 from ..records.calibration import HeadResult
 from ..records.manifest import ArtefactRecord, bundle_files
+from ..runtime.latency import NativeBenchmark, parse_benchmark_model, parse_executor_runner, parse_trtexec
 from ..runtime.rebuild import rebuild
-from ..runtime.signals import (
-    DeviceState,
-    NativeBenchmark,
-    android_device_info,
-    parse_benchmark_model,
-    parse_executor_runner,
-    parse_getprop,
-    parse_trtexec,
-    read_state,
-    signals_from_profile,
-)
+from ..runtime.signals import DeviceState, android_device_info, parse_getprop, read_state, signals_from_profile
 from ..transport import ConnectionLostError, Transport
 from .exits import reporting_exit, split_exit
 

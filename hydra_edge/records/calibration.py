@@ -23,7 +23,7 @@ Status = Literal["ok", "golden_failed", "error", "crashed"]
 
 
 class Latency(msgspec.Struct, forbid_unknown_fields=True):
-    """``hydra_edge.runtime.signals.benchmarks.LatencyStats`` as written (ms); native runners lack percentiles."""
+    """``hydra_edge.runtime.latency.LatencyStats`` as written (ms); native runners lack percentiles."""
 
     mean_ms: NonNegFloat
     count: Optional[NonNegative] = None

@@ -1,16 +1,13 @@
-"""Device-side signals: temperature, battery, power and throttling, plus the native
-benchmark runners' output, read into dataclasses.
+"""Device-side signals: temperature, battery, power and throttling, read into dataclasses.
 
 Pure standard library (Python 3.9+), so the package can be pushed to a board and run as-is.
 ``linux`` reads sysfs, vcgencmd and tegrastats; ``android`` parses dumpsys and getprop text;
-``benchmarks`` summarises latencies; ``state`` and ``info`` put one reading and one device
+``state`` and ``info`` put one reading and one device
 description together.
 """
 
 from .android import (THERMAL_STATUS_NAMES, AndroidBattery, AndroidThermal, parse_battery,
                       parse_getprop, parse_thermalservice, thermal_status_name)
-from .benchmarks import (LatencyStats, NativeBenchmark, parse_benchmark_model, parse_executor_runner,
-                         parse_trtexec, percentile, summarize_latencies, trimmed_mean)
 from .info import DeviceInfo, android_device_info, read_device_info
 from .linux import (PowerSupply, TegraStats, ThermalZone, Throttling, TripPoint,
                     parse_get_throttled, parse_measure_temp, parse_tegrastats,
@@ -21,8 +18,6 @@ from .state import (COMMANDS, READ_TIMEOUT_S, SIGNALS, THERMAL_SIGNALS, BoundedR
 __all__ = [
     "THERMAL_STATUS_NAMES", "AndroidBattery", "AndroidThermal", "parse_battery", "parse_getprop",
     "parse_thermalservice", "thermal_status_name",
-    "LatencyStats", "NativeBenchmark", "parse_benchmark_model", "parse_executor_runner", "parse_trtexec",
-    "percentile", "summarize_latencies", "trimmed_mean",
     "DeviceInfo", "android_device_info", "read_device_info",
     "PowerSupply", "TegraStats", "ThermalZone", "Throttling", "TripPoint", "parse_get_throttled",
     "parse_measure_temp", "parse_tegrastats", "read_power_supplies", "read_thermal_zones",

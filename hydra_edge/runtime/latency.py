@@ -12,7 +12,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
-from ._text import EQUALS_TOKENS, NUMBER, integer, number, pairs
+from .signals._text import EQUALS_TOKENS, NUMBER, integer, number, pairs
 
 TRIM_FRACTION = 0.1  # trimmed mean drops 10% at each end: one-off stalls, not the model
 
