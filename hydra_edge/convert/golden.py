@@ -1,6 +1,6 @@
 """Golden pairs in a bundle: the inputs stored once when every head count checks the same ones.
 
-Each head count's golden pair holds the same inputs (b16: 8 images, 4.6 MiB) and its own small
+Each head count's golden pair holds the same inputs (a few images, megabytes at b16) and its own small
 outputs (reference and host logits). A compact bundle keeps the inputs in one shared
 ``golden-inputs.<digest>.npz`` and per head count a ``<artefact>.golden-outputs.npz``; the
 record's ``golden.inputs_file`` names the shared file and its sha256. ``--layout full`` writes the

@@ -14,16 +14,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-# Peak resident memory of one worker ~ BASE + PER_WEIGHT_BYTE x the fp32 model's bytes, from measured
-# peaks (ru_maxrss of the worker processes, 2-core host):
-# - base: a digits worker (1.7 MiB of weights) peaked at 0.72 GiB, torch and the converters;
-# - one b16 artefact per worker (12 heads, 330 MiB of fp32 weights, 8 verification images): 2.0 GiB
-#   for .pte, 2.3 GiB for .tflite, 3.1 GiB for ONNX (int8 QDQ or fp16), 4-7 x the weights above the base;
-# - a worker's peak grows with the number of artefacts it has made: b16,
-#   8 artefacts (heads 3 and 12 for rpi, android and jetson) in 2 workers peaked at 4.41 GiB, 11.5 x
-#   the weights above the base; all ten head counts of the three targets (40 artefacts, 20 per worker)
-#   at 6.40 GiB (--layout full) and 6.45 GiB (compact), 17.7 x.
-# The factor is the largest run's, rounded up: b16's allowance is 6.6 GiB.
+# Peak resident memory of one worker ~ BASE + PER_WEIGHT_BYTE x the fp32 model's bytes: the base is
+# torch and the converters; the factor is the largest measured run's (every head count of the three
+# targets in two workers), rounded up, so --jobs never starts more workers than memory holds. The
+# measured peaks are in docs/benchmarks.md ("Conversion worker memory").
 WORKER_BASE_BYTES = 3 << 28  # 0.75 GiB
 WORKER_BYTES_PER_WEIGHT_BYTE = 18
 
