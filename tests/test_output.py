@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from hydra_edge.model.checkpoint_file import save_checkpoint
 from hydra_edge.model.config import preset
 from hydra_edge.model.hydravit import HydraViT
 from hydra_edge.train.data import DataSpec
@@ -61,7 +60,7 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     torch.manual_seed(0)
     model = HydraViT(preset("digits", depth=1, heads=(3,)))
     path = tmp_path_factory.mktemp("model") / "checkpoint.pt"
-    save_checkpoint(model, path, data=DataSpec().to_dict())
+    model.save(path, data=DataSpec().to_dict())
     return path
 
 

@@ -1,4 +1,5 @@
-"""Checkpoints: our own self-describing files, the official HydraViT release and timm/DeiT layouts.
+"""Reading checkpoints: our own self-describing files (``HydraViT.save`` writes them), the official HydraViT
+release and timm/DeiT layouts.
 
 Loading is a pure filter (timm's ``checkpoint_filter_fn`` habit): unwrap the container, strip
 prefixes, check every key and shape against the model, and only then copy, so a bad file never
@@ -7,6 +8,7 @@ leaves a half-loaded model behind.
 
 from __future__ import annotations
 
+import argparse
 import logging
 from pathlib import Path
 from typing import Any, Mapping
@@ -14,9 +16,8 @@ from typing import Any, Mapping
 import torch
 
 from ..errors import CheckpointError
-from .checkpoint_file import FORMAT_KEY, read_file
 from .config import HydraConfig
-from .hydravit import HydraViT
+from .hydravit import FORMAT_KEY, HydraViT
 from .slicing import subnetwork_name, weight_index
 
 EMA_ENTRIES = ("state_dict_ema", "model_ema")  # timm / official HydraViT release; DeiT
@@ -25,6 +26,22 @@ TOP_LEVEL = "top level"  # a file that is itself a state dict
 _PREFIXES = ("module.", "_orig_mod.")  # DDP and torch.compile wrappers
 _log = logging.getLogger(__name__)  # the note goes to stderr even when nothing configured logging
 
+
+def read_file(path: str | Path) -> dict[str, Any]:
+    """Read a checkpoint file without executing code (weights_only), or fail with one line."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    try:
+        # timm training checkpoints carry their argparse namespace under 'args'.
+        with torch.serialization.safe_globals([argparse.Namespace]):
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises many types for a non-checkpoint; all mean the same here
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(f"{path} is not a PyTorch checkpoint ({reason[:120]})") from None
+    if not isinstance(obj, dict):
+        raise CheckpointError(f"{path} holds a {type(obj).__name__}, not a checkpoint dictionary")
+    return obj
 
 def weights_entry(obj: Mapping[str, Any], ema: bool = True) -> str:
     """Which entry of a checkpoint file holds the weights to load; ``TOP_LEVEL`` for a bare state dict.

@@ -8,10 +8,13 @@ from typing import Any
 import torch
 from torch.func import functional_call
 
+from ..atomic import atomic_path
 from ..errors import HydraEdgeError
 from .config import HydraConfig, preset
 from .slicing import slice_state
 from .vit import VisionTransformer
+
+FORMAT_KEY, FORMAT_VERSION = "hydra_edge", 1  # marks hydra-edge's own files, which carry their config
 
 
 class HydraViT(VisionTransformer):
@@ -64,7 +67,9 @@ class HydraViT(VisionTransformer):
         return sub.eval()
 
     def save(self, path: str | Path, **extra: Any) -> None:
-        """Save a self-describing checkpoint (config inside), atomically."""
-        from .checkpoint_file import save_checkpoint
-
-        save_checkpoint(self, path, **extra)
+        """Write hydra-edge's own checkpoint: the config inside, so the file alone rebuilds the model, and
+        ``extra`` (optimizer, history, data) beside the weights; atomically, so a crash keeps the old file.
+        ``model.checkpoint`` reads it, and every other layout."""
+        obj = {FORMAT_KEY: FORMAT_VERSION, "config": self.config.to_dict(), "state_dict": self.state_dict(), **extra}
+        with atomic_path(path) as tmp:
+            torch.save(obj, tmp)

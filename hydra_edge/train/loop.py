@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from ..atomic import write_json
 from ..errors import HydraEdgeError
-from ..model.checkpoint_file import read_file, save_checkpoint
+from ..model.checkpoint import read_file
 from ..model.hydravit import HydraViT
 from ..records.training import HEAD_SAMPLING, HINT, TrainingState, TrainSettings, read_resume
 from .data import DataSplits
@@ -204,7 +204,7 @@ def train(
                     "epoch": epoch + 1, "loss": sum(losses) / len(losses), "lr": schedule.get_last_lr()[0],
                     "drawn": drawn, "val_top1": accuracy, "world_size": world,
                 })
-                save_checkpoint(model, out / CHECKPOINT, data=data.spec.to_dict(), train={
+                model.save(out / CHECKPOINT, data=data.spec.to_dict(), train={
                     "epoch": epoch + 1, "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(),
                     "history": history, "settings": msgspec.to_builtins(settings),
                 })
