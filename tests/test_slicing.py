@@ -7,8 +7,7 @@ into ``hydra_edge.model.slicing``, so a wrong rule there cannot also be the test
 
 from __future__ import annotations
 
-from dataclasses import replace
-
+import msgspec
 import pytest
 import torch
 
@@ -78,7 +77,7 @@ def test_twelve_heads_keep_every_weight_whole(model: HydraViT) -> None:
 
 def test_separate_classifiers_give_subnetwork_k_its_own_head() -> None:
     torch.manual_seed(1)
-    model = HydraViT(replace(preset("digits"), separate_heads=True))
+    model = HydraViT(msgspec.structs.replace(preset("digits"), separate_heads=True))
     full = dict(model.named_parameters())
     sub = dict(model.subnetwork(5).named_parameters())  # p = 40
     assert torch.equal(sub["head.weight"], full["heads.5.weight"].detach()[:, 0:40])

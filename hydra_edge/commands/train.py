@@ -100,7 +100,7 @@ def train(data: str, out: Path, preset_name: str | None, heads: str | None, weig
         name = preset_name or ("digits" if data == "digits" else "b16")
         cfg = preset(name, num_classes=len(data_classes(data)))
         served = parse_heads(heads, cfg.num_heads) if heads else cfg.heads
-        model = HydraViT(replace(cfg, heads=served, separate_heads=separate_heads), init_scheme=init_scheme)
+        model = HydraViT(msgspec.structs.replace(cfg, heads=served, separate_heads=separate_heads), init_scheme=init_scheme)
         if init_from:
             k = init_heads_from(model, init_from, ema=ema)
             click.echo(f"initialised heads 1-{k} from {init_from}")

@@ -1,40 +1,33 @@
-"""Model configuration: one frozen dataclass, presets as data (timm's habit)."""
+"""Model configuration: the config record's fields (``records.config.ModelConfig``, defined once, torch-free)
+with the sizes and checks the model needs; presets as data (timm's habit)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, Tuple
+
+import msgspec
 
 from ..errors import HydraEdgeError
 from ..records import codec
 from ..records.config import ModelConfig
 
 
-@dataclass(frozen=True)
-class HydraConfig:
+class HydraConfig(ModelConfig, frozen=True):
     """Sizes of a full-width HydraViT; subnetwork k uses the first ``k`` heads.
 
-    Width is ``head_dim * num_heads``; subnetwork k has width ``head_dim * k``.
+    Width is ``head_dim * num_heads``; subnetwork k has width ``head_dim * k``. The fields are the
+    config record's (what checkpoints and manifests store); ``heads`` is kept sorted and unique, as a
+    tuple, so two configs that serve the same head counts are equal.
     """
 
-    img_size: int = 224
-    patch_size: int = 16
-    in_chans: int = 3
-    num_classes: int = 1000
-    depth: int = 12
-    num_heads: int = 12
-    head_dim: int = 64
-    mlp_ratio: int = 4
-    eps: float = 1e-6  # timm's ViT LayerNorm eps, which the official release was trained with
-    heads: tuple[int, ...] = field(default=tuple(range(3, 13)))  # head counts trained and served
-    separate_heads: bool = False  # one classifier per head count (the paper's ablation)
+    heads: Tuple[int, ...] = tuple(range(3, 13))  # head counts trained and served
 
     def __post_init__(self) -> None:
         if self.img_size % self.patch_size:
             raise HydraEdgeError(
                 f"img_size {self.img_size} is not a multiple of patch_size {self.patch_size}"
             )
-        object.__setattr__(self, "heads", tuple(sorted(set(int(k) for k in self.heads))))
+        msgspec.structs.force_setattr(self, "heads", tuple(sorted(set(int(k) for k in self.heads))))
         bad = [k for k in self.heads if not 1 <= k <= self.num_heads]
         if bad or not self.heads:
             raise HydraEdgeError(
@@ -64,18 +57,16 @@ class HydraConfig:
     def narrowed(self, k: int) -> "HydraConfig":
         """The config of subnetwork ``k`` as a full model of its own (a plain ViT of k heads)."""
         self.check_heads(k)
-        return replace(self, num_heads=k, heads=(k,), separate_heads=False)
+        return msgspec.structs.replace(self, num_heads=k, heads=(k,), separate_heads=False)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["heads"] = list(self.heads)
-        return d
+        return {**msgspec.structs.asdict(self), "heads": list(self.heads)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "model config") -> "HydraConfig":
         """A config as checkpoints and manifests store it, each field checked (``hydra_edge.records.config``)."""
         checked = codec.convert(d, ModelConfig, where, "is it from a newer hydra-edge, or damaged?")
-        return cls(**{**{f: getattr(checked, f) for f in ModelConfig.__struct_fields__}, "heads": tuple(checked.heads)})
+        return cls(**{**msgspec.structs.asdict(checked), "heads": tuple(checked.heads)})
 
 
 PRESETS: dict[str, dict[str, Any]] = {

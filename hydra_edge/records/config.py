@@ -13,7 +13,7 @@ Size = Annotated[int, Meta(ge=1, le=1 << 16)]
 
 
 class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """Field for field ``hydra_edge.model.config.HydraConfig`` (which adds the derived sizes and methods)."""
+    """A HydraViT's sizes as stored; ``hydra_edge.model.config.HydraConfig`` adds the derived sizes and checks."""
 
     img_size: Size = 224
     patch_size: Size = 16
@@ -23,8 +23,8 @@ class ModelConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     num_heads: Heads = 12
     head_dim: Size = 64
     mlp_ratio: Size = 4
-    eps: Annotated[float, Meta(gt=0.0, le=1.0)] = 1e-6
+    eps: Annotated[float, Meta(gt=0.0, le=1.0)] = 1e-6  # timm's ViT LayerNorm eps, the official release's
     heads: Annotated[List[Heads], Meta(min_length=1, max_length=1024)] = msgspec.field(
         default_factory=lambda: list(range(3, 13)))
-    separate_heads: bool = False
+    separate_heads: bool = False  # one classifier per head count (the paper's ablation)
 
