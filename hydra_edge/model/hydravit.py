@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import torch
+from torch import nn
 from torch.func import functional_call
 
 from ..atomic import atomic_path
@@ -56,6 +58,28 @@ class HydraViT(VisionTransformer):
         self._check_served(k)
         params = slice_state(dict(self.named_parameters()), self.config, k)
         return functional_call(self._skeleton(k), params, (x,), strict=True)
+
+    @torch.no_grad()
+    def reset_classifier(self, num_classes: int) -> None:
+        """Give the model a new, freshly initialised classifier of ``num_classes`` outputs (every
+        per-head-count classifier when they are separate), keeping the backbone: how a trained model
+        reaches a new set of classes. Initialised as timm does (truncated normal, std 0.02; zero bias)."""
+        if int(num_classes) < 1:
+            raise HydraEdgeError(f"a classifier needs at least one class, not {num_classes}")
+        ref = self.norm.weight  # the backbone's device and dtype
+
+        def linear(width: int) -> nn.Linear:
+            layer = nn.Linear(width, int(num_classes), device=ref.device, dtype=ref.dtype)
+            nn.init.trunc_normal_(layer.weight, std=0.02)
+            nn.init.zeros_(layer.bias)
+            return layer
+
+        if self.config.separate_heads:
+            self.heads = nn.ModuleDict({str(k): linear(self.config.width(k)) for k in self.config.heads})
+        else:
+            self.head = linear(self.config.embed_dim)
+        self.config = msgspec.structs.replace(self.config, num_classes=int(num_classes))
+        self._skeletons.clear()  # their classifiers have the old width
 
     @torch.no_grad()
     def subnetwork(self, k: int) -> VisionTransformer:
