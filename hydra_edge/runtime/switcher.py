@@ -25,6 +25,14 @@ without blocking, and a read that takes longer than ``read_timeout_s`` counts as
 failing. A battery the profile names but that cannot be read is unknown (the lowest battery
 band), not mains; only a profile that names no battery (``battery = "none"``) means a board on mains.
 
+With ``latency_loop`` (``LoopSettings``) the switcher also closes the loop on latency
+(``latency_governor``, ``closed_loop``): ``predict`` times each single-image inference, and when
+the running head count's p90 stays over the table's budget it runs fewer heads, returning after
+the slow-down has gone (probed, not assumed). The governor only caps: what runs is the least of the
+table's choice after the fail-safe rules and the cap, so a hot or failing sensor still wins. Each of
+its switches names its reason ("latency p90 52 ms over budget 41 ms for 10 s at 12 heads: ...");
+what it learns is saved beside lut.json (``lut.correction.json``) and used after a restart.
+
 A ``lut.json`` that is missing, damaged, of another schema or built for another bundle is
 reported in one line and the switcher runs the bundle's smallest head count instead of crashing.
 No torch: numpy, msgspec (the records), the artefact's runtime and the standard library.
@@ -50,6 +58,8 @@ from ..records.manifest import MANIFEST, read_manifest
 from .engines import Engine
 from ..records.target import signals as checked_signals
 from .failsafe import Hold, Hottest, RaiseGate
+from .closed_loop import LatencyLoop
+from .latency_governor import LoopSettings
 from .rebuild import load_record
 from .lut import Candidate, LutError, Table, read_table
 from .signals import (READ_TIMEOUT_S, THERMAL_SIGNALS, BoundedReader, DeviceState, Runner, configured,
@@ -85,7 +95,8 @@ class SwitchEvent:
     from_heads: Optional[int]
     to_heads: int
     reason: str  # "start", "state", "fallback: ...", "load failed: ..."; a failing sensor is added
-    # after a colon: "state: thermal sensor cpu-thermal unknown since 31 s"
+    # after a colon: "state: thermal sensor cpu-thermal unknown since 31 s"; the latency loop's own
+    # reasons start "latency", "probe" or "start: latency correction"
     reading: Optional[Reading]
 
 
@@ -128,14 +139,19 @@ class Switcher:
     by then, a driver or a command hanging, counts as every signal failing for that poll.
     ``signals`` also carries the fail-safe settings (``stale_after_s``, ``raise_after_s``,
     ``assumed_hot``), checked by ``records.target.Signals``).
+    ``latency_loop`` turns the latency loop on with its settings (off by default: ``None``);
+    ``timer`` times one inference for it (``clock`` times its windows and dwell), ``wall_clock``
+    dates the correction it saves; tests pass fake ones.
     """
 
     def __init__(self, bundle: Union[str, Path], lut: Optional[Union[str, Path]] = None,
                  signals: Optional[Mapping[str, Any]] = None, root: str = "/", run: Runner = run_command,
                  poll_s: float = 1.0, prefetch: bool = True, cache_size: int = 3, threads: Optional[int] = None,
-                 clock: Callable[[], float] = time.monotonic, read_timeout_s: float = READ_TIMEOUT_S) -> None:
+                 clock: Callable[[], float] = time.monotonic, read_timeout_s: float = READ_TIMEOUT_S,
+                 latency_loop: Optional[LoopSettings] = None, timer: Callable[[], float] = time.perf_counter,
+                 wall_clock: Callable[[], float] = time.time) -> None:
         self.bundle = Path(bundle)
-        self.poll_s, self.prefetch, self.clock = poll_s, prefetch, clock
+        self.poll_s, self.prefetch, self.clock, self.timer = poll_s, prefetch, clock, timer
         self.cache_size = max(1, cache_size)
         self.threads = threads
         manifest = read_manifest(self.bundle)
@@ -153,16 +169,23 @@ class Switcher:
         self._broken: Set[int] = set()  # head counts whose artefact would not load
         self.polls = 0
         self.heads: Optional[int] = None
-        self._switched_at = -math.inf
+        self._ceiling: Optional[int] = None  # the table's choice after the fail-safe rules: heads run at most this
+        self._ceiling_at = -math.inf  # when it last changed: the table's dwell counts from then
+        self._reading: Optional[Reading] = None  # the last poll's, for the latency loop's events
+        self._saving: Optional["Future[None]"] = None  # the latest write of the latency correction
         self._prefetch_due = False  # set by a switch, cleared once the neighbours are queued
         self._lock = threading.RLock()  # poll() and the cache, from the caller and the poll thread
         self._cache: "OrderedDict[int, Future[Engine]]" = OrderedDict()
         self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hydra-prefetch")
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
+        lut_path = Path(lut) if lut is not None else self.bundle / "lut.json"
+        self.loop: Optional[LatencyLoop] = None
         try:
-            self.table = read_table(Path(lut) if lut is not None else self.bundle / "lut.json", self.bundle)
+            self.table = read_table(lut_path, self.bundle)
             self.fallback: Optional[str] = None
+            if latency_loop is not None:
+                self.loop = LatencyLoop(lut_path, self.table, latency_loop, wall_clock, log)
         except LutError as e:
             self.table, self.fallback = fallback_table(self.bundle), str(e)
             log.warning("%s; running the smallest head count (%d)", e, self.table.heads[0])
@@ -221,19 +244,75 @@ class Switcher:
             thermal, battery = self._thermal_input(state, now), self._battery_input(state, now)
             battery_pct, charging = battery.value
             reading = Reading(battery_pct, charging, thermal.value)
-            heads = self.table.select(battery_pct, charging, thermal.value, self.heads or 0, now - self._switched_at)
-            heads = self._loadable(heads)
-            if self.heads is not None:  # more heads only on a reading that has persisted
+            ceiling = self.table.select(battery_pct, charging, thermal.value, self._ceiling or 0,
+                                        now - self._ceiling_at)
+            ceiling = self._loadable(ceiling)
+            if self._ceiling is not None:  # more heads only on a reading that has persisted
                 order = self.table.heads
                 fresh = not (thermal.held or battery.held)
-                heads = order[self._raise_gate(order.index(self.heads), order.index(heads), now, fresh)]
+                ceiling = order[self._raise_gate(order.index(self._ceiling), order.index(ceiling), now, fresh)]
+            state = ceiling != self._ceiling
+            if state:
+                self._ceiling, self._ceiling_at = ceiling, now
+            self._reading = reading
+            latency = None
+            if self.loop is not None:
+                self.loop.budget(battery_pct, charging)
+                latency = self._judge_latency(now)
+            heads = self._limited()
             if heads != self.heads:
-                reason = "start" if self.heads is None else "state"
+                reason = "start" if self.heads is None else "state" if state else ""  # "": the loop's alone
                 if self.fallback and self.heads is None:
                     reason = f"fallback: {self.fallback}"
-                notes = [i.note for i in (thermal, battery) if i.note]
-                self._switch(heads, f"{reason}: {', '.join(notes)}" if notes else reason, reading, now)
+                if reason:
+                    notes = [i.note for i in (thermal, battery) if i.note]
+                    notes += [f"held at {heads} heads by the latency loop"] if heads < ceiling and not latency else []
+                    reason = f"{reason}: {', '.join(notes)}" if notes else reason
+                self._switch(heads, "; ".join(r for r in (reason, latency) if r), reading, now)
             return heads
+
+    def _limited(self) -> int:
+        """The head count to run: the table's choice after the fail-safe rules, or the latency cap if lower."""
+        assert self._ceiling is not None
+        return self._ceiling if self.loop is None else self.loop.governor.limit(self._ceiling)
+
+    def _judge_latency(self, now: float) -> Optional[str]:
+        """The latency loop's verdict now, its reason if it has one; saves what it learned (lock held)."""
+        assert self.loop is not None and self._ceiling is not None
+        reason = self.loop.governor.step(self._limited(), self._ceiling, self.loop.budget_now, now)
+        data = self.loop.snapshot()
+        if data is not None:
+            try:  # on the loader thread: an inference never waits for the disk
+                self._saving = self._loader.submit(self.loop.save, data)
+            except RuntimeError:  # closed: nothing runs there any more
+                self.loop.save(data)
+        return reason
+
+    def _observe(self, heads: int, ms: float) -> None:
+        """Feed one inference's latency to the loop and switch if it says so."""
+        assert self.loop is not None
+        with self._lock:
+            now = self.clock()
+            self.loop.governor.observe(heads, ms, now)
+            if self._ceiling is None:
+                return
+            reason = self._judge_latency(now)
+            heads = self._limited()
+            if heads != self.heads:
+                self._switch(heads, reason or "latency", self._reading, now)
+
+    def reasons(self, n: int = 5) -> List[str]:
+        """The last ``n`` switches' reasons, the newest last: what a display says the device is doing and why."""
+        with self._lock:
+            return [e.reason for e in self.events[-n:]]
+
+    def latency_status(self) -> Optional[Dict[str, Any]]:
+        """The latency loop as JSON-ready data (its budget now, cap, probe, p90s, ignored timings and
+        recent decisions), or None when it is off."""
+        if self.loop is None:
+            return None
+        with self._lock:
+            return {"budget_ms": self.loop.budget_now, **self.loop.governor.status(self.clock())}
 
     def _loadable(self, heads: int) -> int:
         """``heads``, or the largest head count below it that has not failed to load (else the smallest).
@@ -248,7 +327,7 @@ class Switcher:
         event = SwitchEvent(now, self.polls, self.heads, heads, reason, reading)
         self.events.append(event)
         log.info("heads %s -> %d (%s) at poll %d: %s", event.from_heads, heads, reason, self.polls, reading)
-        self.heads, self._switched_at = heads, now
+        self.heads = heads
         self._prefetch_due = self.prefetch
 
     def _prefetch_neighbours(self) -> None:
@@ -338,9 +417,10 @@ class Switcher:
             return [h for h, f in self._cache.items() if f.done() and not _failed(f)]
 
     def wait_prefetch(self) -> None:
-        """Block until every background load has finished (the bench's steady state)."""
+        """Block until every background job has finished: the loads (the bench's steady state) and
+        the latest write of the latency correction."""
         with self._lock:
-            pending = list(self._cache.values())
+            pending = [*self._cache.values(), *([self._saving] if self._saving is not None else [])]
         wait(pending)
 
     # -- running --------------------------------------------------------------------------------
@@ -365,10 +445,15 @@ class Switcher:
             log.warning("cannot run %d heads (%s); running %d", heads, e, fastest)
             with self._lock:
                 self._broken.add(heads)
-                self._switch(fastest, f"load failed: {e}", None, self.clock())
+                self._ceiling, self._ceiling_at = fastest, self.clock()
+                self._switch(fastest, f"load failed: {e}", None, self._ceiling_at)
             return self.predict(x)
+        start = self.timer()
         logits = engine.run(x)
+        elapsed_s = self.timer() - start
         self._prefetch_neighbours()
+        if self.loop is not None and len(x) == 1:  # the table's latencies are of one image
+            self._observe(heads, elapsed_s * 1e3)
         return Prediction(logits, heads)
 
     def start(self) -> "Switcher":

@@ -1,0 +1,133 @@
+"""The switcher's closed loop: the latency governor fed by lut.json's budget, and the correction it
+learns saved beside lut.json so a restarted app starts from it.
+
+``LatencyLoop`` reads lut.json once more for what the selection does not need (the budget, each
+battery band's budget scale, the file's sha256), builds a ``LatencyGovernor`` on the table's
+calibrated latencies, and loads ``lut.correction.json`` (``correction_path``) when it is usable:
+
+* learned against this bundle and this table (the manifest's and lut.json's sha256),
+* dated no later than now, and no older than ``LoopSettings.expire_s``,
+* a valid record naming only head counts of the table.
+
+Anything else is ignored with one warning line (an expired one with an info line): inference goes
+on with the table's head counts, never with more. A correction is written (atomically) each time
+the governor learns something, by the caller's choice of thread (the switcher: its background
+loader, so an inference never waits for an SD card); a write that fails is one warning, and
+inference goes on. Wall-clock time (``wall_clock``) dates the file, so it expires across reboots.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from pathlib import Path
+from typing import Callable, Dict, Mapping, Optional, Tuple
+
+from .. import __version__
+from ..atomic import write_bytes
+from ..errors import HydraEdgeError
+from ..records import codec
+from ..records import correction as record
+from ..records import lut as lut_record
+from ..records.correction import CorrectionError, LearnedLatency
+from ..records.lut import LutError
+from .latency_governor import LatencyGovernor, LoopSettings
+from .lut import Table
+
+
+def correction_path(lut_path: Path) -> Path:
+    """Where the correction learned against ``lut_path`` is kept: ``lut.json`` -> ``lut.correction.json``."""
+    return lut_path.with_name(f"{lut_path.stem}.correction.json")
+
+
+class LatencyLoop:
+    """The governor with lut.json's budget and the saved correction (see the module docstring).
+
+    ``table`` is the switcher's, read from ``lut_path``; a lut.json that changed since (its
+    candidates differ) or a candidate calibrated at 0 ms (no slow-down can be measured against
+    it) is a ``LutError``: the switcher then runs the smallest head count.
+    """
+
+    def __init__(self, lut_path: Path, table: Table, settings: LoopSettings, wall_clock: Callable[[], float],
+                 log: logging.Logger) -> None:
+        data = codec.read_bytes(lut_path, "lookup table", lut_record.HINT, LutError)
+        doc = lut_record.decode(data, str(lut_path))
+        if tuple(doc.candidates) != table.candidates or doc.bundle.manifest_sha256 != table.manifest_sha256:
+            raise LutError(f"{lut_path} changed while it was read; restart the app")
+        if len(doc.battery.budget_scale) != len(doc.battery.min_pct) + 1:
+            raise LutError(f"{lut_path}: $.battery.budget_scale: {len(doc.battery.budget_scale)} scales for "
+                           f"{len(doc.battery.min_pct) + 1} battery bands; re-run hydra-edge lut")
+        for i, c in enumerate(doc.candidates):
+            if c.latency_ms <= 0:
+                raise LutError(f"{lut_path}: $.candidates[{i}].latency_ms: {c.heads} heads calibrated at "
+                               f"{c.latency_ms:g} ms, nothing to scale a slow-down by; re-run hydra-edge calibrate")
+        self.path = correction_path(lut_path)
+        self.settings, self.wall_clock, self.log = settings, wall_clock, log
+        self.table = table
+        self.budget_ms = settings.budget_ms if settings.budget_ms is not None else doc.budget_ms
+        self.budget_scale = tuple(doc.battery.budget_scale)  # one per battery band, as Table.battery_band counts
+        self.manifest_sha256, self.lut_sha256 = table.manifest_sha256, hashlib.sha256(data).hexdigest()
+        self.budget_now = self.budget_ms
+        self._saved_revision = 0
+        self._write_failed = False
+        calibrated = {c.heads: c.latency_ms for c in table.candidates}
+        self.governor = LatencyGovernor(calibrated, settings, log, self._load(calibrated))
+
+    def budget(self, battery_pct: float, charging: bool) -> float:
+        """The budget now: ``budget_ms`` scaled for the battery band, as the table scales it."""
+        self.budget_now = self.budget_ms * self.budget_scale[self.table.battery_band(battery_pct, charging)]
+        return self.budget_now
+
+    # -- the saved correction -------------------------------------------------------------------
+
+    def _load(self, calibrated: Mapping[int, float]) -> Optional[Tuple[Dict[int, LearnedLatency], float]]:
+        """The saved correction and its age in seconds, or None when there is none to use (and why, once)."""
+        if not (self.path.exists() or self.path.is_symlink()):
+            return None
+        try:
+            doc = record.read(self.path)
+        except CorrectionError as e:
+            self.log.warning("%s", e)
+            return None
+        age = self.wall_clock() - doc.saved_at
+        why = None
+        if (doc.manifest_sha256, doc.lut_sha256) != (self.manifest_sha256, self.lut_sha256):
+            why = (f"learned against another bundle or table (lut.json sha256 {doc.lut_sha256[:12]}, this table's "
+                   f"{self.lut_sha256[:12]})")
+        elif age < 0:
+            why = f"dated {-age:.0f} s in the future (was the clock set back?)"
+        elif any(entry.heads not in calibrated for entry in doc.learned):
+            why = f"names head counts this table lacks ({sorted(e.heads for e in doc.learned)})"
+        if why is not None:
+            self.log.warning("%s: %s; %s", self.path, why, record.HINT)
+            return None
+        if age > self.settings.expire_s:
+            self.log.info("%s: saved %.0f s ago, past expire_s (%g s); not used", self.path, age,
+                          self.settings.expire_s)
+            return None
+        return {entry.heads: entry for entry in doc.learned}, age
+
+    def snapshot(self) -> Optional[bytes]:
+        """The correction's bytes when the governor has learned something since the last snapshot, else None.
+
+        Taken under the caller's lock, so the write that follows (``save``) needs none.
+        """
+        governor = self.governor
+        if governor.revision == self._saved_revision:
+            return None
+        self._saved_revision = governor.revision
+        doc = record.CorrectionDocument(
+            created_by=f"hydra-edge {__version__}", saved_at=self.wall_clock(), manifest_sha256=self.manifest_sha256,
+            lut_sha256=self.lut_sha256, budget_ms=self.budget_now,
+            learned=[governor.learned[h] for h in sorted(governor.learned)])
+        return record.encode(doc, str(self.path))
+
+    def save(self, data: bytes) -> None:
+        """Write a snapshot atomically; a failure is one warning (the first only) and inference goes on."""
+        try:
+            write_bytes(self.path, data)
+        except (HydraEdgeError, OSError) as e:
+            if not self._write_failed:
+                self.log.warning("cannot save the latency correction to %s (%s); it will be learned again "
+                                 "after a restart", self.path, e)
+            self._write_failed = True

@@ -1,0 +1,319 @@
+"""The latency governor: lower the head count when the device runs slower than its table planned.
+
+The lookup table comes from one calibration; in service the same head count can run slower for
+reasons the table cannot know (another process on the same cores, a governor change, an OS
+update, a hotter room). The governor watches the timings of the inferences actually run and puts
+a cap on the head count; the switcher runs ``min(the table's choice after the fail-safe rules,
+cap)``, so the governor only ever takes heads away from what the table allows, never adds any.
+
+Rules, on the caller's clock and timings (pure logic: tests drive it with a fake clock):
+
+* Per head count, a p90 over the timings of the last ``window_s`` (at most ``max_samples`` of
+  them; at least ``min_samples`` before it counts): bounded memory whatever the inference rate.
+* Down: when the running head count's p90 has stayed over the budget for ``sustain_s``, the cap
+  becomes the largest head count below it predicted to fit: its own windowed p90 where it has one,
+  otherwise its calibrated latency times the slow-down seen on the running one (p90 / calibrated);
+  none predicted to fit: the smallest.
+* Up: while the cap holds the head count below the table's choice, once the slow-down has been
+  gone for ``dwell_s`` (a larger head count, up to the table's choice, is predicted to fit) the
+  largest such one is probed for ``probe_inferences`` inferences: kept when their p90 fits, else
+  back down, and the next probe tries at most one head count below the one that failed. Each
+  failed probe of a head count doubles the dwell before it is probed again (up to 8 x ``dwell_s``,
+  until a probe of it is kept), so a head count that never fits costs ``probe_inferences``
+  inferences over budget every 8 x ``dwell_s`` at most.
+* At most ``max_switches_per_minute`` changes of the cap in any 60 s (a probe is started only
+  when it may also be undone); never below the smallest head count.
+* A timing that is NaN, infinite, negative or over ``absurd_ms`` (a clock jump, a suspended
+  process) is ignored and counted by kind, and logged once per kind.
+
+The budget is the table's (``budget_ms`` x the battery band's scale), held to the p90: a table
+planned on the median with less headroom than the device's tail gets capped too.
+Numpy-free and torch-free (the standard library), because boards run it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from dataclasses import dataclass, fields
+from typing import Any, Deque, Dict, List, Mapping, Optional, Tuple
+
+from ..errors import HydraEdgeError
+from ..records.correction import LearnedLatency
+from .latency import percentile
+
+MINUTE_S = 60.0
+MAX_BACKOFF_DOUBLINGS = 3  # a head count that keeps failing its probe is tried every 8 x dwell_s at most
+
+
+def check_budget(budget_ms: Any, where: str) -> float:
+    """``budget_ms`` as a float if it is a positive, finite number of ms; one ``HydraEdgeError`` line otherwise."""
+    if isinstance(budget_ms, bool) or not isinstance(budget_ms, (int, float)) or not 0 < budget_ms < math.inf:
+        raise HydraEdgeError(f"{where}: a latency budget of {budget_ms!r} ms cannot be met; give the time one "
+                             "inference may take as a positive number of milliseconds (e.g. 80)")
+    return float(budget_ms)
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """The loop's numbers (defaults suit a board running a few inferences a second or more)."""
+
+    budget_ms: Optional[float] = None  # None: the table's budget_ms; either way scaled by the battery band
+    window_s: float = 5.0  # the p90 is over the timings of this long
+    sustain_s: float = 10.0  # how long the p90 must stay over budget before the head count falls: a
+    # burst shorter than sustain_s - 0.8 x window_s (6 s) moves nothing
+    dwell_s: float = 30.0  # how long the slow-down must have been gone before a probe up
+    probe_inferences: int = 20  # how many inferences a probe runs before it is judged
+    max_switches_per_minute: int = 4  # changes of the cap in any 60 s; at least 2 (a probe and its undoing)
+    min_samples: int = 5  # fewer timings in the window: no p90 yet (so the loop needs 1 inference/s or more)
+    max_samples: int = 256  # per head count: the memory bound
+    absurd_ms: float = 60_000.0  # a timing over this is no inference's: ignored and counted
+    expire_s: float = 3600.0  # a saved correction older than this is not used after a restart
+
+    def __post_init__(self) -> None:
+        if self.budget_ms is not None:
+            check_budget(self.budget_ms, "the latency loop's budget_ms")
+        least = {"max_switches_per_minute": 2}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "budget_ms":
+                continue
+            if f.type == "int":
+                if isinstance(value, bool) or not isinstance(value, int) or value < least.get(f.name, 1):
+                    raise HydraEdgeError(f"latency loop setting {f.name} = {value!r}: must be a whole number of at "
+                                         f"least {least.get(f.name, 1)}")
+            elif isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+                raise HydraEdgeError(f"latency loop setting {f.name} = {value!r}: must be a positive number of "
+                                     f"{'ms' if f.name.endswith('_ms') else 'seconds'}")
+        if self.min_samples > self.max_samples:
+            raise HydraEdgeError(f"latency loop settings: min_samples ({self.min_samples}) is more than "
+                                 f"max_samples ({self.max_samples}); the p90 could never be taken")
+
+
+@dataclass
+class _Probe:
+    heads: int  # the head count on trial
+    back_to: int  # the cap to return to if it fails
+    timings: List[float]
+
+
+class LatencyGovernor:
+    """The cap on the head count, from observed timings (see the module docstring).
+
+    ``calibrated_ms``: each candidate head count's calibrated latency from the table (positive).
+    ``restored``: learned timings saved by an earlier run (``hydra_edge.runtime.closed_loop``) and
+    their age in seconds; the first ``step`` caps the head count by them.
+    """
+
+    def __init__(self, calibrated_ms: Mapping[int, float], settings: LoopSettings, log: logging.Logger,
+                 restored: Optional[Tuple[Mapping[int, LearnedLatency], float]] = None) -> None:
+        self.calibrated = dict(sorted(calibrated_ms.items()))
+        self.order = tuple(self.calibrated)  # fewest heads first
+        self.settings, self.log = settings, log
+        self.cap = self.order[-1]
+        self.learned: Dict[int, LearnedLatency] = dict(restored[0]) if restored else {}
+        self.revision = 0  # counts changes to ``learned`` that a saved copy lacks
+        self.ignored: Dict[str, int] = {}
+        self.decisions: Deque[Tuple[float, str]] = deque(maxlen=20)  # (time, reason), the newest last
+        self._restored_age = restored[1] if restored else None
+        self._samples: Dict[int, Deque[Tuple[float, float]]] = {
+            h: deque(maxlen=settings.max_samples) for h in self.order}
+        self._over_since: Optional[float] = None
+        self._under_since: Optional[float] = None
+        self._probe: Optional[_Probe] = None
+        self._probe_limit: Optional[int] = None  # the most heads the next probe may try, after one failed
+        self._failed: Dict[int, int] = {}  # failed probes per head count since one of it was kept
+        self._switches: Deque[float] = deque()
+
+    # -- timings --------------------------------------------------------------------------------
+
+    def observe(self, heads: int, ms: float, now: float) -> bool:
+        """Record one inference's latency in ms; False (and counted) when it is garbage."""
+        why = self._garbage(heads, ms)
+        if why is not None:
+            self.ignored[why] = self.ignored.get(why, 0) + 1
+            if self.ignored[why] == 1:
+                self.log.warning("ignoring a latency of %r ms for %r heads (%s); further ones are counted, not logged",
+                                 ms, heads, why)
+            return False
+        if self._probe is not None and heads == self._probe.heads:
+            self._probe.timings.append(float(ms))
+        self._samples[heads].append((now, float(ms)))
+        return True
+
+    def _garbage(self, heads: int, ms: float) -> Optional[str]:
+        if heads not in self._samples:
+            return "not a head count of the table"
+        if isinstance(ms, bool) or not isinstance(ms, (int, float)) or math.isnan(ms):
+            return "not a number"
+        if math.isinf(ms):
+            return "infinite"
+        if ms < 0:
+            return "negative"
+        if ms > self.settings.absurd_ms:
+            return f"over {self.settings.absurd_ms:g} ms"
+        return None
+
+    def p90(self, heads: int, now: float) -> Optional[float]:
+        """The p90 of ``heads``' timings in the window, or None with fewer than ``min_samples``."""
+        samples = self._samples[heads]
+        while samples and samples[0][0] < now - self.settings.window_s:
+            samples.popleft()
+        if len(samples) < self.settings.min_samples:
+            return None
+        return percentile(sorted(ms for _, ms in samples), 90)
+
+    # -- the cap --------------------------------------------------------------------------------
+
+    def limit(self, ceiling: int) -> int:
+        """The head count to run: the table's choice (after the fail-safe rules), or the cap if lower."""
+        return min(ceiling, self.cap)
+
+    def step(self, running: int, ceiling: int, budget_ms: float, now: float) -> Optional[str]:
+        """Judge the timings so far; the reason when the cap changed or a probe was judged, else None.
+
+        ``running``: the head count running now; ``ceiling``: the most the table and the fail-safe
+        rules allow now; ``budget_ms``: the budget for the current battery band.
+        """
+        if self._restored_age is not None:
+            return self._restore(budget_ms, now)
+        if self._probe is not None:
+            return self._judge_probe(running, budget_ms, now)
+        p90 = self.p90(running, now)
+        if p90 is None:
+            return None
+        if p90 > budget_ms:
+            self._under_since = None
+            return self._over(running, p90, budget_ms, now)
+        self._over_since = None
+        return self._under(running, ceiling, p90, budget_ms, now)
+
+    def _over(self, running: int, p90: float, budget_ms: float, now: float) -> Optional[str]:
+        if self._over_since is None:
+            self._over_since = now
+        held = now - self._over_since
+        if held < self.settings.sustain_s or running == self.order[0] or not self._may_switch(now, 1):
+            return None
+        slowdown = p90 / self.calibrated[running]
+        target, predicted, basis = self._largest_fitting([h for h in self.order if h < running], budget_ms,
+                                                         slowdown, now)
+        self._learn(running, p90, len(self._samples[running]))
+        self._over_since, self._probe_limit = None, None
+        self.cap = target
+        return self._decided(now, f"latency p90 {p90:.3g} ms over budget {budget_ms:.3g} ms for {held:.0f} s at "
+                                  f"{running} heads: {target} heads, predicted {predicted:.3g} ms ({basis})")
+
+    def _under(self, running: int, ceiling: int, p90: float, budget_ms: float, now: float) -> Optional[str]:
+        if self.cap >= ceiling:  # the cap holds nothing down: the table's choice runs
+            self._under_since = None
+            return None
+        if self._probe_limit is not None and self._probe_limit <= running:
+            self._probe_limit = None  # every head count between was tried: the next probe may try them all again
+        top = min(ceiling, self._probe_limit if self._probe_limit is not None else ceiling)
+        slowdown = p90 / self.calibrated[running]
+        above = [h for h in self.order if running < h <= top]
+        fitting = [(h, *self._predict(h, slowdown, now)) for h in above]
+        fitting = [(h, predicted) for h, predicted, _ in fitting if predicted <= budget_ms]
+        if not fitting:
+            self._under_since = None
+            return None
+        if self._under_since is None:
+            self._under_since = now
+        gone = now - self._under_since
+        heads, predicted = fitting[-1]
+        dwell = self.settings.dwell_s * 2 ** min(self._failed.get(heads, 0), MAX_BACKOFF_DOUBLINGS)
+        if gone < dwell or not self._may_switch(now, 2):
+            return None
+        self._probe = _Probe(heads, running, [])
+        self._under_since = None
+        self.cap = heads
+        return self._decided(now, f"latency back under budget for {gone:.0f} s ({running} heads p90 {p90:.3g} ms, "
+                                  f"{heads} heads predicted {predicted:.3g} ms): probing {heads} heads for "
+                                  f"{self.settings.probe_inferences} inferences")
+
+    def _judge_probe(self, running: int, budget_ms: float, now: float) -> Optional[str]:
+        probe = self._probe
+        assert probe is not None
+        if running != probe.heads:  # the table or a fail-safe rule lowered the head count: no verdict
+            self._probe, self.cap = None, probe.back_to
+            if probe.back_to >= running:
+                return None
+            return self._decided(now, f"probe of {probe.heads} heads ended by the table's choice ({running} heads): "
+                                      f"back to {probe.back_to} heads")
+        if len(probe.timings) < self.settings.probe_inferences:
+            return None
+        self._probe = None
+        p90 = percentile(sorted(probe.timings), 90)
+        self._learn(probe.heads, p90, len(probe.timings))
+        if p90 <= budget_ms:
+            self._probe_limit = None
+            self._failed.pop(probe.heads, None)
+            reason = (f"probe of {probe.heads} heads: p90 {p90:.3g} ms within budget {budget_ms:.3g} ms over "
+                      f"{len(probe.timings)} inferences: keeping {probe.heads} heads")
+            self.decisions.append((now, reason))
+            self.log.info("%s", reason)
+            return reason
+        below = self.order[self.order.index(probe.heads) - 1]
+        self._probe_limit, self.cap = below, probe.back_to
+        self._failed[probe.heads] = self._failed.get(probe.heads, 0) + 1
+        return self._decided(now, f"probe of {probe.heads} heads: p90 {p90:.3g} ms over budget {budget_ms:.3g} ms; "
+                                  f"back to {probe.back_to} heads")
+
+    def _restore(self, budget_ms: float, now: float) -> Optional[str]:
+        """The first step after a restart: cap by the saved correction, as a step down would have."""
+        age, self._restored_age = self._restored_age, None
+        if not self.learned:
+            return None
+        slowdown = max(entry.slowdown for entry in self.learned.values())
+
+        def predicted(heads: int) -> float:
+            entry = self.learned.get(heads)
+            return entry.p90_ms if entry is not None else self.calibrated[heads] * slowdown
+
+        fits = [h for h in self.order if predicted(h) <= budget_ms]
+        self.cap = fits[-1] if fits else self.order[0]
+        if self.cap == self.order[-1]:
+            return None
+        over = self.order[self.order.index(self.cap) + 1]
+        return self._decided(now, f"latency correction saved {age:.0f} s ago: {over} heads predicted "
+                                  f"{predicted(over):.3g} ms, over budget {budget_ms:.3g} ms: at most {self.cap} heads")
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _predict(self, heads: int, slowdown: float, now: float) -> Tuple[float, str]:
+        """``heads``' latency: its windowed p90 where it has one, else calibrated x the slow-down seen."""
+        observed = self.p90(heads, now)
+        if observed is not None:
+            return observed, "observed p90"
+        return self.calibrated[heads] * slowdown, f"calibrated {self.calibrated[heads]:.3g} ms x {slowdown:.2f}"
+
+    def _largest_fitting(self, candidates: List[int], budget_ms: float, slowdown: float,
+                         now: float) -> Tuple[int, float, str]:
+        """The largest of ``candidates`` (ascending, not empty) predicted to fit, else the smallest."""
+        predictions = [(h, *self._predict(h, slowdown, now)) for h in candidates]
+        fitting = [p for p in predictions if p[1] <= budget_ms]
+        return fitting[-1] if fitting else predictions[0]
+
+    def _learn(self, heads: int, p90: float, samples: int) -> None:
+        self.learned[heads] = LearnedLatency(heads=heads, p90_ms=p90, slowdown=p90 / self.calibrated[heads],
+                                             samples=samples)
+        self.revision += 1
+
+    def _may_switch(self, now: float, needed: int) -> bool:
+        """Whether ``needed`` more changes of the cap keep within ``max_switches_per_minute``."""
+        while self._switches and self._switches[0] <= now - MINUTE_S:
+            self._switches.popleft()
+        return len(self._switches) + needed <= self.settings.max_switches_per_minute
+
+    def _decided(self, now: float, reason: str) -> str:
+        self._switches.append(now)
+        self.decisions.append((now, reason))
+        self.log.info("%s", reason)
+        return reason
+
+    def status(self, now: float) -> Dict[str, Any]:
+        """JSON-ready: the cap, the probe, each head count's windowed p90, what was ignored and why."""
+        return {"cap": self.cap, "probing": None if self._probe is None else self._probe.heads,
+                "p90_ms": {h: self.p90(h, now) for h in self.order}, "ignored": dict(self.ignored),
+                "decisions": [{"time": t, "reason": r} for t, r in self.decisions]}
