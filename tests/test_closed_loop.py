@@ -10,6 +10,8 @@ import math
 import random
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -389,3 +391,12 @@ def test_a_correction_that_cannot_be_written_is_one_warning_and_the_loop_goes_on
         sw.wait_prefetch()
     assert [r.getMessage().split(" (")[0] for r in caplog.records] == [
         f"cannot save the latency correction to {correction_path(rig.lut)}"]
+
+
+def test_the_loop_needs_only_the_standard_library_and_msgspec() -> None:
+    """What boards import for it: no numpy, no torch (the switcher brings numpy for the engines)."""
+    code = ("import sys; before = set(sys.modules); import hydra_edge.runtime.closed_loop;"
+            "used = {m.split('.')[0] for m in set(sys.modules) - before} - set(sys.stdlib_module_names);"
+            "used.discard('typing_extensions');"  # msgspec imports it where it is installed
+            "assert used == {'hydra_edge', 'msgspec'}, used")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parent.parent)

@@ -31,6 +31,7 @@ from hydra_edge.model.hydravit import HydraViT
 from hydra_edge.records.manifest import read_manifest
 from hydra_edge.runtime import rebuild as rebuild_module
 from hydra_edge.runtime.engines import load, load_bytes
+from hydra_edge.runtime.latency_governor import LoopSettings
 from hydra_edge.runtime.signals import _text
 from hydra_edge.runtime.switcher import Switcher
 
@@ -754,3 +755,20 @@ def test_one_warning_when_a_sensor_fails_and_one_when_it_recovers(bundle: Path, 
             clock.now += 1
             sw.poll()
         assert len(warnings()) == 2
+
+
+def test_the_latency_loop_times_the_real_artefact_and_leaves_a_budget_it_meets_alone(bundle: Path, board: Board,
+                                                                                     tmp_path: Path) -> None:
+    """With the real runtime the loop sees real timings: the tiny model runs far inside its 41 ms budget,
+    so the loop never switches and has nothing to save."""
+    lut = tmp_path / "lut.json"
+    shutil.copy(bundle / "lut.json", lut)
+    clock = Clock()
+    with switcher(bundle, board, lut=lut, clock=clock, prefetch=False, latency_loop=LoopSettings()) as sw:
+        for _ in range(30):
+            assert sw.predict(IMAGE).heads == 12
+            clock.now += 0.1
+        status = sw.latency_status()
+        assert 0 < status["p90_ms"][12] < 41 and status["cap"] == 12 and status["ignored"] == {}
+        assert [e.to_heads for e in sw.events] == [12]
+    assert not (tmp_path / "lut.correction.json").exists()
