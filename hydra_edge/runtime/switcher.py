@@ -96,7 +96,7 @@ class SwitchEvent:
     to_heads: int
     reason: str  # "start", "state", "fallback: ...", "load failed: ..."; a failing sensor is added
     # after a colon: "state: thermal sensor cpu-thermal unknown since 31 s"; the latency loop's own
-    # reasons start "latency", "probe" or "start: latency correction"
+    # reasons start "latency", "probe" or, after a restart, "start; latency correction"
     reading: Optional[Reading]
 
 
@@ -297,9 +297,9 @@ class Switcher:
             if self._ceiling is None:
                 return
             reason = self._judge_latency(now)
-            heads = self._limited()
-            if heads != self.heads:
-                self._switch(heads, reason or "latency", self._reading, now)
+            limited = self._limited()
+            if limited != self.heads:
+                self._switch(limited, reason or "latency", self._reading, now)
 
     def reasons(self, n: int = 5) -> List[str]:
         """The last ``n`` switches' reasons, the newest last: what a display says the device is doing and why."""
