@@ -1,58 +1,136 @@
-"""``hydra-edge train``: build or load the model, then train it with stochastic head sampling (``train``)."""
+"""``hydra-edge train``: build or load the model, then train it with stochastic head sampling (``train``).
+
+The training settings are a named recipe (``train.recipe.RECIPES``) with one option per setting;
+a value typed on the command line always wins over the recipe's. The options are made from the
+settings' schema (``records.training.TrainSettings``), so their bounds are the ones a checkpoint's
+settings are read with.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Callable, Optional
 
 import click
+import msgspec
 
 from ..atomic import check_outputs
 from ..errors import HydraEdgeError
 from ..model.vit import INIT_SCHEMES
-from ..records.training import HEAD_SAMPLING, MAX_BATCH, MAX_EPOCHS, MAX_LR, MAX_SEED, MAX_WORKERS
+from ..records.training import MAX_EPOCHS, MAX_WORKERS, TrainSettings
+from ..train.recipe import RECIPES
 from .base import Number, command, ema_option, print_accuracy
 
 EPOCHS = Number(1, MAX_EPOCHS, integer=True)  # the bound a checkpoint's training state is read with; demo's too
+
+# One option per training setting, in this order, each with its help; bounds and choices come from the schema.
+SETTINGS_HELP = {
+    "epochs": "Epochs to train.",
+    "batch_size": "Images per micro-batch, all DDP ranks together.",
+    "lr": "Peak learning rate (for --lr-batch images per optimizer step when that is set).",
+    "lr_batch": "--lr is for this many images per optimizer step and scales linearly to the real number "
+                "(DeiT: 512); 0: --lr as given.",
+    "min_lr": "Learning rate the cosine ends at.",
+    "warmup_epochs": "Epochs of linear learning-rate warm-up before the cosine.",
+    "weight_decay": "AdamW weight decay.",
+    "decay_all": "Weight decay on every parameter; --no-decay-all spares biases, norms, cls token and position "
+                 "embedding (timm's habit).",
+    "layer_decay": "Layer-wise lr decay: block i learns at lr x decay^(depth + 1 - i), the classifier at lr; 1: off.",
+    "clip_grad": "Clip the gradients' global norm to this; 0: off.",
+    "accum_steps": "Micro-batches per optimizer step (all train the same head count).",
+    "label_smoothing": "Label smoothing of the cross-entropy.",
+    "drop_path": "Stochastic depth (drop path) rate of the last block, rising linearly from 0 at the first.",
+    "ema_decay": "Keep an EMA of the weights with this decay, saved as state_dict_ema and loaded by default "
+                 "afterwards; 0: off.",
+    "mixup": "Mixup with a Beta(a, a) share; 0: off.",
+    "cutmix": "CutMix with a Beta(a, a) share; 0: off. With mixup, each batch uses one of the two.",
+    "rand_augment": "RandAugment magnitude, timm's 0-10 scale (two operations per image); 0: off.",
+    "random_erasing": "Probability of erasing a random rectangle of an image; 0: off.",
+    "crop_scale": "Random resized crop (bicubic) keeping at least this share of the image; 0: off.",
+    "flip": "Random horizontal flips.",
+    "precision": "auto: bf16 autocast on a CUDA GPU, fp32 on a CPU. bf16 on a CPU needs native bf16; fp16 needs CUDA.",
+    "compile": "torch.compile the model (one graph per head count; the first steps take longer).",
+    "seed": "Seeds the initial weights, the data split, the shuffling and the augmentations.",
+    "head_sampling": "per-step: one head count per optimizer step, the same on every DDP rank; per-rank: each rank "
+                     "draws its own from a generator seeded seed + rank, as the official training script does.",
+}
+
+
+class Bounded(Number):
+    """``Number`` that may also exclude its top (a schema's ``lt``)."""
+
+    def __init__(self, min: float, max: float, integer: bool = False, min_open: bool = False,
+                 max_open: bool = False) -> None:
+        super().__init__(min, max, integer=integer, min_open=min_open)
+        self.max_open = max_open
+
+    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> Any:
+        number = super().convert(value, param, ctx)
+        if self.max_open and number >= self.max:
+            self.fail(f"{value} is not a number below {self.max:g}", param, ctx)
+        return number
+
+
+def _setting_option(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The option of setting ``name``: a flag pair for a bool, a choice for a literal, else a bounded number;
+    unset (None) unless typed, so the recipe's value stands."""
+    kind = next(f.type for f in msgspec.inspect.type_info(TrainSettings).fields if f.name == name)
+    flag, help_ = "--" + name.replace("_", "-"), SETTINGS_HELP[name] + " [default: the recipe's]"
+    if isinstance(kind, msgspec.inspect.BoolType):
+        return click.option(f"{flag}/--no-{flag[2:]}", name, default=None, help=help_)
+    if isinstance(kind, msgspec.inspect.LiteralType):
+        return click.option(flag, name, type=click.Choice(kind.values), default=None, help=help_)
+    low, high = (kind.ge if kind.gt is None else kind.gt), (kind.le if kind.lt is None else kind.lt)
+    return click.option(flag, name, default=None, help=help_, type=Bounded(
+        low, high, integer=isinstance(kind, msgspec.inspect.IntType), min_open=kind.gt is not None,
+        max_open=kind.lt is not None))
+
+
+def setting_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    for name in reversed(SETTINGS_HELP):
+        f = _setting_option(name)(f)
+    return f
 
 
 @command()
 @click.option("--data", default="digits", show_default=True, help="'digits' (built in) or an ImageFolder directory.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/digits"), show_default=True)
+@click.option("--val-fraction", type=Bounded(0, 1, min_open=True, max_open=True), default=None,
+              help="Share of the images held out for validation, when the data has no val/ folder [default: 0.2].")
 @click.option("--preset", "preset_name", default=None, help="Model preset (default: digits for digits, else b16).")
 @click.option("--heads", default=None, help="Head counts to sample, e.g. 3-12 or 3,6,12 (default: 3 to all).")
 @click.option("--weights", default=None, help="Sampling weight per head count, e.g. 30,10,10,...")
-@click.option("--head-sampling", type=click.Choice(HEAD_SAMPLING), default="per-step", show_default=True,
-              help="per-step: one head count per step, the same on every DDP rank; per-rank: each rank draws its "
-                   "own from a generator seeded seed + rank, as the official training script does.")
 @click.option("--separate-heads", is_flag=True, help="One classifier per head count.")
 @click.option("--init-scheme", type=click.Choice(INIT_SCHEMES), default="timm", show_default=True,
               help="timm: truncated-normal linears (std 0.02), zero biases; torch-default: the linears keep "
                    "PyTorch's own initialisation, as in the official code.")
-@click.option("--epochs", default=30, show_default=True, type=EPOCHS)
-@click.option("--batch-size", default=32, show_default=True, type=Number(1, MAX_BATCH, integer=True))
-@click.option("--lr", default=None, type=Number(0, MAX_LR, min_open=True), help="Peak learning rate.")
-@click.option("--seed", default=0, show_default=True, type=Number(0, MAX_SEED, integer=True))
 @click.option("--init", "init_from", type=click.Path(dir_okay=False, path_type=Path),
               help="Initialise the first heads from a narrower DeiT/timm checkpoint (DeiT-tiny: heads 1-3).")
 @click.option("--checkpoint", type=click.Path(dir_okay=False, path_type=Path), help="Fine-tune this checkpoint.")
 @ema_option
+@click.option("--recipe", default=None,
+              help=f"Training recipe: {', '.join(RECIPES)} (docs/training.md). Default: finetune with --checkpoint "
+                   "or --init on a folder, else digits (no augmentation).")
+@setting_options
 @click.option("--resume", is_flag=True, help="Continue an interrupted run in --out, with the run's own settings.")
 @click.option("--override", is_flag=True, help="With --resume: let --epochs, --lr, ... change the run's settings.")
 @click.option("--threads", type=Number(1, 4096, integer=True), default=None,
-              help="CPU threads (small models train fastest on 1).")
-@click.option("--workers", default=0, show_default=True, type=Number(0, MAX_WORKERS, integer=True),
-              help="Processes decoding images of a folder data set.")
-def train(data: str, out: Path, preset_name: str | None, heads: str | None, weights: str | None,
-          head_sampling: str, separate_heads: bool, init_scheme: str, epochs: int, batch_size: int,
-          lr: float | None, seed: int, init_from: Path | None, checkpoint: Path | None, ema: bool, resume: bool,
-          override: bool, threads: int | None, workers: int) -> None:
+              help="CPU threads (default: 1 for a small model, else the cores other processes leave free).")
+@click.option("--workers", default=None, type=Number(0, MAX_WORKERS, integer=True),
+              help="Processes decoding images of a folder (default: up to 8 on a GPU, half the cores on a CPU).")
+def train(data: str, out: Path, val_fraction: float | None, preset_name: str | None, heads: str | None,
+          weights: str | None, separate_heads: bool, init_scheme: str, init_from: Path | None,
+          checkpoint: Path | None, ema: bool, recipe: str | None, resume: bool, override: bool,
+          threads: int | None, workers: int | None, **options: Any) -> None:
     """Train HydraViT with stochastic head sampling; writes checkpoint, history and accuracy per head count.
 
     Example: hydra-edge train --data digits --out runs/digits --epochs 30
+
+    Fine-tune a checkpoint on a folder: hydra-edge train --data photos/ --checkpoint model.pt --recipe finetune
     """
+    import os
     from dataclasses import replace
 
-    import msgspec
     import torch
 
     from ..model.checkpoint import init_heads_from, load_checkpoint, load_checkpoint_file
@@ -60,13 +138,17 @@ def train(data: str, out: Path, preset_name: str | None, heads: str | None, weig
     from ..model.hydravit import HydraViT
     from ..records.training import read_resume
     from ..train.data import DataSpec, data_classes, load_data
-    from ..train.loop import CHECKPOINT, OUTPUTS, RUN_OPTIONS, TrainSettings, refuse_change, resumed_settings
+    from ..train.loop import CHECKPOINT, OUTPUTS, cpu_threads, refuse_change, resumed_settings
     from ..train.loop import train as run_training
+    from ..train.recipe import settings_for
 
     check_outputs(*(out / name for name in OUTPUTS))  # now, not after the first epoch
-    if threads:
-        torch.set_num_threads(threads)
-    torch.manual_seed(seed)  # the same initial weights on every run and every DDP rank
+    machine = {"workers": workers, "compile": bool(options.pop("compile"))}
+    typed = {name: value for name, value in options.items() if value is not None}
+    if weights:
+        typed["weights"] = _integers(weights, "--weights")
+    if recipe is not None:
+        typed["recipe"] = recipe
     previous = out / CHECKPOINT
     shaping = [flag for flag, given in (("--preset", preset_name), ("--heads", heads), ("--init", init_from),
                                         ("--separate-heads", separate_heads),
@@ -77,36 +159,43 @@ def train(data: str, out: Path, preset_name: str | None, heads: str | None, weig
                              "or choose another --out")
     if checkpoint and shaping:
         raise HydraEdgeError(f"--checkpoint fine-tunes the model as saved; drop {', '.join(shaping)}")
-    settings = TrainSettings(
-        epochs=epochs, batch_size=batch_size, seed=seed, workers=workers, head_sampling=head_sampling,
-        init_scheme=init_scheme, weights=_integers(weights, "--weights") if weights else None,
-        **({"lr": lr} if lr is not None else {}),
-    )
-    spec = DataSpec(data, seed=seed)
     if resume and previous.is_file():
-        model, saved = load_checkpoint_file(previous)  # the run's own config, settings and data
+        model, saved = load_checkpoint_file(previous, ema=False)  # the run's own config, settings and data
         state = read_resume(saved, str(previous))  # checked whole, before anything trains
-        given = {name: getattr(settings, name) for name in _typed(RUN_OPTIONS)}
-        settings = resumed_settings(state.train, given, override, previous, workers)
+        settings = resumed_settings(state.train, typed, override, previous, machine)
+        spec = DataSpec(data, seed=settings.seed)
         if state.data is not None:
             spec = DataSpec.from_dict(msgspec.to_builtins(state.data))
-            if _typed({"data": "--data"}) and data != spec.source:
+        for option, name, given in (("--data", "source", data if _typed({"data": "--data"}) else None),
+                                    ("--val-fraction", "val_fraction", val_fraction)):
+            if given is not None and given != getattr(spec, name):
                 if not override:
-                    refuse_change("--data", data, spec.source, previous)
-                spec = replace(spec, source=data)
-    elif checkpoint:
-        model = load_checkpoint(checkpoint, ema=ema)
+                    refuse_change(option, given, getattr(spec, name), previous)
+                spec = replace(spec, **{name: given})
     else:
-        name = preset_name or ("digits" if data == "digits" else "b16")
-        cfg = preset(name, num_classes=len(data_classes(data)))
-        served = parse_heads(heads, cfg.num_heads) if heads else cfg.heads
-        model = HydraViT(msgspec.structs.replace(cfg, heads=served, separate_heads=separate_heads), init_scheme=init_scheme)
-        if init_from:
-            k = init_heads_from(model, init_from, ema=ema)
-            click.echo(f"initialised heads 1-{k} from {init_from}")
+        default = "digits" if data == "digits" or not (checkpoint or init_from) else "finetune"
+        settings = settings_for(typed.pop("recipe", default), init_scheme=init_scheme, **typed, **machine)
+        spec = DataSpec(data, seed=settings.seed, **({"val_fraction": val_fraction} if val_fraction else {}))
+        torch.manual_seed(settings.seed)  # the same initial weights on every run and every DDP rank
+        if checkpoint:
+            model = load_checkpoint(checkpoint, ema=ema)
+        else:
+            name = preset_name or ("digits" if data == "digits" else "b16")
+            cfg = preset(name, num_classes=len(data_classes(data)))
+            served = parse_heads(heads, cfg.num_heads) if heads else cfg.heads
+            model = HydraViT(msgspec.structs.replace(cfg, heads=served, separate_heads=separate_heads),
+                             init_scheme=init_scheme)
+            if init_from:
+                k = init_heads_from(model, init_from, ema=ema)
+                click.echo(f"initialised heads 1-{k} from {init_from}")
+    if threads:
+        torch.set_num_threads(threads)
+    elif not torch.cuda.is_available() and "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(cpu_threads(model.config, settings.batch_size))
     result = run_training(model, load_data(spec, model.config), settings, out, resume=resume)
     if result.accuracy:
-        print_accuracy(model.config, result.accuracy, f"held-out accuracy, {data}")
+        weights_kind = "EMA weights" if result.weights != "state_dict" else "weights"
+        print_accuracy(model.config, result.accuracy, f"held-out accuracy of the {weights_kind}, {spec.source}")
         click.echo(f"checkpoint: {result.checkpoint}\nreport: {out / 'accuracy.json'}, {out / 'accuracy.png'}")
 
 
