@@ -97,6 +97,11 @@ class SoftTargets(nn.Module):
         return x, own * (1 - other)[:, None] + partner * other[:, None]
 
 
+def _as_rgb(op: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``op`` (whose colour operations need RGB) on grayscale images: run on three equal channels, averaged back."""
+    return op(x.expand(-1, 3, -1, -1)).mean(1, keepdim=True)
+
+
 class TrainingTransform(nn.Module):
     """The per-batch training transform of ``settings`` for a model of ``cfg``; an identity when the
     recipe has no augmentation (the digits recipe), so such a run trains on exactly what it read."""
@@ -130,7 +135,7 @@ class TrainingTransform(nn.Module):
             if self.crop is not None:
                 x = self.crop(x).clamp_(0.0, 1.0)  # bicubic overshoots; RandAugment expects [0, 1]
             for op in self.pixel_ops:
-                x = op(x)
+                x = op(x) if x.shape[1] == 3 else _as_rgb(op, x)
             x = (x - self.mean) / self.std
         if self.erase is not None:
             x = self.erase(x)

@@ -42,6 +42,8 @@ def plot_accuracy(series: Mapping[str, Sequence[dict]], path: str | Path, title:
 
 def _plot_epochs(ax: Any, history: Sequence[Mapping[str, Any]], colours: Any) -> None:
     """Held-out top-1 per epoch: a solid line per head count, dashed for its EMA weights when kept."""
+    from matplotlib.ticker import MaxNLocator
+
     epochs = [h["epoch"] for h in history]
     heads = sorted({int(k) for h in history for k in h["val_top1"]})
     for i, k in enumerate(heads):
@@ -52,6 +54,7 @@ def _plot_epochs(ax: Any, history: Sequence[Mapping[str, Any]], colours: Any) ->
             if points:
                 ax.plot(*zip(*points), style, color=colour, marker=".", label=label)
     ax.set_xlabel("epoch")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("held-out top-1 accuracy (%)")
     kept = any(h.get("val_top1_ema") for h in history)
     ax.set_title("per epoch" + (" (dashed: EMA weights)" if kept else ""))

@@ -76,7 +76,7 @@ def layer_of(name: str, depth: int) -> int:
 
 
 def param_groups(model: nn.Module, settings: TrainSettings, lr: float) -> list[dict[str, Any]]:
-    """AdamW's parameter groups: one per (layer, decayed or not), each with ``lr_scale`` =
+    """AdamW's parameter groups: one per (lr scale, decayed or not), each layer's ``lr_scale`` being
     ``layer_decay ** (depth + 1 - layer)``.
 
     ``decay_all=False`` keeps weight decay off biases, norms, the cls token and the position
@@ -87,12 +87,11 @@ def param_groups(model: nn.Module, settings: TrainSettings, lr: float) -> list[d
     if settings.layer_decay == 1.0 and settings.decay_all:
         return [{"params": list(model.parameters()), "lr": lr, "weight_decay": settings.weight_decay}]
     depth = model.config.depth
-    groups: dict[tuple[int, bool], dict[str, Any]] = {}
+    groups: dict[tuple[float, bool], dict[str, Any]] = {}
     for name, param in model.named_parameters():
-        layer = layer_of(name, depth)
         decayed = settings.decay_all or not (param.ndim <= 1 or name in ("cls_token", "pos_embed"))
-        scale = settings.layer_decay ** (depth + 1 - layer)
-        group = groups.setdefault((layer, decayed), {
+        scale = settings.layer_decay ** (depth + 1 - layer_of(name, depth))
+        group = groups.setdefault((scale, decayed), {
             "params": [], "lr": lr * scale, "lr_scale": scale,
             "weight_decay": settings.weight_decay if decayed else 0.0,
         })
