@@ -67,11 +67,25 @@ def subnetwork_name(name: str, k: int) -> str | None:
     return name
 
 
+def _qkv_blocks(tensor: torch.Tensor, cfg: HydraConfig, k: int) -> torch.Tensor:
+    """``tensor[weight_index(...)]`` of a qkv weight (3D, D) or bias (3D), without an index: the three
+    blocks sliced out of a (3, D, ...) view and joined by a reshape. At k = num_heads that is a view
+    (nothing copied); otherwise one copy of the slice, and the backward writes a slice where an
+    index would scatter (the training step's slicing cost)."""
+    D, p = cfg.embed_dim, cfg.width(k)
+    blocks = tensor.view(3, D, *tensor.shape[1:])[(_ALL, slice(0, p)) + (slice(0, p),) * (tensor.dim() - 1)]
+    return blocks.reshape(3 * p, *blocks.shape[2:])
+
+
 def slice_state(params: Mapping[str, torch.Tensor], cfg: HydraConfig, k: int) -> dict[str, torch.Tensor]:
-    """The parameters of subnetwork k, keyed as in the dense k-head ViT (views or gathers; differentiable)."""
+    """The parameters of subnetwork k, keyed as in the dense k-head ViT; differentiable, so the sliced
+    forward trains the shared weights. The same tensors as ``weight_index`` gives, read as views
+    (qkv: ``_qkv_blocks``), since this runs at every training step."""
     out = {}
     for name, tensor in params.items():
         sub = subnetwork_name(name, k)
-        if sub is not None:
-            out[sub] = tensor[weight_index(name, cfg, k)]
+        if sub is None:
+            continue
+        qkv = name.endswith(("attn.qkv.weight", "attn.qkv.bias"))
+        out[sub] = _qkv_blocks(tensor, cfg, k) if qkv else tensor[weight_index(name, cfg, k)]
     return out
