@@ -25,14 +25,31 @@ class HydraViT(VisionTransformer):
     ``model(x, heads=k)`` runs subnetwork k by slicing the full weights (gradients reach the
     shared weights, which is how stochastic head sampling trains them); ``model.subnetwork(k)``
     copies those slices into a standalone dense ViT for export.
+
+    In training mode the sliced forward uses fused attention and drop path (``drop_path_rate``, a
+    training setting the training loop sets, not part of the config); in evaluation it is the very
+    graph of the exported subnetwork, so what is verified is what runs.
     """
 
     def __init__(self, cfg: HydraConfig, init_scheme: str = "timm") -> None:
         super().__init__(cfg)
         self.init_weights(init_scheme)
-        # Dense k-head ViTs on the meta device: structure only, run with sliced weights.
-        # A plain dict so they are neither parameters nor part of the state dict.
-        self._skeletons: dict[int, VisionTransformer] = {}
+        # Dense k-head ViTs on the meta device, for training and for evaluation: structure only, run
+        # with sliced weights. A plain dict so they are neither parameters nor part of the state dict.
+        self._skeletons: dict[tuple[int, bool], VisionTransformer] = {}
+        self._drop_path_rate = 0.0
+
+    @property
+    def drop_path_rate(self) -> float:
+        """Stochastic depth in training: the last block's rate, rising linearly from 0 at the first."""
+        return self._drop_path_rate
+
+    @drop_path_rate.setter
+    def drop_path_rate(self, rate: float) -> None:
+        if not 0.0 <= rate < 1.0:
+            raise HydraEdgeError(f"drop path rate {rate} must lie in [0, 1); the DeiT recipe uses 0.1")
+        self._drop_path_rate = float(rate)
+        self._skeletons.clear()  # the training ones carry the old rate
 
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> "HydraViT":
@@ -40,10 +57,13 @@ class HydraViT(VisionTransformer):
         return cls(preset(name, **overrides))
 
     def _skeleton(self, k: int) -> VisionTransformer:
-        if k not in self._skeletons:
+        key = (k, self.training)
+        if key not in self._skeletons:
             with torch.device("meta"):
-                self._skeletons[k] = VisionTransformer(self.config.narrowed(k))
-        return self._skeletons[k]
+                skeleton = VisionTransformer(self.config.narrowed(k), fused_attention=self.training,
+                                             drop_path_rate=self._drop_path_rate if self.training else 0.0)
+            self._skeletons[key] = skeleton.train(self.training)
+        return self._skeletons[key]
 
     def _check_served(self, k: int) -> None:
         self.config.check_heads(k)
