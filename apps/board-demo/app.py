@@ -5,7 +5,9 @@ Runs on a Raspberry Pi or Jetson with numpy, msgspec, Pillow and the bundle's ru
 switcher (``hydra_edge.runtime``) reads the board's thermal zones and battery, the bundle's
 lookup table picks the head count, and every switch is shown as it happens with the accuracy
 and latency it bought. Images come from a folder (class per sub-folder gives live accuracy) or
-from a camera through OpenCV when ``--camera`` is given.
+from a camera through OpenCV when ``--camera`` is given. Each prediction is shown by its class name
+when the bundle has names (its manifest's ``classes``), by its index otherwise; as a line per image
+with ``--plain``, except while a scenario is replayed, where the switches are what is shown.
 
 ``--scenario`` replays a scripted day instead of reading the real board: it writes battery and
 temperature into a simulated sysfs tree (``--sysfs-root``) step by step on a simulated clock,
@@ -65,6 +67,11 @@ def folder_images(folder: Path, img_size: int, in_chans: int, classes: Optional[
     if not samples:
         raise HydraEdgeError(f"no images in {folder}; give a folder of images (a sub-folder per class for accuracy)")
     return samples
+
+
+def class_name(index: int, classes: Optional[List[str]]) -> str:
+    """A class as a person reads it: its name when the bundle has names, else its logit index."""
+    return str(index) if classes is None else classes[index]
 
 
 def camera_images(index: int, img_size: int, in_chans: int) -> Iterator[Sample]:
@@ -200,7 +207,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         samples = itertools.cycle(folder_images(Path(args.images), model["img_size"], model["in_chans"],
                                                 manifest.classes))
     steps = scenario or [{"images": args.max_images or 10**12}]
-    display, stats, shown = Display(args.plain), Stats(), 0
+    display, stats, shown, count = Display(args.plain), Stats(), 0, 0
     try:
         if not board:
             switcher.start()
@@ -214,11 +221,16 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
                 start = time.perf_counter()
                 prediction = switcher.predict(image)
                 ms = 1000 * (time.perf_counter() - start)
-                stats.add(prediction.heads, ms, None if label is None else int(prediction.logits.argmax()) == label)
+                predicted, count = int(prediction.logits.argmax()), count + 1
+                stats.add(prediction.heads, ms, None if label is None else predicted == label)
                 for event in switcher.event_log()[shown:]:
                     display.line(describe(event, accuracy, stats))
                 shown = len(switcher.events)
-                display.status({"heads": prediction.heads, "latency ms": f"{ms:.2f}",
+                name = class_name(predicted, manifest.classes)
+                if display.live is None and not board:
+                    labelled = "" if label is None else f", labelled {class_name(label, manifest.classes)}"
+                    display.line(f"image {count}: {name} ({prediction.heads} heads, {ms:.2f} ms{labelled})")
+                display.status({"class": name, "heads": prediction.heads, "latency ms": f"{ms:.2f}",
                                 "held-out top-1": accuracy.get(prediction.heads), **(step if board else {})})
     except KeyboardInterrupt:
         display.line("stopped")

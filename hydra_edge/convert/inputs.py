@@ -43,7 +43,7 @@ class Inputs:
 
 def check_inputs(opts: ConvertOptions) -> Inputs:
     """Load and check every input; each mistake is one line, raised before anything is written."""
-    from ..model.checkpoint import load_checkpoint_file, weights_entry
+    from ..model.checkpoint import checkpoint_classes, load_checkpoint_file, weights_entry
     from ..model.config import parse_heads
     from ..train.data import DataSpec, load_data
 
@@ -63,8 +63,10 @@ def check_inputs(opts: ConvertOptions) -> Inputs:
     if cfg.separate_heads and set(heads) - set(cfg.heads):
         raise HydraEdgeError(f"{opts.checkpoint} has classifiers only for heads {list(cfg.heads)}; pick --heads among them")
     data = _data_spec(saved, opts.data)
-    # fails now, in one line, if the data is gone; its class names let a device label what it sees
-    classes = load_data(DataSpec.from_dict(data), cfg).classes if data is not None else None
+    # The class names a device labels its predictions with: the checkpoint's own, else its data's. The data
+    # is loaded now so that a folder that is gone, or whose classes are not the model's, is one line.
+    named = checkpoint_classes(saved, opts.checkpoint, cfg.num_classes)
+    classes = load_data(DataSpec.from_dict(data), cfg, named).classes if data is not None else named
     return Inputs(target, variants, cfg, tuple(heads), data, classes, weights_entry(saved, opts.ema))
 
 

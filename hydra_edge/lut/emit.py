@@ -43,6 +43,7 @@ class Literals:
     min_dwell_s: str
     throttled_c: str | None
     manifest_sha256: str  # an app checks it against the bundle it ships, as the Python switcher does
+    classes: list[str]  # class names in logit order, as they are (each language escapes them); [] if unknown
     comment: list[str]  # provenance and the meaning of the axes, one line each
 
 
@@ -71,5 +72,6 @@ def literals(lut: dict[str, Any]) -> Literals:
         min_dwell_s=number(t.min_dwell_s),
         throttled_c=None if t.throttled_c is None else number(t.throttled_c),
         manifest_sha256=t.manifest_sha256,
+        classes=list(lut.get("classes") or []),  # checked by the runtime's reader above
         comment=comment,
     )

@@ -24,7 +24,9 @@ TEMPLATE = """\
 #define HYDRA_LUT_BATTERY_BANDS {n_battery}
 #define HYDRA_LUT_THERMAL_BANDS {n_thermal}
 #define HYDRA_LUT_MANIFEST_SHA256 "{manifest_sha256}"
-{throttled}
+/* Class names in logit order, UTF-8: hydra_lut_classes[index of the largest logit]; 0 when unknown. */
+#define HYDRA_LUT_CLASSES {n_classes}
+{classes}{throttled}
 static const int hydra_lut_heads[HYDRA_LUT_CANDIDATES] = {{{heads}}};
 static const double hydra_lut_thermal_edges[HYDRA_LUT_THERMAL_BANDS - 1] = {{{thermal_edges}}};
 static const double hydra_lut_battery_min_pct[HYDRA_LUT_BATTERY_BANDS - 1] = {{{battery_min_pct}}};
@@ -74,13 +76,26 @@ static inline int hydra_lut_select(double battery_pct, int charging, double ther
 """
 
 
+def c_string(text: str) -> str:
+    """``text`` as a C string literal of its UTF-8 bytes, ASCII only: quotes, backslashes and ``?`` (trigraphs)
+    escaped, every other byte outside printable ASCII as a three-digit octal escape (which, unlike ``\\x``,
+    cannot swallow a digit after it)."""
+    out = []
+    for byte in text.encode("utf-8"):
+        char = chr(byte)
+        out.append("\\" + char if char in '"\\?' else char if 0x20 <= byte < 0x7F else f"\\{byte:03o}")
+    return '"' + "".join(out) + '"'
+
+
 def emit_c(lut: dict[str, Any]) -> str:
     """The C header for a ``lut.json`` document."""
     lit = literals(lut)
     return TEMPLATE.format(
         comment="\n".join(f" * {line}" for line in lit.comment),
         n_heads=len(lit.heads), n_battery=len(lit.cells), n_thermal=len(lit.cells[0]),
-        manifest_sha256=lit.manifest_sha256,
+        manifest_sha256=lit.manifest_sha256, n_classes=len(lit.classes),
+        classes="" if not lit.classes else "static const char *const hydra_lut_classes[HYDRA_LUT_CLASSES] = {"
+                                           f"{', '.join(map(c_string, lit.classes))}}};\n",
         throttled="" if lit.throttled_c is None else f"#define HYDRA_LUT_THROTTLED_C {lit.throttled_c}\n",
         heads=", ".join(lit.heads), thermal_edges=", ".join(lit.thermal_edges),
         battery_min_pct=", ".join(lit.battery_min_pct),

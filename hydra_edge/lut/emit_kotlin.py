@@ -27,6 +27,8 @@ object HydraLut {{
     const val BATTERY_MARGIN_PCT = {battery_margin_pct}
     const val MIN_DWELL_S = {min_dwell_s}
     const val MANIFEST_SHA256 = "{manifest_sha256}"
+    /** Class names in logit order: CLASSES[index of the largest logit]; empty when unknown. */
+    @JvmField val CLASSES = arrayOf<String>({classes})
 {throttled}
     /** Double.NaN (unknown) is the hottest band. */
     @JvmStatic fun thermalBand(thermal: Double): Int =
@@ -62,12 +64,24 @@ object HydraLut {{
 """
 
 
+def kotlin_string(text: str) -> str:
+    """``text`` as a Kotlin string literal, ASCII only: quotes, backslashes and ``$`` (a template) escaped,
+    every other UTF-16 unit outside printable ASCII as ``\\uXXXX``."""
+    utf16 = text.encode("utf-16-be")
+    out = []
+    for unit in (int.from_bytes(utf16[i:i + 2], "big") for i in range(0, len(utf16), 2)):
+        char = chr(unit)
+        out.append("\\" + char if char in '"\\$' else char if 0x20 <= unit < 0x7F else f"\\u{unit:04x}")
+    return '"' + "".join(out) + '"'
+
+
 def emit_kotlin(lut: dict[str, Any]) -> str:
     """The Kotlin source for a ``lut.json`` document."""
     lit = literals(lut)
     return TEMPLATE.format(
         comment="\n".join(f" * {line}" for line in lit.comment),
         heads=", ".join(lit.heads), thermal_edges=", ".join(lit.thermal_edges), manifest_sha256=lit.manifest_sha256,
+        classes=", ".join(map(kotlin_string, lit.classes)),
         battery_min_pct=", ".join(lit.battery_min_pct),
         cells=",\n".join(f"        intArrayOf({', '.join(row)})" for row in lit.cells),
         thermal_margin=lit.thermal_margin, battery_margin_pct=lit.battery_margin_pct, min_dwell_s=lit.min_dwell_s,

@@ -201,4 +201,5 @@ def build_table(bundle: Path, manifest: Manifest, calibration: Calibration, cali
         "battery": battery,
         "selection": {"cells": cells, "min_dwell_s": policy.min_dwell_s, "expected_ms": expected,
                       "meets_budget": meets},
+        "classes": manifest.classes,  # so an app that ships only the table can name what it sees
     }

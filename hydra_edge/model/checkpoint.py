@@ -16,6 +16,8 @@ from typing import Any, Mapping
 import torch
 
 from ..errors import CheckpointError
+from ..records import codec
+from ..records.manifest import ClassNames, class_names_problem
 from .config import HydraConfig
 from .hydravit import FORMAT_KEY, HydraViT
 from .slicing import subnetwork_name, weight_index
@@ -155,13 +157,34 @@ def load_checkpoint_file(path: str | Path, ema: bool = True,
     return model, obj
 
 
+def checkpoint_classes(obj: Mapping[str, Any], path: str | Path, num_classes: int) -> list[str] | None:
+    """The class names a hydra-edge checkpoint carries (its ``classes`` entry), in logit order, checked:
+    non-empty, each once, one per output of its classifier (``num_classes``). None for a file without
+    them: foreign layouts (timm, DeiT, the release), or ours from before names were kept."""
+    if FORMAT_KEY not in obj or obj.get("classes") is None:
+        return None
+    where = f"{path} ['classes']"
+    hint = "train it again, or load its weights into a new run with --checkpoint"
+    names = codec.convert(obj["classes"], ClassNames, where, hint)
+    problem = class_names_problem(names, num_classes)
+    if problem:
+        raise CheckpointError(f"{where}: {problem}; {hint}")
+    return names
+
+
 def init_heads_from(model: HydraViT, path: str | Path, ema: bool = True) -> int:
     """Initialise the first heads of ``model`` from a narrower ViT (DeiT-tiny fills heads 1-3).
 
     Every parameter's slice for k heads (``slicing.weight_index``) is overwritten by the narrow
     checkpoint's tensor; the rest of the model keeps its weights. Returns k.
     """
-    state = state_dict_of(read_file(path), path, ema=ema)
+    return copy_first_heads(model, state_dict_of(read_file(path), path, ema=ema), path)
+
+
+def copy_first_heads(model: HydraViT, state: Mapping[str, torch.Tensor], path: str | Path,
+                     classifier: bool = True) -> int:
+    """``init_heads_from`` on a state dict already read; without ``classifier`` the model keeps its own
+    classifier(s) and the narrow one's may have any number of classes (a new set of classes). Returns k."""
     width = state["cls_token"].shape[-1] if "cls_token" in state else -1
     k, rest = divmod(width, model.config.head_dim)
     if rest or not 1 <= k <= model.config.num_heads:
@@ -172,9 +195,10 @@ def init_heads_from(model: HydraViT, path: str | Path, ema: bool = True) -> int:
     targets = {}
     for name, param in model.named_parameters():
         sub = subnetwork_name(name, k)
-        if sub is not None:
+        if sub is not None and (classifier or not sub.startswith("head.")):
             targets[sub] = (param, weight_index(name, model.config, k))
-    _check({sub: param[idx].shape for sub, (param, idx) in targets.items()}, state, path)
+    expected = {sub: param[idx].shape for sub, (param, idx) in targets.items()}
+    _check(expected, {n: t for n, t in state.items() if classifier or not n.startswith("head.")}, path)
     with torch.no_grad():
         for sub, (param, idx) in targets.items():
             param[idx] = state[sub].to(param.dtype)

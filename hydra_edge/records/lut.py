@@ -18,6 +18,7 @@ from ..errors import HydraEdgeError
 from . import codec
 from .fields import (Finite, Format, Heads, Name, NonNegative, NonNegFloat, Percent, PosFloat, Sha256, Threads,
                      relative_path)
+from .manifest import ClassNames, class_names_problem
 from .policy import Policy, Seconds
 
 SCHEMA = "hydra-edge/lut"
@@ -108,6 +109,7 @@ class LutDocument(msgspec.Struct, forbid_unknown_fields=True):
     thermal: ThermalAxis
     battery: BatteryAxis
     selection: Selection
+    classes: Optional[ClassNames] = None  # the bundle's class names in logit order, None if unknown
     schema: str = SCHEMA
     schema_version: int = SCHEMA_VERSION
 
@@ -132,6 +134,9 @@ class LutDocument(msgspec.Struct, forbid_unknown_fields=True):
                     raise ValueError(f"`.selection.cells[{b}][{t}]`: {i} names no candidate "
                                      f"(there are {len(self.candidates)})")
         _never_more_heads(self.selection.cells, heads)
+        problem = None if self.classes is None else class_names_problem(self.classes)
+        if problem:
+            raise ValueError(f"`.classes`: {problem}")
 
 
 def _never_more_heads(cells: List[List[int]], heads: List[int]) -> None:

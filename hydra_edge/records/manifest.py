@@ -31,6 +31,7 @@ HINT = "re-run hydra-edge convert into a new folder"
 
 
 PointsPP = Annotated[float, Meta(ge=-100.0, le=100.0)]  # a difference of two percentages
+ClassNames = Annotated[List[Name], Meta(min_length=1, max_length=1 << 24)]  # in logit order
 Decibels = Annotated[float, Meta(ge=-1000.0, le=1000.0)]
 
 
@@ -163,7 +164,7 @@ class Manifest(msgspec.Struct, forbid_unknown_fields=True):
     max_drop: Annotated[float, Meta(ge=0.0, le=100.0)]
     artefacts: List[ArtefactRecord] = msgspec.field(default_factory=list)
     created_by: str = ""
-    classes: Optional[List[str]] = None  # class names in logit order (from the training data), None if unknown
+    classes: Optional[ClassNames] = None  # class names in logit order (from the checkpoint or data), None if unknown
     schema: str = SCHEMA
     schema_version: int = SCHEMA_VERSION
 
@@ -177,6 +178,10 @@ class Manifest(msgspec.Struct, forbid_unknown_fields=True):
                 raise ValueError(f"`.artefacts[{i}].heads`: {a.heads} heads, but the model has {num_heads}")
         if len(self.by_id()) != len(self.artefacts):
             raise ValueError("`.artefacts`: two artefacts have the same id")
+        problem = None if self.classes is None else class_names_problem(
+            self.classes, self.model.get("num_classes", ModelConfig().num_classes))
+        if problem:
+            raise ValueError(f"`.classes`: {problem}")
 
     def to_dict(self) -> Dict[str, Any]:
         d = msgspec.to_builtins(self)
@@ -202,6 +207,19 @@ class Manifest(msgspec.Struct, forbid_unknown_fields=True):
         path = Path(folder) / MANIFEST
         write_bytes(path, self.encode(str(path)))
         return path
+
+
+def class_names_problem(names: List[str], count: Optional[int] = None) -> Optional[str]:
+    """What is wrong with class names a device prints for its predictions, or None: each must appear
+    once and (``count``) there must be one per logit (``ClassNames`` has refused an empty name)."""
+    if count is not None and len(names) != count:
+        return f"{len(names)} class names for a classifier of {count} classes"
+    first: Dict[str, int] = {}
+    for i, name in enumerate(names):
+        if name in first:
+            return f"class name {name!r} appears twice (classes {first[name]} and {i})"
+        first[name] = i
+    return None
 
 
 def read_manifest(folder_or_file: Union[str, Path]) -> Manifest:

@@ -2,13 +2,23 @@
 
 Both give a deterministic train / held-out split from a ``DataSpec``, which checkpoints store so
 that later stages (conversion, its accuracy checks) see exactly the same held-out images.
+
+A folder is scanned once, up front: every image is decoded with the device's reader, so an
+unreadable or truncated file costs one warning there rather than a crash in the middle of an
+epoch; an empty class, a single class or two class folders that a case-insensitive file system
+(or a person) would take for one are refused in one line before anything is written.
 """
 
 from __future__ import annotations
 
+import logging
+import math
+import os
+import unicodedata
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -18,6 +28,9 @@ from ..errors import HydraEdgeError
 from ..model.config import HydraConfig
 from ..runtime.preprocess import IMAGE_SUFFIXES, load_image, normalisation
 
+_log = logging.getLogger(__name__)  # the warnings reach stderr even when nothing configured logging
+DIGITS_CLASSES = [str(d) for d in range(10)]
+
 
 @dataclass(frozen=True)
 class DataSpec:
@@ -26,6 +39,12 @@ class DataSpec:
     source: str = "digits"
     seed: int = 0
     val_fraction: float = 0.2
+
+    def __post_init__(self) -> None:
+        f = self.val_fraction
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not (math.isfinite(f) and 0 < f < 1):
+            raise HydraEdgeError(f"held-out fraction {f!r} is not a number between 0 and 1 (both excluded); "
+                                 "give e.g. 0.2 to hold out a fifth of the images")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -60,18 +79,17 @@ def _fit_channels_and_size(x: torch.Tensor, cfg: HydraConfig) -> torch.Tensor:
     return x.contiguous()
 
 
-def _digits(cfg: HydraConfig, spec: DataSpec) -> DataSplits:
+def _digits(cfg: HydraConfig, spec: DataSpec, expected: Sequence[str] | None) -> DataSplits:
     from sklearn.datasets import load_digits
 
+    check_classes("digits", DIGITS_CLASSES, cfg, expected)
     digits = load_digits()
-    _check_classes("digits", 10, cfg)
     x = _fit_channels_and_size(torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0, cfg)
     mean, std = normalisation(cfg.in_chans)  # the device's, so a board feeds the pixels training saw
     x = (x - torch.tensor(mean)[:, None, None]) / torch.tensor(std)[:, None, None]  # (N, C, H, W)
     y = torch.tensor(digits.target, dtype=torch.long)
     train, val = _stratified_split(digits.target, spec)
-    classes = [str(c) for c in digits.target_names]
-    return DataSplits(TensorDataset(x[train], y[train]), TensorDataset(x[val], y[val]), classes, spec)
+    return DataSplits(TensorDataset(x[train], y[train]), TensorDataset(x[val], y[val]), list(DIGITS_CLASSES), spec)
 
 
 class ImageFolder(Dataset):
@@ -89,29 +107,68 @@ class ImageFolder(Dataset):
         return torch.from_numpy(load_image(path, self.cfg.img_size, self.cfg.in_chans)), label
 
 
-def _scan(root: Path, classes: list[str] | None = None) -> tuple[list[tuple[Path, int]], list[str]]:
-    classes = classes or _class_dirs(root)
-    files = [
-        (f, i)
-        for i, c in enumerate(classes)
-        if (root / c).is_dir()
-        for f in sorted((root / c).rglob("*"))
-        if f.suffix.lower() in IMAGE_SUFFIXES
-    ]
-    if not classes or not files:
-        raise HydraEdgeError(f"no images found under {root}: expected one sub-folder of images per class")
+def _hidden(path: Path, root: Path) -> bool:
+    """Below ``root``, a name starting with a dot: .ipynb_checkpoints, macOS's ._photo.jpg companions."""
+    return any(part.startswith(".") for part in path.relative_to(root).parts)
+
+
+def _readable(files: list[Path], cfg: HydraConfig) -> list[Path]:
+    """The files the device's reader decodes; one warning for each it cannot (truncated, not an image).
+
+    Decoding is most of the cost and Pillow releases the GIL while it decodes, so threads share it.
+    """
+    def read(path: Path) -> HydraEdgeError | None:
+        try:
+            load_image(path, cfg.img_size, cfg.in_chans)
+        except HydraEdgeError as e:
+            return e
+        return None
+
+    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+        errors = list(pool.map(read, files))
+    for error in errors:
+        if error is not None:
+            _log.warning("warning: skipped %s", error)
+    return [f for f, error in zip(files, errors) if error is None]
+
+
+def _scan(root: Path, cfg: HydraConfig, classes: list[str] | None = None) -> tuple[list[tuple[Path, int]], list[str]]:
+    """(image, label) pairs under ``root/<class>/``, readable ones only; ``classes``: a train split's,
+    which this (held-out) folder may have fewer of, never others."""
+    found = _names(root)
+    if classes is None:
+        classes = found
+    else:
+        extra = [c for c in found if c not in classes]
+        if extra:
+            raise HydraEdgeError(f"{root / extra[0]} is not a class of the training images (they have "
+                                 f"{class_list(classes)}); rename it to one of them or add it to train/ as well")
+    files = []
+    for label, name in enumerate(classes):
+        folder = root / name
+        if not folder.is_dir():
+            continue  # a held-out split may lack a class
+        images = [f for f in sorted(folder.rglob("*"))
+                  if f.suffix.lower() in IMAGE_SUFFIXES and not _hidden(f, folder) and f.is_file()]
+        readable = _readable(images, cfg)
+        if not readable:
+            raise HydraEdgeError(f"class folder {folder} holds no readable images "
+                                 f"({', '.join(sorted(IMAGE_SUFFIXES))}); add images to it or remove it")
+        files += [(f, label) for f in readable]
     return files, classes
 
 
-def _image_folder(cfg: HydraConfig, spec: DataSpec) -> DataSplits:
-    root = Path(spec.source)
-    if not root.is_dir():
-        raise HydraEdgeError(f"data {spec.source!r} is neither 'digits' nor a folder; give a class-per-folder directory")
+def _image_folder(cfg: HydraConfig, spec: DataSpec, expected: Sequence[str] | None) -> DataSplits:
+    root = _folder(spec.source)
     if _presplit(root):
-        train, classes = _scan(root / "train")
-        val, _ = _scan(root / "val", classes)
+        classes = class_folders(root / "train")
+        check_classes(root, classes, cfg, expected)  # before any image is decoded
+        train, _ = _scan(root / "train", cfg)
+        val, _ = _scan(root / "val", cfg, classes)
     else:
-        files, classes = _scan(root)
+        classes = class_folders(root)
+        check_classes(root, classes, cfg, expected)
+        files, _ = _scan(root, cfg)
         labels = np.array([label for _, label in files])
         try:
             tr, va = _stratified_split(labels, spec)
@@ -120,14 +177,18 @@ def _image_folder(cfg: HydraConfig, spec: DataSpec) -> DataSplits:
             raise HydraEdgeError(f"{root}: class {fewest!r} has too few images to split off "
                                  f"{spec.val_fraction:.0%} for validation; add images or use train/ and val/ folders") from None
         train, val = [files[i] for i in tr], [files[i] for i in va]
-    _check_classes(root, len(classes), cfg)
     return DataSplits(ImageFolder(train, cfg), ImageFolder(val, cfg), classes, spec)
 
 
-def load_data(spec: DataSpec | str, cfg: HydraConfig) -> DataSplits:
-    """The train and held-out splits of ``spec``, preprocessed for ``cfg``'s input size and channels."""
+def load_data(spec: DataSpec | str, cfg: HydraConfig, classes: Sequence[str] | None = None) -> DataSplits:
+    """The train and held-out splits of ``spec``, preprocessed for ``cfg``'s input size and channels.
+
+    The data must have ``cfg.num_classes`` classes and, when ``classes`` (the model's names, from its
+    checkpoint) is given, those names in that order: a model fine-tuned on other classes gets a new
+    classifier first (``train.transfer.fit_classes``), never labels it was not trained for.
+    """
     spec = DataSpec(spec) if isinstance(spec, str) else spec
-    return _digits(cfg, spec) if spec.source == "digits" else _image_folder(cfg, spec)
+    return _digits(cfg, spec, classes) if spec.source == "digits" else _image_folder(cfg, spec, classes)
 
 
 def as_arrays(dataset: Dataset, limit: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -138,29 +199,66 @@ def as_arrays(dataset: Dataset, limit: int | None = None) -> tuple[np.ndarray, n
 
 
 def data_classes(source: str) -> list[str]:
-    """Class names of a data source, known before the model is built (sizes its classifier)."""
+    """Class names of a data source, known before the model is built (sizes its classifier) and
+    without reading an image: the class folders' names, checked as ``load_data`` checks them."""
     if source == "digits":
-        return [str(d) for d in range(10)]
+        return list(DIGITS_CLASSES)
+    root = _folder(source)
+    return class_folders(root / "train" if _presplit(root) else root)
+
+
+def check_classes(source: object, found: Sequence[str], cfg: HydraConfig, expected: Sequence[str] | None = None) -> None:
+    """One line when the data's classes are not the model's: another count, or (names known) other names."""
+    hint = ("use data with the model's classes, or fine-tune it on this data (hydra-edge train --checkpoint), "
+            "which gives it a new classifier")
+    if len(found) != cfg.num_classes:
+        raise HydraEdgeError(f"{source} has {len(found)} classes but the model has {cfg.num_classes}; {hint}")
+    if expected is not None and list(found) != list(expected):
+        i = next(i for i, (a, b) in enumerate(zip(found, expected)) if a != b)
+        raise HydraEdgeError(f"{source}'s classes are not the model's: class {i} is {found[i]!r} there and "
+                             f"{expected[i]!r} in the model; {hint}")
+
+
+def class_folders(root: Path) -> list[str]:
+    """The class names under ``root``: its sub-folders (``_names``), two or more."""
+    names = _names(root)
+    if len(names) < 2:
+        have = f"one class folder ({names[0]!r})" if names else "no class folders"
+        raise HydraEdgeError(f"{root} has {have}; a classifier needs two classes or more: "
+                             "put each class's images in a sub-folder of its own")
+    return names
+
+
+def class_list(classes: Sequence[str], limit: int = 5) -> str:
+    """``'cat', 'dog', ...``: the first few names, quoted (a name may hold a comma), for one-line messages."""
+    return ", ".join(map(repr, classes[:limit])) + (", ..." if len(classes) > limit else "")
+
+
+def _names(root: Path) -> list[str]:
+    """The sub-folders of ``root``, sorted, hidden ones left out; no two that are one name once case,
+    Unicode form (NFKC) and surrounding spaces are ignored: a case-insensitive file system (a phone's
+    card, macOS, Windows) would merge them, and so would a person reading the labels."""
+    names = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
+    seen: dict[str, str] = {}
+    for name in names:
+        key = unicodedata.normalize("NFKC", name).casefold().strip()
+        if not key:
+            raise HydraEdgeError(f"class folder {str(root / name)!r} has no name but spaces; rename it")
+        if key in seen:
+            raise HydraEdgeError(f"class folders {str(root / seen[key])!r} and {str(root / name)!r} differ only in "
+                                 "case, Unicode form or surrounding spaces, so they are one class on many systems; "
+                                 "merge them or rename one")
+        seen[key] = name
+    return names
+
+
+def _folder(source: str) -> Path:
     root = Path(source)
     if not root.is_dir():
         raise HydraEdgeError(f"data {source!r} is neither 'digits' nor a folder; give a class-per-folder directory")
-    scan = root / "train" if _presplit(root) else root
-    classes = _class_dirs(scan)
-    if not classes:
-        raise HydraEdgeError(f"no class folders under {scan}: expected one sub-folder of images per class")
-    return classes
+    return root
 
 
 def _presplit(root: Path) -> bool:
     """The folder holds its own split: ``train/<class>/`` and ``val/<class>/``."""
     return (root / "train").is_dir() and (root / "val").is_dir()
-
-
-def _check_classes(source: object, found: int, cfg: HydraConfig) -> None:
-    if found != cfg.num_classes:
-        raise HydraEdgeError(f"{source} has {found} classes but the model has {cfg.num_classes}; "
-                             "use data with the model's classes, or train a new model on this data")
-
-
-def _class_dirs(root: Path) -> list[str]:
-    return sorted(d.name for d in root.iterdir() if d.is_dir())
