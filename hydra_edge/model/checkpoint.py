@@ -164,7 +164,7 @@ def checkpoint_classes(obj: Mapping[str, Any], path: str | Path, num_classes: in
     if FORMAT_KEY not in obj or obj.get("classes") is None:
         return None
     where = f"{path} ['classes']"
-    hint = "train it again, or load its weights into a new run with --checkpoint"
+    hint = "save it again with one name per class, or without a 'classes' entry"
     names = codec.convert(obj["classes"], ClassNames, where, hint)
     problem = class_names_problem(names, num_classes)
     if problem:
