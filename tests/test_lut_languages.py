@@ -119,3 +119,18 @@ def test_c_and_kotlin_pick_what_python_picks(case: tuple[dict[str, Any], list[st
     subprocess.run(["kotlinc", "-nowarn", "HydraLut.kt", "Main.kt", "-include-runtime", "-d", "pick.jar"],
                    check=True, cwd=tmp_path, capture_output=True, timeout=300)
     assert run(["java", "-Xshare:auto", "-XX:TieredStopAtLevel=1", "-jar", str(tmp_path / "pick.jar")], lines) == expected
+
+
+def test_kotlin_names_the_classes_as_they_are(tmp_path: Path) -> None:
+    """Quotes, backslashes, a ``$`` that would be a template, characters outside the BMP: each name exact."""
+    from test_transfer import ODD_NAMES, table_with_classes
+
+    assert shutil.which("kotlinc"), "kotlinc missing: apt-get install kotlin (Debian ships 1.3.31)"
+    (tmp_path / "HydraLut.kt").write_text(emit_kotlin(table_with_classes(tmp_path, ODD_NAMES)))
+    (tmp_path / "Main.kt").write_text("fun main() { for (name in HydraLut.CLASSES) println(name.codePoints().toArray()"
+                                      ".joinToString(\" \")) }\n")
+    subprocess.run(["kotlinc", "-nowarn", "HydraLut.kt", "Main.kt", "-include-runtime", "-d", "names.jar"],
+                   check=True, cwd=tmp_path, capture_output=True, timeout=300)
+    printed = subprocess.run(["java", "-Xshare:auto", "-jar", str(tmp_path / "names.jar")], capture_output=True,
+                             text=True, check=True, timeout=120).stdout  # code points: no console encoding between
+    assert printed.splitlines() == [" ".join(str(ord(c)) for c in name) for name in ODD_NAMES]

@@ -172,7 +172,7 @@ def test_init_from_a_narrow_model_of_the_same_classes_takes_its_classifier_too(t
 
 # --- class names travel: manifest, lut.json, C and Kotlin -----------------------------------------------------
 
-ODD = ["plain", 'say "hi"', "back\\slash", "??= trigraph", "$price", "Ärger 🐍", "end */ comment", "tab\there"]
+ODD_NAMES = ["plain", 'say "hi"', "back\\slash", "??= trigraph", "$price", "Ärger 🐍", "end */ comment", "tab\there"]
 
 
 def test_convert_takes_the_checkpoints_class_names_else_its_datas(tmp_path, b16_like):
@@ -185,9 +185,9 @@ def test_convert_takes_the_checkpoints_class_names_else_its_datas(tmp_path, b16_
         opts = ConvertOptions(checkpoint=tmp_path / "m.pt", target="jetson", out=tmp_path / "b", heads="3", data=data)
         return plan(opts, check_inputs(opts)).manifest.classes
 
-    model = HydraViT(msgspec.structs.replace(b16_like, num_classes=len(ODD)))
+    model = HydraViT(msgspec.structs.replace(b16_like, num_classes=len(ODD_NAMES)))
     own = {"hydra_edge": 1, "config": model.config.to_dict(), "state_dict": model.state_dict()}
-    assert manifest_classes({**own, "classes": ODD}) == ODD
+    assert manifest_classes({**own, "classes": ODD_NAMES}) == ODD_NAMES
     assert manifest_classes(own) is None  # nothing says: the device shows indices
     folder = _images(tmp_path / "pets", dict.fromkeys(PETS, 5), size=(40, 36))
     pets = HydraViT(msgspec.structs.replace(b16_like, num_classes=4))
@@ -197,7 +197,7 @@ def test_convert_takes_the_checkpoints_class_names_else_its_datas(tmp_path, b16_
         manifest_classes({**own, "classes": list("abcd")}, data=str(folder))
 
 
-def _table_with(tmp_path: Path, classes: list[str] | None) -> dict:
+def table_with_classes(tmp_path: Path, classes: list[str] | None) -> dict:
     from test_lut import calibration, fake_bundle
 
     from hydra_edge.lut.policy import Policy
@@ -217,9 +217,9 @@ def _table_with(tmp_path: Path, classes: list[str] | None) -> dict:
 def test_lut_json_carries_the_class_names_and_refuses_repeated_ones(tmp_path):
     from hydra_edge.records import lut as record
 
-    doc = _table_with(tmp_path, ODD)
-    assert record.decode(record.encode(doc, "lut.json"), "lut.json").classes == ODD
-    assert record.decode(record.encode(_table_with(tmp_path / "none", None), "lut.json"), "lut.json").classes is None
+    doc = table_with_classes(tmp_path, ODD_NAMES)
+    assert record.decode(record.encode(doc, "lut.json"), "lut.json").classes == ODD_NAMES
+    assert record.decode(record.encode(table_with_classes(tmp_path / "none", None), "lut.json"), "lut.json").classes is None
     with pytest.raises(HydraEdgeError, match=r"lut.json: \$.classes: class name 'plain' appears twice"):
         record.decode(json.dumps({**doc, "classes": ["plain", "plain"]}), "lut.json")
 
@@ -228,17 +228,17 @@ def test_the_c_header_names_the_classes_byte_for_byte(tmp_path):
     """Compiled with the warnings a careful app uses; names with quotes, backslashes, trigraphs, UTF-8 and tabs."""
     from hydra_edge.lut.emit_c import emit_c
 
-    (tmp_path / "hydra_lut.h").write_text(emit_c(_table_with(tmp_path, ODD)))
+    (tmp_path / "hydra_lut.h").write_text(emit_c(table_with_classes(tmp_path, ODD_NAMES)))
     (tmp_path / "main.c").write_text('#include <stdio.h>\n#include "hydra_lut.h"\nint main(void) {\n'
                                      '    for (int i = 0; i < HYDRA_LUT_CLASSES; i++) printf("%s\\n", hydra_lut_classes[i]);\n'
                                      "    return 0;\n}\n")
     subprocess.run(["gcc", "-std=c99", "-trigraphs", "-Wall", "-Wextra", "-Werror", "-o", "names", "main.c"],
                    check=True, cwd=tmp_path)
     assert subprocess.run([str(tmp_path / "names")], capture_output=True, check=True).stdout.decode() == \
-        "".join(f"{n}\n" for n in ODD)
+        "".join(f"{n}\n" for n in ODD_NAMES)
     names = [line for line in (tmp_path / "hydra_lut.h").read_text().splitlines() if line.startswith("static const char")]
     assert len(names) == 1 and names[0].isascii()  # whatever encoding the app's compiler assumes
-    unnamed = emit_c(_table_with(tmp_path / "none", None))
+    unnamed = emit_c(table_with_classes(tmp_path / "none", None))
     assert "#define HYDRA_LUT_CLASSES 0\n" in unnamed and "const char" not in unnamed
 
 
