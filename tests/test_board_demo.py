@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -44,6 +45,18 @@ def board(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     for a in manifest["artefacts"]:  # the tiny model is untrained: give it the accuracy a trained one has
         a["accuracy"]["top1"] = 80.0 + a["heads"]
     manifest_file.write_text(json.dumps(manifest))
+    lut = table_for(bundle, root)
+    images = root / "images"
+    rng = np.random.default_rng(0)
+    for label in range(3):
+        (images / str(label)).mkdir(parents=True)
+        for i in range(4):
+            Image.fromarray(rng.integers(0, 255, (8, 8), dtype=np.uint8), mode="L").save(images / str(label) / f"{i}.png")
+    return {"bundle": bundle, "lut": lut, "images": images, "root": root}
+
+
+def table_for(bundle: Path, root: Path) -> Path:
+    """A calibration of ``bundle`` whose latencies rise with heads, and its lookup table; returns lut.json."""
     records = read_manifest(bundle)
     ms = {3: 1.0, 6: 6.0, 12: 9.0}  # budget 10: 12 heads when cool on mains, 3 when very hot or nearly empty
     calibration = Calibration("local:test", {}, bundle_record(bundle, records), {"runs": 5}, results=[
@@ -51,13 +64,7 @@ def board(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         for a in records.artefacts])
     calibration.write(root / "calibration.json")
     make_lut(bundle, root / "calibration.json", root / "lut", budget_ms=10.0)
-    images = root / "images"
-    rng = np.random.default_rng(0)
-    for label in range(3):
-        (images / str(label)).mkdir(parents=True)
-        for i in range(4):
-            Image.fromarray(rng.integers(0, 255, (8, 8), dtype=np.uint8), mode="L").save(images / str(label) / f"{i}.png")
-    return {"bundle": bundle, "lut": root / "lut" / "lut.json", "images": images, "root": root}
+    return root / "lut" / "lut.json"
 
 
 def test_app_follows_a_scripted_day(board: dict[str, Path], tmp_path: Path) -> None:
@@ -124,6 +131,33 @@ def test_deploy_refuses_a_table_of_another_bundle(board: dict[str, Path], tmp_pa
                                          "--images", str(board["images"]), "--remote-dir", str(tmp_path / "dev")])
     assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1, result.output
     assert "Error:" in result.output and not (tmp_path / "dev" / "app").exists()
+
+
+@pytest.mark.parametrize("names", [["zéro", 'un "1"', "deux\\2", "trois", "quatre", "cinq", "six", "sept", "huit",
+                                    "neuf"], None], ids=["named", "unnamed"])
+def test_app_prints_each_predicted_class_by_name_or_else_by_index(board: dict[str, Path], tmp_path: Path,
+                                                                 names: list[str] | None) -> None:
+    """A person reads what the board sees: the bundle's class names when it has them, logit indices otherwise."""
+    bundle = tmp_path / "bundle"
+    shutil.copytree(board["bundle"], bundle)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["classes"] = names
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    lut = table_for(bundle, tmp_path)
+    labels = names or [str(i) for i in range(10)]
+    for label in labels[:3]:
+        shutil.copytree(board["images"] / "0", tmp_path / "images" / label)
+    proc = subprocess.run([sys.executable, str(APP), "--bundle", str(bundle), "--lut", str(lut), "--images",
+                           str(tmp_path / "images"), "--plain", "--max-images", "12", "--threads", "1"],
+                          capture_output=True, text=True, timeout=300, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("image ")]
+    said = [re.fullmatch(r"image (\d+): (.+?) \((\d+) heads, [\d.]+ ms(, labelled (.+))?\)", line) for line in lines]
+    assert len(lines) == 12 and all(said), proc.stdout
+    assert [int(m.group(1)) for m in said] == list(range(1, 13))
+    assert all(m.group(2) in labels for m in said)
+    # a folder's labels are known only by name: without names the app cannot tell which folder is which class
+    assert {m.group(5) for m in said} == (set(labels[:3]) if names else {None})
 
 
 @pytest.mark.parametrize("case, message", [
