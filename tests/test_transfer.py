@@ -18,7 +18,6 @@ from PIL import Image
 
 from hydra_edge import HydraEdgeError, HydraViT
 from hydra_edge.cli import main
-from hydra_edge.errors import CheckpointError
 from hydra_edge.model.checkpoint import checkpoint_classes, load_checkpoint_file
 from hydra_edge.model.config import HydraConfig, preset
 from hydra_edge.model.vit import VisionTransformer

@@ -132,22 +132,18 @@ def _readable(files: list[Path], cfg: HydraConfig) -> list[Path]:
     return [f for f, error in zip(files, errors) if error is None]
 
 
-def _scan(root: Path, cfg: HydraConfig, classes: list[str] | None = None) -> tuple[list[tuple[Path, int]], list[str]]:
-    """(image, label) pairs under ``root/<class>/``, readable ones only; ``classes``: a train split's,
-    which this (held-out) folder may have fewer of, never others."""
-    found = _names(root)
-    if classes is None:
-        classes = found
-    else:
-        extra = [c for c in found if c not in classes]
-        if extra:
-            raise HydraEdgeError(f"{root / extra[0]} is not a class of the training images (they have "
-                                 f"{class_list(classes)}); rename it to one of them or add it to train/ as well")
+def _scan(root: Path, cfg: HydraConfig, classes: list[str]) -> list[tuple[Path, int]]:
+    """(image, label) pairs under ``root/<class>/``, readable ones only. ``root`` may lack a class (a
+    held-out split), never have another."""
+    extra = [c for c in _names(root) if c not in classes]
+    if extra:
+        raise HydraEdgeError(f"{root / extra[0]} is not a class of the training images (they have "
+                             f"{class_list(classes)}); rename it to one of them or add it to train/ as well")
     files = []
     for label, name in enumerate(classes):
         folder = root / name
         if not folder.is_dir():
-            continue  # a held-out split may lack a class
+            continue
         images = [f for f in sorted(folder.rglob("*"))
                   if f.suffix.lower() in IMAGE_SUFFIXES and not _hidden(f, folder) and f.is_file()]
         readable = _readable(images, cfg)
@@ -155,7 +151,7 @@ def _scan(root: Path, cfg: HydraConfig, classes: list[str] | None = None) -> tup
             raise HydraEdgeError(f"class folder {folder} holds no readable images "
                                  f"({', '.join(sorted(IMAGE_SUFFIXES))}); add images to it or remove it")
         files += [(f, label) for f in readable]
-    return files, classes
+    return files
 
 
 def _image_folder(cfg: HydraConfig, spec: DataSpec, expected: Sequence[str] | None) -> DataSplits:
@@ -163,12 +159,11 @@ def _image_folder(cfg: HydraConfig, spec: DataSpec, expected: Sequence[str] | No
     if _presplit(root):
         classes = class_folders(root / "train")
         check_classes(root, classes, cfg, expected)  # before any image is decoded
-        train, _ = _scan(root / "train", cfg)
-        val, _ = _scan(root / "val", cfg, classes)
+        train, val = _scan(root / "train", cfg, classes), _scan(root / "val", cfg, classes)
     else:
         classes = class_folders(root)
         check_classes(root, classes, cfg, expected)
-        files, _ = _scan(root, cfg)
+        files = _scan(root, cfg, classes)
         labels = np.array([label for _, label in files])
         try:
             tr, va = _stratified_split(labels, spec)
