@@ -149,6 +149,50 @@ def test_cli_trains_and_evaluates_on_an_image_folder(tmp_path):
     assert [r["heads"] for r in rows] == [3, 12] and all(0 <= r["top1"] <= 100 for r in rows)
 
 
+def test_cli_says_what_it_trains_then_the_held_out_accuracy_of_every_head_count_each_epoch(tmp_path):
+    result = CliRunner().invoke(main, ["train", "--epochs", "2", "--heads", "3,12", "--batch-size", "256",
+                                       "--ema-decay", "0.9", "--val-fraction", "0.5", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].startswith("training on digits: 8x8 px, 1 channel, 10 classes (0, 1, 2, 3, 4, ...); "
+                               "recipe digits, precision fp32, device cpu")
+    for epoch in (1, 2):
+        line = next(line for line in lines if line.startswith(f"epoch {epoch}/2 loss "))
+        assert "held-out top-1 % by heads 3:" in line and " 12:" in line and "| EMA 3:" in line
+    saved = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    assert saved["data"]["val_fraction"] == 0.5 and saved["train"]["settings"]["ema_decay"] == 0.9
+    assert len(load_data(DataSpec(**saved["data"]), preset("digits")).val) == 899  # half of 1797
+
+
+def test_cli_typed_values_win_over_the_recipe_and_a_resume_keeps_the_runs_recipe_and_split(tmp_path):
+    run = tmp_path / "run"
+    result = CliRunner().invoke(main, ["train", "--recipe", "imagenet", "--epochs", "1", "--batch-size", "256",
+                                       "--mixup", "0", "--no-flip", "--heads", "3", "--out", str(run)])
+    assert result.exit_code == 0, result.output
+    settings = torch.load(run / "checkpoint.pt", weights_only=True)["train"]["settings"]
+    assert (settings["recipe"], settings["epochs"], settings["mixup"], settings["flip"], settings["cutmix"],
+            settings["ema_decay"]) == ("imagenet", 1, 0.0, False, 1.0, 0.99996)
+    for args, recorded in ((["--recipe", "finetune"], "imagenet"), (["--val-fraction", "0.5"], "0.2"),
+                           (["--cutmix", "0.5"], "1.0")):
+        result = CliRunner().invoke(main, ["train", "--out", str(run), "--resume", *args])
+        assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1, result.output
+        assert f"{args[0]} {args[1]} differs from the run in {run / 'checkpoint.pt'}, which has {recorded}" in result.output
+
+
+def test_cli_fine_tunes_a_checkpoint_on_a_folder_with_the_finetune_recipe(tmp_path):
+    folder = _image_folder(tmp_path / "images")
+    runner = CliRunner()
+    first = runner.invoke(main, ["train", "--data", str(folder), "--preset", "digits", "--heads", "3,12",
+                                 "--epochs", "1", "--out", str(tmp_path / "a")])
+    assert first.exit_code == 0 and "recipe digits" in first.output, first.output
+    tuned = runner.invoke(main, ["train", "--data", str(folder), "--checkpoint", str(tmp_path / "a" / "checkpoint.pt"),
+                                 "--epochs", "1", "--out", str(tmp_path / "b")])
+    assert tuned.exit_code == 0, tuned.output
+    assert "recipe finetune" in tuned.output and "| EMA 3:" in tuned.output
+    saved = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=True)
+    assert saved["classes"] == ["class_0", "class_1", "class_2"] and "state_dict_ema" in saved
+
+
 def test_cli_rejects_a_missing_data_folder(tmp_path):
     result = CliRunner().invoke(main, ["train", "--data", str(tmp_path / "nope"), "--out", str(tmp_path / "o")])
     assert result.exit_code == 1 and "is neither 'digits' nor a folder" in result.output
@@ -280,7 +324,10 @@ def test_resume_trains_with_the_runs_settings_and_refuses_other_values_without_o
 
 @pytest.mark.parametrize("option, value", [("--epochs", "-3"), ("--epochs", "0"), ("--batch-size", "0"),
                                            ("--lr", "nan"), ("--lr", "0"), ("--lr", "inf"), ("--threads", "0"),
-                                           ("--workers", "-1"), ("--seed", "-1")])
+                                           ("--workers", "-1"), ("--seed", "-1"), ("--val-fraction", "0"),
+                                           ("--val-fraction", "1"), ("--ema-decay", "1"), ("--mixup", "-0.5"),
+                                           ("--accum-steps", "0"), ("--layer-decay", "0"), ("--rand-augment", "10"),
+                                           ("--precision", "fp8")])
 def test_training_numbers_out_of_range_are_one_line_and_train_nothing(tmp_path: Path, option: str,
                                                                       value: str) -> None:
     out = tmp_path / "run"

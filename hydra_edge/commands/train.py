@@ -75,7 +75,8 @@ def _setting_option(name: str) -> Callable[[Callable[..., Any]], Callable[..., A
     """The option of setting ``name``: a flag pair for a bool, a choice for a literal, else a bounded number;
     unset (None) unless typed, so the recipe's value stands."""
     kind = next(f.type for f in msgspec.inspect.type_info(TrainSettings).fields if f.name == name)
-    flag, help_ = "--" + name.replace("_", "-"), SETTINGS_HELP[name] + " [default: the recipe's]"
+    default = "off" if name == "compile" else "the recipe's"  # compiling is this machine's choice, in no recipe
+    flag, help_ = "--" + name.replace("_", "-"), f"{SETTINGS_HELP[name]} [default: {default}]"
     if isinstance(kind, msgspec.inspect.BoolType):
         return click.option(f"{flag}/--no-{flag[2:]}", name, default=None, help=help_)
     if isinstance(kind, msgspec.inspect.LiteralType):
