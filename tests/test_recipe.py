@@ -289,6 +289,18 @@ def test_a_checkpoint_from_before_the_recipe_fields_still_resumes(tmp_path):
     assert settings["recipe"] == "digits" and settings["epochs"] == 2
 
 
+@pytest.mark.slow  # torch.compile builds a graph per head count and its backward on the CPU: about a minute
+def test_a_compiled_model_trains_as_the_eager_one(tmp_path):
+    model = _tiny()
+    data = _digits(model)
+    train(_tiny(), data, settings_for("digits", epochs=1, batch_size=256), tmp_path / "eager")
+    train(_tiny(), data, settings_for("digits", epochs=1, batch_size=256, compile=True), tmp_path / "compiled")
+    eager, compiled = (json.loads((tmp_path / run / "history.json").read_text())[0] for run in ("eager", "compiled"))
+    assert compiled["loss"] == pytest.approx(eager["loss"], rel=1e-3) and compiled["drawn"] == eager["drawn"]
+    saved = torch.load(tmp_path / "compiled" / CHECKPOINT, weights_only=True)["state_dict"]
+    assert saved.keys() == model.state_dict().keys()  # the model's own keys, no compile wrapper's
+
+
 def test_threads_default_to_one_for_a_small_model_and_to_the_free_cores_for_a_large_one(monkeypatch):
     monkeypatch.setattr(loop.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
     monkeypatch.setattr(loop.os, "getloadavg", lambda: (3.2, 1.0, 1.0))

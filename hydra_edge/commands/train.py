@@ -141,7 +141,7 @@ def train(data: str, out: Path, val_fraction: float | None, preset_name: str | N
     from ..train.data import DataSpec, data_classes, load_data
     from ..train.loop import CHECKPOINT, OUTPUTS, cpu_threads, refuse_change, resumed_settings
     from ..train.loop import train as run_training
-    from ..train.recipe import settings_for
+    from ..train.recipe import autocast_dtype, settings_for
 
     check_outputs(*(out / name for name in OUTPUTS))  # now, not after the first epoch
     machine = {"workers": workers, "compile": bool(options.pop("compile"))}
@@ -189,6 +189,7 @@ def train(data: str, out: Path, val_fraction: float | None, preset_name: str | N
             if init_from:
                 k = init_heads_from(model, init_from, ema=ema)
                 click.echo(f"initialised heads 1-{k} from {init_from}")
+    autocast_dtype(settings.precision, torch.device("cuda" if torch.cuda.is_available() else "cpu"))  # before the data
     if threads:
         torch.set_num_threads(threads)
     elif not torch.cuda.is_available() and "OMP_NUM_THREADS" not in os.environ:
