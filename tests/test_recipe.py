@@ -4,6 +4,7 @@ clipping, layer decay, accumulation, precision), exact resume with all of them, 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import msgspec
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from torch.utils.data import Subset
 
 import hydra_edge.train.loop as loop
 import hydra_edge.train.recipe as recipe
@@ -271,6 +273,33 @@ def test_an_interrupted_run_with_every_recipe_part_resumes_to_the_same_weights_e
             assert torch.equal(a[entry][name], b[entry][name]), (entry, name)
     assert a["train"]["schedule"] == b["train"]["schedule"] and a["train"]["ema_updates"] == b["train"]["ema_updates"]
     assert [h["loss"] for h in a["train"]["history"]] == [h["loss"] for h in b["train"]["history"]]
+
+
+def test_an_fp16_run_resumes_with_its_loss_scale(tmp_path, monkeypatch):
+    """fp16 is refused on a CPU; the CPU's fp16 autocast stands in for a GPU's here, so the GradScaler path runs."""
+    monkeypatch.setattr(loop, "autocast_dtype", lambda precision, device: torch.float16)
+    model = _tiny()
+    full = _digits(model)  # a few steps: fp16 matmuls are slow on a CPU
+    data = replace(full, train=Subset(full.train, range(256)), val=Subset(full.val, range(64)))
+    settings = settings_for("digits", epochs=2, batch_size=128, clip_grad=1.0)
+    train(_tiny(), data, settings, tmp_path / "straight")
+    real, calls = loop.accuracy_per_heads, {"n": 0}
+
+    def stop_in_epoch_2(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "accuracy_per_heads", stop_in_epoch_2)
+    with pytest.raises(KeyboardInterrupt):
+        train(_tiny(), data, settings, tmp_path / "resumed")
+    monkeypatch.setattr(loop, "accuracy_per_heads", real)
+    train(HydraViT(preset("digits", depth=1, heads=(3, 12))), data, settings, tmp_path / "resumed", resume=True)
+    a, b = (torch.load(tmp_path / run / CHECKPOINT, weights_only=True) for run in ("straight", "resumed"))
+    steps = 2 * (256 // 128)
+    assert a["train"]["scaler"] == b["train"]["scaler"] and a["train"]["scaler"]["_growth_tracker"] == steps
+    assert all(torch.equal(a["state_dict"][n], b["state_dict"][n]) for n in a["state_dict"])
 
 
 def test_a_checkpoint_from_before_the_recipe_fields_still_resumes(tmp_path):
