@@ -200,14 +200,16 @@ def test_cli_rejects_a_missing_data_folder(tmp_path):
 
 
 @pytest.mark.slow
-def test_distributed_training_with_two_cpu_processes_matches_one_process(tmp_path):
-    """torchrun, gloo, 2 ranks of batch 16: the same steps, draws and weights as one process of batch 32.
+@pytest.mark.parametrize("batch", [["--batch-size", "32"], ["--batch-size", "16", "--accum-steps", "2"]])
+def test_distributed_training_with_two_cpu_processes_matches_one_process(tmp_path, batch):
+    """torchrun, gloo, 2 ranks of batch 16 (or 2 micro-batches of 8, gradients reduced once per step):
+    the same steps, draws and weights as one process of batch 32.
 
     With a classifier per head count, so each step leaves the other classifiers without a gradient.
     """
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "hydra_edge.cli", "train", "--data", "digits", "--epochs", "2", "--batch-size", "32",
+           "-m", "hydra_edge.cli", "train", "--data", "digits", "--epochs", "2", *batch,
            "--heads", "3,6,12", "--separate-heads", "--out", str(tmp_path / "ddp")]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -1,7 +1,8 @@
 """The training state a checkpoint carries: what ``hydra-edge train --resume`` continues from.
 
-``checkpoint.pt`` holds, beside the weights, a ``train`` entry (epochs done, optimizer and schedule
-state, the history, the run's settings) and a ``data`` entry (where the images come from). A
+``checkpoint.pt`` holds, beside the weights (and the EMA weights, ``state_dict_ema``), a ``train``
+entry (epochs done, optimizer and schedule state, the history, the run's settings, the EMA's update
+count, an fp16 run's loss scale) and a ``data`` entry (where the images come from). A
 damaged one used to fail mid-run as a KeyError or a TypeError, or silently train 35 epochs of a
 30-epoch run (``epoch: -5``) or none (``epoch: 10**12``); read through these schemas it is one
 line naming the field, before the first epoch. The bounds are the command line's (``train``'s

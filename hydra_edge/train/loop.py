@@ -228,8 +228,9 @@ def train(
 
     # Model and recipe parts. Separate classifiers: each step trains one, so DDP must expect the others
     # to get no gradient.
-    net: nn.Module = nn.parallel.DistributedDataParallel(
-        model, find_unused_parameters=model.config.separate_heads) if world > 1 else model
+    ddp = nn.parallel.DistributedDataParallel(
+        model, find_unused_parameters=model.config.separate_heads) if world > 1 else None
+    net: nn.Module = model if ddp is None else ddp
     if settings.compile:
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 2 * len(heads))
         net = torch.compile(net)  # one graph per head count
@@ -256,12 +257,12 @@ def train(
             net.train()
             batches = iter(loader)
             loss_sum, drawn = torch.zeros((), device=device), {k: 0 for k in heads}
-            for step in range(steps):
+            for _ in range(steps):
                 k = sampler.draw(rng)  # one subnetwork per optimizer step, all its micro-batches
                 drawn[k] += 1
                 for micro, (x, y) in enumerate(itertools.islice(batches, group)):
                     x, target = transform(x.to(device, non_blocking=True), y.to(device, non_blocking=True))
-                    sync = net.no_sync() if world > 1 and micro < group - 1 else nullcontext()
+                    sync = ddp.no_sync() if ddp is not None and micro < group - 1 else nullcontext()
                     with sync:
                         with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
                             loss = F.cross_entropy(net(x, heads=k), target,
