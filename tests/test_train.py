@@ -193,6 +193,32 @@ def test_cli_fine_tunes_a_checkpoint_on_a_folder_with_the_finetune_recipe(tmp_pa
     assert saved["classes"] == ["class_0", "class_1", "class_2"] and "state_dict_ema" in saved
 
 
+@pytest.mark.parametrize("separate", [False, True])
+def test_cli_fine_tunes_a_checkpoint_on_other_classes_with_a_new_classifier_and_the_same_backbone(tmp_path, separate):
+    folder = _image_folder(tmp_path / "images", classes=4)  # digits has 10 classes; this folder 4
+    runner = CliRunner()
+    first = runner.invoke(main, ["train", "--heads", "3,12", "--epochs", "1", "--out", str(tmp_path / "a"),
+                                 *(["--separate-heads"] if separate else [])])
+    assert first.exit_code == 0, first.output
+    before = load_checkpoint(tmp_path / "a" / "checkpoint.pt", ema=False)
+    tuned = runner.invoke(main, ["train", "--data", str(folder), "--checkpoint", str(tmp_path / "a" / "checkpoint.pt"),
+                                 "--epochs", "1", "--lr", "1e-9", "--no-ema", "--out", str(tmp_path / "b")])
+    assert tuned.exit_code == 0, tuned.output
+    assert tuned.output.splitlines()[0] == (
+        f"new classifier for 4 classes ('class_0', 'class_1', 'class_2', 'class_3') on the backbone of "
+        f"{tmp_path / 'a' / 'checkpoint.pt'}; it had 10 classes ('0', '1', '2', '3', '4', ...)")
+    saved = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=True)
+    after = load_checkpoint(tmp_path / "b" / "checkpoint.pt", ema=False)
+    assert saved["classes"] == [f"class_{c}" for c in range(4)] and after.config.num_classes == 4
+    classifiers = [f"heads.{k}" for k in (3, 12)] if separate else ["head"]
+    for name in classifiers:
+        assert after.get_submodule(name).out_features == 4
+    mine = before.state_dict()
+    for name, value in after.state_dict().items():  # lr 1e-9: the backbone is the checkpoint's, to float precision
+        if not name.startswith(("head.", "heads.")):
+            torch.testing.assert_close(value, mine[name], atol=1e-6, rtol=0)
+
+
 def test_cli_rejects_a_missing_data_folder(tmp_path):
     result = CliRunner().invoke(main, ["train", "--data", str(tmp_path / "nope"), "--out", str(tmp_path / "o")])
     assert result.exit_code == 1 and "is neither 'digits' nor a folder" in result.output

@@ -134,7 +134,7 @@ def train(data: str, out: Path, val_fraction: float | None, preset_name: str | N
 
     import torch
 
-    from ..model.checkpoint import init_heads_from, load_checkpoint, load_checkpoint_file
+    from ..model.checkpoint import checkpoint_classes, load_checkpoint_file
     from ..model.config import parse_heads, preset
     from ..model.hydravit import HydraViT
     from ..records.training import read_resume
@@ -142,6 +142,7 @@ def train(data: str, out: Path, val_fraction: float | None, preset_name: str | N
     from ..train.loop import CHECKPOINT, OUTPUTS, cpu_threads, refuse_change, resumed_settings
     from ..train.loop import train as run_training
     from ..train.recipe import autocast_dtype, settings_for
+    from ..train.transfer import fit_classes, init_first_heads
 
     check_outputs(*(out / name for name in OUTPUTS))  # now, not after the first epoch
     machine = {"workers": workers, "compile": bool(options.pop("compile"))}
@@ -178,17 +179,21 @@ def train(data: str, out: Path, val_fraction: float | None, preset_name: str | N
         settings = settings_for(typed.pop("recipe", default), init_scheme=init_scheme, **typed, **machine)
         spec = DataSpec(data, seed=settings.seed, **({"val_fraction": val_fraction} if val_fraction else {}))
         torch.manual_seed(settings.seed)  # the same initial weights on every run and every DDP rank
-        if checkpoint:
-            model = load_checkpoint(checkpoint, ema=ema)
+        classes = data_classes(data)
+        if checkpoint:  # the backbone transfers; a classifier for other classes is replaced, and said so
+            model, saved = load_checkpoint_file(checkpoint, ema=ema)
+            note = fit_classes(model, classes, checkpoint_classes(saved, checkpoint, model.config.num_classes),
+                               checkpoint)
+            if note:
+                click.echo(note)
         else:
             name = preset_name or ("digits" if data == "digits" else "b16")
-            cfg = preset(name, num_classes=len(data_classes(data)))
+            cfg = preset(name, num_classes=len(classes))
             served = parse_heads(heads, cfg.num_heads) if heads else cfg.heads
             model = HydraViT(msgspec.structs.replace(cfg, heads=served, separate_heads=separate_heads),
                              init_scheme=init_scheme)
             if init_from:
-                k = init_heads_from(model, init_from, ema=ema)
-                click.echo(f"initialised heads 1-{k} from {init_from}")
+                click.echo(init_first_heads(model, init_from, classes, ema=ema))
     autocast_dtype(settings.precision, torch.device("cuda" if torch.cuda.is_available() else "cpu"))  # before the data
     if threads:
         torch.set_num_threads(threads)
