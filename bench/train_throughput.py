@@ -317,7 +317,7 @@ def markdown(report: dict[str, Any]) -> str:
     load = report["load_average_1min"]
     return (f"# Training throughput: sliced HydraViT against a dense ViT of the same shape\n\n"
             f"Device: {report['device']}. Host: {report['host']}; bf16 instructions: {report['bf16_flags']}; "
-            f"torch {report['torch']}" + (f", {report['threads']} threads" if report["threads"] else "")
+            f"torch {report['torch']}" + (f", {report['threads']} thread(s)" if report["threads"] else "")
             + f"; load average {load[0]:.1f} -> {load[1]:.1f}.\n\n"
             f"Model: {report['model']}, batch {report['batch']}, fused attention on both sides"
             + (", torch.compile" if report["compile"] else "") + f". Dense reference: {report['dense_reference']}. "
@@ -350,13 +350,14 @@ def plot(report: dict[str, Any]) -> Any:
         ratio.bar(at + offset, [r[key] for r in rows], 0.27, label=label)
     ratio.axhline(0.9, color="k", lw=0.8, ls="--")
     ratio.axhline(1.15, color="r", lw=0.8, ls=":")
-    ratio.set(xticks=at, xticklabels=labels, ylabel="sliced / dense", yscale="log",
+    ratio.set(xticks=at, xticklabels=labels, ylabel="sliced / dense",
               title="goal: images/s >= 0.9 (dashed), memory <= 1.15 (dotted)")
     ratio.legend(fontsize=8)
     for ax in (rate, ratio):
         ax.grid(alpha=0.3, axis="y")
         ax.tick_params(axis="x", labelsize=7)
-    fig.suptitle(f"{report['model']}, batch {report['batch']}; {report['device']}; {report['host']}", fontsize=8)
+    fig.suptitle(f"{report['model']}, batch {report['batch']}; {report['device']}; {report['host']}; "
+                 f"bf16: {report['bf16_flags']}", fontsize=8)
     return fig
 
 

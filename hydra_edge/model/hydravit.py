@@ -27,8 +27,8 @@ class HydraViT(VisionTransformer):
     copies those slices into a standalone dense ViT for export.
 
     In training mode the sliced forward uses fused attention and drop path (``drop_path_rate``, a
-    training setting the training loop sets, not part of the config); in evaluation it is the very
-    graph of the exported subnetwork, so what is verified is what runs.
+    training setting the training loop sets, not part of the config); in evaluation it runs the
+    written-out graph of ``subnetwork(k)``, the one every converter lowers and verification compares.
     """
 
     def __init__(self, cfg: HydraConfig, init_scheme: str = "timm") -> None:
