@@ -211,8 +211,9 @@ def test_every_calibration_field_is_checked(cal_file: Path) -> None:
 def test_every_lut_field_is_checked(lut_file: Path, bundle: Path) -> None:
     doc = json.loads(lut_file.read_text())
     free = (r"\$\.created_by", r"\$\.bundle\.(path|target)", r"\$\.calibration\.(path|device_id)",
-            r"\$\.(thermal|battery)\.names.*", r"\$\.battery\.max_energy_mj\[\d\]")
-    optional = (r"\$\.policy\..*", r"\$\.candidates\[\d\]\.power_w", r"\$\.bundle\.target", r"\$\.policy")
+            r"\$\.(thermal|battery)\.names.*", r"\$\.battery\.max_energy_mj\[\d\]", r"\$\.classes.*")
+    optional = (r"\$\.policy\..*", r"\$\.candidates\[\d\]\.power_w", r"\$\.bundle\.target", r"\$\.policy",
+                r"\$\.classes")
     negative = (r"\$\.thermal\.(edges\[0\]|throttled_c)", r"\$\.policy\.thermal\.(edges_c\[0\]|throttled_c)")
 
     def write(d: Any) -> Path:

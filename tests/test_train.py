@@ -219,6 +219,20 @@ def test_cli_fine_tunes_a_checkpoint_on_other_classes_with_a_new_classifier_and_
             torch.testing.assert_close(value, mine[name], atol=1e-6, rtol=0)
 
 
+def test_eval_and_resume_refuse_a_folder_whose_class_names_are_not_the_models(tmp_path):
+    folder = _image_folder(tmp_path / "images")
+    run = tmp_path / "run"
+    first = CliRunner().invoke(main, ["train", "--data", str(folder), "--preset", "digits", "--heads", "3",
+                                      "--epochs", "1", "--out", str(run)])
+    assert first.exit_code == 0, first.output
+    (folder / "class_2").rename(folder / "zebra")  # the same count, another name: its labels would be read wrong
+    for args in (["eval", "--checkpoint", str(run / "checkpoint.pt"), "--data", str(folder)],
+                 ["train", "--resume", "--epochs", "2", "--override", "--out", str(run)]):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1, result.output
+        assert "class 2 is 'zebra' there and 'class_2' in the model" in result.output
+
+
 def test_cli_rejects_a_missing_data_folder(tmp_path):
     result = CliRunner().invoke(main, ["train", "--data", str(tmp_path / "nope"), "--out", str(tmp_path / "o")])
     assert result.exit_code == 1 and "is neither 'digits' nor a folder" in result.output

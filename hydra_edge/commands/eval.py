@@ -25,7 +25,7 @@ def evaluate(checkpoint: Path, data: str | None, heads: str | None, out: Path | 
     """
     import msgspec
 
-    from ..model.checkpoint import load_checkpoint_file, weights_entry
+    from ..model.checkpoint import checkpoint_classes, load_checkpoint_file, weights_entry
     from ..model.config import parse_heads
     from ..records.training import read_data
     from ..train.data import DataSpec, load_data
@@ -42,7 +42,8 @@ def evaluate(checkpoint: Path, data: str | None, heads: str | None, out: Path | 
     if data:
         spec = DataSpec(data, spec.seed, spec.val_fraction)
     served = parse_heads(heads, model.config.num_heads) if heads else model.config.heads
-    accuracy = accuracy_per_heads(model, load_data(spec, model.config).val, served)
+    classes = checkpoint_classes(saved, checkpoint, model.config.num_classes)  # labels read as the model's own
+    accuracy = accuracy_per_heads(model, load_data(spec, model.config, classes).val, served)
     weights = weights_entry(saved, ema)
     print_accuracy(model.config, accuracy, f"held-out accuracy, {spec.source} ({weights})")
     write_report(model, accuracy, out, title=f"{checkpoint.name} on {spec.source}", stem="eval", weights=weights)

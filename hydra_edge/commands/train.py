@@ -199,7 +199,8 @@ def train(data: str, out: Path, val_fraction: float | None, preset_name: str | N
         torch.set_num_threads(threads)
     elif not torch.cuda.is_available() and "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(cpu_threads(model.config, settings.batch_size))
-    result = run_training(model, load_data(spec, model.config), settings, out, resume=resume)
+    known = checkpoint_classes(saved, previous, model.config.num_classes) if resume and previous.is_file() else None
+    result = run_training(model, load_data(spec, model.config, known), settings, out, resume=resume)
     if result.accuracy:
         weights_kind = "EMA weights" if result.weights != "state_dict" else "weights"
         print_accuracy(model.config, result.accuracy, f"held-out accuracy of the {weights_kind}, {spec.source}")
