@@ -46,7 +46,7 @@ def test_info_prints_the_b16_table():
 def test_info_rejects_an_unknown_preset():
     result = CliRunner().invoke(main, ["info", "--preset", "b99"])
     assert result.exit_code == 1
-    assert result.output.strip().splitlines() == ["Error: unknown preset 'b99'; choose one of ['b16', 'digits']"]
+    assert result.output.strip().splitlines() == ["Error: unknown preset 'b99'; choose one of ['b16', 'digits', 'mini']"]
 
 
 def test_analytic_macs_equal_what_the_model_and_its_exported_form_compute():
