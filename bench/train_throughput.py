@@ -13,7 +13,8 @@ median of the per-step ratios (the mix: summed times over the same draws).
 Memory, per side, from the allocator's own events (torch's profiler): what is held between steps
 (weights and AdamW moments), the whole step's peak above nothing (held + everything the step
 allocates), and the activation part: the forward + backward peak of what is neither held nor a
-gradient. The mix's memory is its largest draw's (a step holds one subnetwork's activations).
+gradient. The mix's memory is its largest draw's (a step holds one subnetwork's activations). On CUDA
+the JSON has ``torch.cuda.max_memory_allocated``'s figure for the same step beside it, as a check.
 Writes train_throughput.{json,md,png} under ``--out``.
 
     .venv/bin/python bench/train_throughput.py --batch 8 --steps 3 --mix-steps 10   # CPU, b16
@@ -210,14 +211,21 @@ def memory(side: Side, k: int, x: torch.Tensor, y: torch.Tensor, dtype: torch.dt
         side.opt_step(k)
     side.zero(k)
     held = side.held_bytes(k)
+    cuda = x.device.type == "cuda"
+    if cuda:  # the usual CUDA figure too, as a check: the counter's rise over this step
+        torch.cuda.reset_peak_memory_stats(x.device)
+        before = torch.cuda.memory_allocated(x.device)
     fwd_bwd = allocations(lambda: side.fwd_bwd(k, x, y, dtype), x.device)
     grads = [p.grad for p in side.modules[k].parameters() if p.grad is not None]
     grad_bytes = sum(g.nbytes for g in grads)
     peak, activations = peaks(fwd_bwd, {g.data_ptr() for g in grads})
     opt_peak, _ = peaks(allocations(lambda: side.opt_step(k), x.device), set())
     side.zero(k)
-    return {"held_mib": held / MIB, "grads_mib": grad_bytes / MIB,
-            "peak_mib": (held + max(peak, grad_bytes + opt_peak)) / MIB, "activations_mib": activations / MIB}
+    out = {"held_mib": held / MIB, "grads_mib": grad_bytes / MIB,
+           "peak_mib": (held + max(peak, grad_bytes + opt_peak)) / MIB, "activations_mib": activations / MIB}
+    if cuda:
+        out["cuda_max_allocated_mib"] = (held + torch.cuda.max_memory_allocated(x.device) - before) / MIB
+    return out
 
 
 def measure(sliced: Side, dense: Side, configs: list[str], draws: list[int], x: torch.Tensor, y: torch.Tensor,
@@ -272,6 +280,8 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     fixed = sorted({int(c) for c in configs if c != "mix"})
     largest = max(draws, default=0)
     heads = sorted(set(fixed) | set(draws))
+    if args.compile:  # one graph per head count (k is a constant in each): all of them, not dynamo's default 8
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, len(heads))
     sliced, dense, reference = sides(cfg, heads, device, args.compile)
     torch.manual_seed(1)
     x = torch.randn(args.batch, cfg.in_chans, cfg.img_size, cfg.img_size, device=device)
