@@ -40,24 +40,13 @@ from hydra_edge.convert.workers import cores
 from hydra_edge.model.config import HydraConfig, preset
 from hydra_edge.model.hydravit import HydraViT
 from hydra_edge.profiling.report import save_report, subplots
-from hydra_edge.profiling.timing import host_cpu
+from hydra_edge.profiling.timing import bf16_flags, host_cpu
 
 ROOT = Path(__file__).resolve().parents[1]
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16}  # None: no autocast
 MIB = 2**20
 TIMM_NAMES = {3: "vit_tiny_patch16_224", 6: "vit_small_patch16_224", 12: "vit_base_patch16_224"}
 Step = Callable[[], None]
-
-
-def bf16_flags() -> str:
-    """The CPU's bf16 instructions (autocast's matmuls run at their rate only with them)."""
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return "unknown"
-    flags = set(next((line.split(":", 1)[1].split() for line in info.splitlines()
-                      if line.startswith(("flags", "Features"))), []))
-    return ", ".join(sorted(flags & {"avx512_bf16", "amx_bf16", "avx_ne_convert", "bf16"})) or "none"
 
 
 def dense_reference(cfg: HydraConfig, k: int, device: torch.device) -> tuple[nn.Module, str]:

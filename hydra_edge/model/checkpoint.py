@@ -154,7 +154,9 @@ def load_checkpoint_file(path: str | Path, ema: bool = True,
         cfg = infer_config(state, path, head_dim)
     model = HydraViT(cfg)
     load_state(model, state, f"{path} ['{weights_entry(obj, ema)}']")
-    return model, obj
+    # In evaluation mode, as a loaded model is mostly used: the training forward (fused attention,
+    # drop path) equals it only to float rounding. Training switches itself back with .train().
+    return model.eval(), obj
 
 
 def checkpoint_classes(obj: Mapping[str, Any], path: str | Path, num_classes: int) -> list[str] | None:

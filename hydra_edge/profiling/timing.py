@@ -53,14 +53,25 @@ def _settle(window_s: float = 0.005, busy: float = 0.2, quiet: int = 3, limit_s:
 
 def host_cpu() -> str:
     """CPU model and its int8 dot-product extensions: int8 speed-ups hinge on VNNI (x86) or dotprod (arm)."""
+    model, flags = _cpuinfo()
+    found = sorted(flags & {"avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "asimddp", "i8mm"})
+    return f"{model}, {cores()} cores usable, int8-relevant flags: {', '.join(found) or 'none'}"
+
+
+def bf16_flags() -> str:
+    """The CPU's bf16 instructions: bf16 autocast's matmuls run at their rate only with them."""
+    return ", ".join(sorted(_cpuinfo()[1] & {"avx512_bf16", "amx_bf16", "avx_ne_convert", "bf16"})) or "none"
+
+
+def _cpuinfo() -> tuple[str, set[str]]:
+    """The CPU's model name and feature flags, from /proc/cpuinfo (x86 ``flags``, arm ``Features``)."""
     try:
         info = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return "unknown CPU"
+        return "unknown CPU", set()
     model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "?")
     flags = set(next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith(("flags", "Features"))), []))
-    found = sorted(flags & {"avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "asimddp", "i8mm"})
-    return f"{model}, {cores()} cores usable, int8-relevant flags: {', '.join(found) or 'none'}"
+    return model, flags
 
 
 def cpu_family() -> str:
