@@ -232,7 +232,7 @@ def train(
         model, find_unused_parameters=model.config.separate_heads) if world > 1 else None
     net: nn.Module = model if ddp is None else ddp
     if settings.compile:
-        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 2 * len(heads))
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 2 * len(heads))
         net = torch.compile(net)  # one graph per head count
     optimizer, schedule = optimizer_and_schedule(model, settings, steps)
     scaler = torch.amp.GradScaler(device.type, enabled=dtype is torch.float16)
