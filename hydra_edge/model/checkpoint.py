@@ -60,7 +60,7 @@ def state_dict_of(obj: Mapping[str, Any], path: str | Path, ema: bool = True) ->
     """The weights ``weights_entry`` picks, unwrapped, with DDP / torch.compile prefixes stripped.
 
     A file asked for EMA weights that has none falls back to its plain weights with a note (hydra-edge's
-    own files never have any, so they pass quietly); an EMA entry that is not a state dict fails.
+    own files trained without EMA pass quietly); an EMA entry that is not a state dict fails.
     """
     key = weights_entry(obj, ema)
     entry = obj if key == TOP_LEVEL else obj[key]
