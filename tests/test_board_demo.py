@@ -122,6 +122,22 @@ def test_deploy_over_ssh_pushes_and_runs_the_app(board: dict[str, Path], sshd_se
     assert ran in log.read_text()
 
 
+def test_deploy_local_runs_this_interpreter_from_a_folder_that_outlives_it(board: dict[str, Path], tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """calibrate --local's interpreter, and a log that is still there once deploy has returned."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    result = CliRunner().invoke(deploy, ["--bundle", str(board["bundle"]), "--lut", str(board["lut"]), "--local",
+                                         "--images", str(board["images"]), "--max-images", "4", "--detach"])
+    assert result.exit_code == 0, result.output
+    log = tmp_path / "data" / "hydra-edge" / "local-board" / "app" / "app.log"
+    assert f"its output goes to {log}" in result.output
+    for _ in range(600):
+        if log.is_file() and "4 images" in log.read_text():
+            break
+        time.sleep(0.1)
+    assert "4 images" in log.read_text()
+
+
 def test_deploy_refuses_a_table_of_another_bundle(board: dict[str, Path], tmp_path: Path) -> None:
     other = tmp_path / "other.json"
     table = json.loads(board["lut"].read_text())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -153,7 +152,7 @@ def calibrate(bundle: Path, hosts: tuple[str, ...], serial: str | None, local: b
     from rich.console import Console
 
     opts = CalibrateOptions(bundle=bundle, runs=runs, warmup=warmup, threads=threads, quant=quant,
-                            python=python or (sys.executable if local else "python3"), setup=setup, pip_args=pip_args, runner=runner,
+                            python=device_python(python, local), setup=setup, pip_args=pip_args, runner=runner,
                             soak_s=parse_duration(soak) if soak else None, soak_interval_s=soak_interval,
                             sysfs_root=sysfs_root, force=force)
     devices = _devices(hosts, serial, local)

@@ -7,6 +7,7 @@ The device gets the torch-free ``hydra_edge`` package, ``app.py``, the artefacts
 
 from __future__ import annotations
 
+import os
 import posixpath
 import shlex
 from pathlib import Path
@@ -15,7 +16,7 @@ import click
 
 from ..bounds import MAX_CAMERA, MAX_IMAGES
 from ..errors import HydraEdgeError
-from ..measure.device import ensure_python, package_files, push_files, runtime_requirements
+from ..measure.device import device_python, ensure_python, package_files, push_files, runtime_requirements
 from ..records.manifest import MANIFEST, bundle_files, read_manifest
 from ..runtime.lut import read_table
 from ..runtime.preprocess import IMAGE_SUFFIXES
@@ -85,6 +86,12 @@ def deploy_to(transport: Transport, bundle: Path, lut: Path, images: Path | None
     return 0
 
 
+def local_board_dir() -> Path:
+    """Where ``deploy --local`` keeps the board's files: a folder that outlives the command (a detached
+    app runs from it and writes its log there), under the user's data folder."""
+    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "hydra-edge" / "local-board"
+
+
 @command()
 @click.option("--bundle", "-b", required=True, type=click.Path(file_okay=False, exists=True, path_type=Path))
 @click.option("--lut", "-l", "lut_path", required=True, type=click.Path(exists=True, path_type=Path),
@@ -97,7 +104,8 @@ def deploy_to(transport: Transport, bundle: Path, lut: Path, images: Path | None
               help="Classify this OpenCV camera on the board instead.")
 @click.option("--max-images", type=Number(1, MAX_IMAGES, integer=True), default=None,
               help="Stop after this many images (default: run on).")
-@click.option("--python", default="python3", show_default=True, help="The board's Python interpreter.")
+@click.option("--python", default=None, help="The board's Python interpreter (default: python3; with --local, "
+                                              "the one running hydra-edge, as calibrate --local uses).")
 @click.option("--setup", is_flag=True, help="Create a venv on the board and pip install what it lacks (reused).")
 @click.option("--pip-arg", "pip_args", multiple=True, help="Extra argument for pip on the board.")
 @click.option("--detach", is_flag=True, help="Leave the app running on the board (output in app.log there).")
@@ -106,7 +114,7 @@ def deploy_to(transport: Transport, bundle: Path, lut: Path, images: Path | None
 @click.option("--known-hosts", default=None, help="ssh known_hosts file (host keys are always checked).")
 @click.option("--ssh-config", default=None, help="ssh config file (default: ~/.ssh/config).")
 def deploy(bundle: Path, lut_path: Path, host: str | None, local: bool, images: Path | None, camera: int | None,
-           max_images: int | None, python: str, setup: bool, pip_args: tuple[str, ...], detach: bool,
+           max_images: int | None, python: str | None, setup: bool, pip_args: tuple[str, ...], detach: bool,
            remote_dir: str | None, identity_file: str | None, known_hosts: str | None, ssh_config: str | None) -> None:
     """Push the board demo app, the artefacts and the lookup table to a board and start the app.
 
@@ -119,6 +127,9 @@ def deploy(bundle: Path, lut_path: Path, host: str | None, local: bool, images: 
     lut_file = lut_path / "lut.json" if lut_path.is_dir() else lut_path
     options = {k: v for k, v in {"remote_dir": remote_dir, "identity_file": identity_file,
                                  "known_hosts": known_hosts, "ssh_config": ssh_config}.items() if v is not None}
+    if local and remote_dir is None:  # the app, its files and its log stay after deploy returns
+        options["remote_dir"] = str(local_board_dir())
+    python = device_python(python, local)
     app_args = ["--plain"] + (["--max-images", str(max_images)] if max_images is not None else [])
     try:
         with DeviceArg("local", None).open(options) if local else DeviceArg("host", host).open(options) as transport:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import posixpath
 import secrets
+import sys
 import tarfile
 import tempfile
 from pathlib import Path
@@ -115,6 +116,12 @@ def probe(transport: Transport, python: str, modules: Iterable[str]) -> list[str
             f"{python!r} on {transport.device_id} is Python {'.'.join(map(str, found['version']))}; "
             f"the runner needs {'.'.join(map(str, MIN_PYTHON))}+ (pass --python PATH)")
     return list(found["missing"])
+
+
+def device_python(given: str | None, local: bool) -> str:
+    """The interpreter a device command starts: the one typed, else this one when this machine is the
+    device (it has the runtimes hydra-edge was installed with), else the board's ``python3``."""
+    return given or (sys.executable if local else "python3")
 
 
 def ensure_python(transport: Transport, python: str, requirements: Mapping[str, str], setup: bool,
