@@ -154,7 +154,7 @@ def test_cli_says_what_it_trains_then_the_held_out_accuracy_of_every_head_count_
                                        "--ema-decay", "0.9", "--val-fraction", "0.5", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert lines[0].startswith("training on digits: 8x8 px, 1 channel, 10 classes (0, 1, 2, 3, 4, ...); "
+    assert lines[0].startswith("training on digits: input 8x8 px grayscale; 10 classes ('0', '1', '2', '3', '4', ...); "
                                "recipe digits, precision fp32, device cpu")
     for epoch in (1, 2):
         line = next(line for line in lines if line.startswith(f"epoch {epoch}/2 loss "))

@@ -37,6 +37,7 @@ from .data import DataSplits
 from .evaluate import accuracy_per_heads, accuracy_rows
 from .plots import plot_accuracy
 from .recipe import autocast_dtype, ema_copy, optimizer_and_schedule, peak_lr, settings_for
+from .transfer import describe_model
 
 CHECKPOINT = "checkpoint.pt"
 OUTPUTS = (CHECKPOINT, "history.json", "accuracy.json", "accuracy.png")  # what a run writes into its folder
@@ -178,14 +179,11 @@ def _progress(enabled: bool):
 def describe_run(data: DataSplits, cfg: HydraConfig, settings: TrainSettings, dtype: torch.dtype | None,
                  device: torch.device, world: int) -> str:
     """The line a run starts with: what it reads, what it trains, how and where."""
-    classes = data.classes
-    names = ", ".join(classes[:5]) + (", ..." if len(classes) > 5 else "")
     precision = {None: "fp32", torch.bfloat16: "bf16 autocast", torch.float16: "fp16 autocast, loss scaling"}[dtype]
     where = (f"{torch.cuda.get_device_name(device)}" if device.type == "cuda"
              else f"cpu, {torch.get_num_threads()} thread{'s' if torch.get_num_threads() > 1 else ''}")
     batch = settings.batch_size * settings.accum_steps
-    return (f"training on {data.spec.source}: {cfg.img_size}x{cfg.img_size} px, {cfg.in_chans} channel"
-            f"{'s' if cfg.in_chans > 1 else ''}, {len(classes)} classes ({names}); recipe {settings.recipe}, "
+    return (f"training on {data.spec.source}: {describe_model(cfg, data.classes)}; recipe {settings.recipe}, "
             f"precision {precision}, device {where}{f' x {world}' if world > 1 else ''}, "
             f"{batch} images per step, peak lr {peak_lr(settings):.3g}")
 
