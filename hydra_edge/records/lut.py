@@ -125,6 +125,9 @@ class LutDocument(msgspec.Struct, forbid_unknown_fields=True):
                 raise ValueError(f"`.candidates[{i}].heads`: {faster} heads, more than the slower candidates[{i + 1}] "
                                  f"({slower} heads); a faster candidate must run fewer heads")
         rows, columns = len(self.battery.min_pct) + 1, len(self.thermal.edges) + 1
+        if len(self.battery.budget_scale) != rows:
+            raise ValueError(f"`.battery.budget_scale`: {len(self.battery.budget_scale)} scales for {rows} "
+                             "battery bands")
         if len(self.selection.cells) != rows or any(len(r) != columns for r in self.selection.cells):
             raise ValueError(f"`.selection.cells`: needs {rows} rows (battery bands) of {columns} "
                              "cells (thermal bands)")

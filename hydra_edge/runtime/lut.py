@@ -32,6 +32,7 @@ The decision is a pure function of five numbers, so it is the same in every lang
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,7 @@ from typing import Any, Dict, Optional, Tuple, Union
 import msgspec
 
 from ..atomic import sha256_file
+from ..records import codec
 from ..records import lut as record
 from ..records.lut import LutError
 from ..records.manifest import MANIFEST, read_manifest
@@ -63,6 +65,11 @@ class Table:
     battery_margin_pct: float
     min_dwell_s: float
     manifest_sha256: str
+    # The latency budget, for an app that holds its timings to it (``hydra_edge.runtime.latency_governor``);
+    # a table built without one (the switcher's one-cell fallback) has none: NaN, and no scales.
+    budget_ms: float = math.nan
+    budget_scale: Tuple[float, ...] = ()  # per battery band, as ``battery_band`` counts them
+    sha256: str = ""  # of the bytes ``read_table`` read, so nothing reads the file twice; "" when not read from one
 
     @property
     def heads(self) -> Tuple[int, ...]:
@@ -85,6 +92,10 @@ class Table:
             if battery_pct >= min_pct:
                 return i + 1
         return len(self.battery_min_pct)
+
+    def budget(self, battery_pct: float, charging: bool) -> float:
+        """The latency budget now: ``budget_ms`` scaled for the battery band (C and Kotlin mirror this)."""
+        return self.budget_ms * self.budget_scale[self.battery_band(battery_pct, charging)]
 
     def cell(self, battery_pct: float, charging: bool, thermal: float) -> int:
         """The candidate index for a reading, without hysteresis."""
@@ -114,7 +125,7 @@ class Table:
         return temp
 
 
-def _table(doc: record.LutDocument) -> Table:
+def _table(doc: record.LutDocument, sha256: str = "") -> Table:
     """The selection's view of a checked ``lut.json`` (``hydra_edge.records.lut`` checked every field)."""
     return Table(
         candidates=tuple(doc.candidates),
@@ -127,6 +138,9 @@ def _table(doc: record.LutDocument) -> Table:
         battery_margin_pct=doc.battery.margin_pct,
         min_dwell_s=doc.selection.min_dwell_s,
         manifest_sha256=doc.bundle.manifest_sha256,
+        budget_ms=doc.budget_ms,
+        budget_scale=tuple(doc.battery.budget_scale),
+        sha256=sha256,
     )
 
 
@@ -136,10 +150,11 @@ def table_from_dict(d: Dict[str, Any], where: str = "lut.json") -> Table:
 
 
 def read_table(path: Union[str, Path], bundle: Optional[Union[str, Path]] = None) -> Table:
-    """Read ``lut.json``; with ``bundle``, also check it was built for that bundle's manifest and names
-    only that bundle's artefacts."""
+    """Read ``lut.json`` once (the table carries the sha256 of the bytes read); with ``bundle``, also
+    check it was built for that bundle's manifest and names only that bundle's artefacts."""
     path = Path(path)
-    table = _table(record.read(path))
+    data = codec.read_bytes(path, "lookup table", record.HINT, LutError)
+    table = _table(record.decode(data, str(path)), hashlib.sha256(data).hexdigest())
     if bundle is not None:
         manifest = Path(bundle) / MANIFEST
         actual = sha256_file(manifest) if manifest.is_file() else None
