@@ -4,14 +4,19 @@
 Runs on a Raspberry Pi or Jetson with numpy, msgspec, Pillow and the bundle's runtime (no torch): the
 switcher (``hydra_edge.runtime``) reads the board's thermal zones and battery, the bundle's
 lookup table picks the head count, and every switch is shown as it happens with the accuracy
-and latency it bought. Images come from a folder (class per sub-folder gives live accuracy) or
-from a camera through OpenCV when ``--camera`` is given. Each prediction is shown by its class name
-when the bundle has names (its manifest's ``classes``), by its index otherwise; as a line per image
-with ``--plain``, except while a scenario is replayed, where the switches are what is shown.
+and latency it bought. The switcher's latency loop is on: each inference is timed, and when the
+head count's p90 stays over the table's budget (another process on the same cores, a hotter room)
+fewer heads run until the slow-down has gone; each switch is printed with its reason. Images come
+from a folder (class per sub-folder gives live accuracy) or from a camera through OpenCV when
+``--camera`` is given. Each prediction is shown by its class name when the bundle has names (its
+manifest's ``classes``), by its index otherwise; as a line per image with ``--plain``, except while
+a scenario is replayed, where the switches are what is shown.
 
 ``--scenario`` replays a scripted day instead of reading the real board: it writes battery and
 temperature into a simulated sysfs tree (``--sysfs-root``) step by step on a simulated clock,
-which is how ``hydra-edge demo`` shows switching on a machine that has neither.
+which is how ``hydra-edge demo`` shows switching on a machine that has neither. A step's images
+are spread over its polls, so the latency loop sees inferences through the simulated day as a
+board would (and the day's switches happen at the same simulated times whatever the host's speed).
 
     python app.py --bundle bundle --images images [--camera 0] [--scenario s.json --sysfs-root sim]
 """
@@ -36,9 +41,11 @@ from hydra_edge.bounds import MAX_CAMERA, MAX_IMAGES, MAX_THREADS, POLL_S, numbe
 from hydra_edge.records.manifest import read_manifest
 from hydra_edge.runtime.chatter import native_output_to
 from hydra_edge.runtime.engines import check_runtimes, runtimes_of
+from hydra_edge.runtime.latency_governor import LoopSettings
 from hydra_edge.runtime.preprocess import IMAGE_SUFFIXES, load_image
 from hydra_edge.runtime.switcher import Switcher
 
+MAX_BUDGET_MS = 60_000.0  # the loop ignores a timing over a minute as absurd: a larger budget could never be missed
 Sample = Tuple[np.ndarray, Optional[int]]  # (C, H, W) image, label if known
 
 
@@ -177,6 +184,15 @@ def describe(event: Dict[str, Any], accuracy: Dict[int, Optional[float]], stats:
     return f"switch {event['from']} -> {event['to']} heads [{event['reason']}] at {state}: {bought}{after}"
 
 
+def latency_columns(switcher: Switcher) -> Dict[str, str]:
+    """The latency loop's budget now and the running head count's windowed p90, for the status row."""
+    status = switcher.latency_status()
+    if status is None or switcher.heads is None:
+        return {}
+    p90 = status["p90_ms"].get(switcher.heads)
+    return {"p90 ms": "-" if p90 is None else f"{p90:.2f}", "budget ms": f"{status['budget_ms']:.2f}"}
+
+
 def read_scenario(path: Path) -> List[Dict[str, Any]]:
     """The steps of a scenario file, each checked for what ``SimulatedBoard.apply`` needs."""
     steps = read_json(path, "scenario", "write one as {\"steps\": [...]}").get("steps")
@@ -196,7 +212,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     scenario = read_scenario(Path(args.scenario)) if args.scenario else None
     board = SimulatedBoard(Path(args.sysfs_root), scenario) if scenario else None
     switcher = Switcher(bundle, lut=args.lut, root=args.sysfs_root or "/", poll_s=args.poll_s, threads=args.threads,
-                        clock=board.clock if board else time.monotonic)
+                        clock=board.clock if board else time.monotonic,
+                        latency_loop=LoopSettings(budget_ms=args.budget_ms))
     # The held-out accuracy of the artefact each head count runs (a bundle may hold several per head count).
     records = manifest.by_id()
     accuracy = {c.heads: (records[c.artefact].accuracy or {}).get("top1") if c.artefact in records else None
@@ -207,38 +224,50 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         samples = itertools.cycle(folder_images(Path(args.images), model["img_size"], model["in_chans"],
                                                 manifest.classes))
     steps = scenario or [{"images": args.max_images or 10**12}]
-    display, stats, shown, count = Display(args.plain), Stats(), 0, 0
+    display, stats, shown, count, step_now = Display(args.plain), Stats(), 0, 0, {}
+
+    def classify(image: np.ndarray, label: Optional[int]) -> None:
+        """Run one image; show the switches it caused (each with its reason) and the status."""
+        nonlocal shown, count
+        start = time.perf_counter()
+        prediction = switcher.predict(image)
+        ms = 1000 * (time.perf_counter() - start)
+        predicted, count = int(prediction.logits.argmax()), count + 1
+        stats.add(prediction.heads, ms, None if label is None else predicted == label)
+        for event in switcher.event_log()[shown:]:
+            display.line(describe(event, accuracy, stats))
+        shown = len(switcher.events)
+        name = class_name(predicted, manifest.classes)
+        if display.live is None and not board:
+            labelled = "" if label is None else f", labelled {class_name(label, manifest.classes)}"
+            display.line(f"image {count}: {name} ({prediction.heads} heads, {ms:.2f} ms{labelled})")
+        display.status({"class": name, "heads": prediction.heads, "latency ms": f"{ms:.2f}",
+                        **latency_columns(switcher), "held-out top-1": accuracy.get(prediction.heads), **step_now})
+
     try:
         if not board:
             switcher.start()
         for step in steps:  # Ctrl-C ends the run; the summary and the log below still follow
+            images = int(step.get("images", 20))
             if board:
                 board.apply(step)
-                for _ in range(max(1, round(float(step.get("seconds", 10)) / args.poll_s))):
-                    board.now += args.poll_s  # poll as a board does: more heads need a reading that persists
+                step_now = step  # shown in the status row
+                polls = max(1, round(float(step.get("seconds", 10)) / args.poll_s))
+                for i in range(polls):  # poll as a board does: more heads need a reading that persists
+                    board.now += args.poll_s
                     switcher.poll()
-            for image, label in itertools.islice(samples, int(step.get("images", 20))):
-                start = time.perf_counter()
-                prediction = switcher.predict(image)
-                ms = 1000 * (time.perf_counter() - start)
-                predicted, count = int(prediction.logits.argmax()), count + 1
-                stats.add(prediction.heads, ms, None if label is None else predicted == label)
-                for event in switcher.event_log()[shown:]:
-                    display.line(describe(event, accuracy, stats))
-                shown = len(switcher.events)
-                name = class_name(predicted, manifest.classes)
-                if display.live is None and not board:
-                    labelled = "" if label is None else f", labelled {class_name(label, manifest.classes)}"
-                    display.line(f"image {count}: {name} ({prediction.heads} heads, {ms:.2f} ms{labelled})")
-                display.status({"class": name, "heads": prediction.heads, "latency ms": f"{ms:.2f}",
-                                "held-out top-1": accuracy.get(prediction.heads), **(step if board else {})})
+                    for image, label in itertools.islice(samples, images * (i + 1) // polls - images * i // polls):
+                        classify(image, label)
+            else:
+                for image, label in itertools.islice(samples, images):
+                    classify(image, label)
     except KeyboardInterrupt:
         display.line("stopped")
     finally:
         display.close()
         switcher.close()
     report = {"events": switcher.event_log(), "per_heads": {k: stats.summary(k) for k in sorted(stats.latency_ms)},
-              "fallback": switcher.fallback}
+              "fallback": switcher.fallback, "latency": switcher.latency_status()}
     if args.log:
         write_json(args.log, report)
     for k, s in report["per_heads"].items():
@@ -261,6 +290,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--poll-s", type=number_arg(*POLL_S), default=1.0, help="seconds between signal reads")
     parser.add_argument("--threads", type=number_arg(1, MAX_THREADS, integer=True),
                         help="runtime threads (default: the target's, at most one per core)")
+    parser.add_argument("--budget-ms", type=number_arg(0, MAX_BUDGET_MS, low_open=True),
+                        help="latency budget the loop holds each head count's p90 to (default: the table's)")
     parser.add_argument("--plain", action="store_true", help="plain lines instead of the live table")
     parser.add_argument("--log", help="write the switch events and per-head-count results as JSON here")
     parser.add_argument("--runtime-log", help="where what the runtimes themselves print goes "

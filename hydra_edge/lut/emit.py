@@ -24,6 +24,20 @@ FAILSAFE_USE = [
     "  at once. Log a failing sensor once when it fails and once when it recovers, not every poll.",
 ]
 
+# How a caller keeps the table's latency budget in service (hydra_edge/runtime/latency_governor.py does exactly this).
+LATENCY_LOOP = [
+    "Feed timings back (what hydra_edge/runtime/latency_governor.py does; defaults in brackets):",
+    "  time each single-image inference on a monotonic clock, and keep per head count the p90 of the",
+    "  last window_s [5 s] of timings (at least 5 of them; ignore NaN, negative or absurd ones).",
+    "  The budget is budget_ms x the battery band's budget_scale (the budget function below).",
+    "  Step down when the running head count's p90 has stayed over the budget for sustain_s [10 s],",
+    "  to the largest head count predicted to fit: its own p90 where it has one, else its calibrated",
+    "  latency x the slow-down seen (running p90 / its calibrated latency); none fits: the smallest.",
+    "  Probe back up after the slow-down has been gone for dwell_s [30 s]: run the larger head count",
+    "  for 20 inferences, keep it if their p90 fits, else go back (and wait twice as long for it).",
+    "  At most 4 switches a minute; never above what select returns, never below the smallest.",
+]
+
 
 def number(x: float) -> str:
     """A double literal that C, Kotlin and Python all read back as the same double (repr round-trips)."""
@@ -43,6 +57,9 @@ class Literals:
     min_dwell_s: str
     throttled_c: str | None
     manifest_sha256: str  # an app checks it against the bundle it ships, as the Python switcher does
+    budget_ms: str
+    budget_scale: list[str]  # per battery band (rows)
+    latency_ms: list[str]  # each candidate's calibrated latency, as heads
     classes: list[str]  # class names in logit order, as they are (each language escapes them); [] if unknown
     comment: list[str]  # provenance and the meaning of the axes, one line each
 
@@ -61,7 +78,7 @@ def literals(lut: dict[str, Any]) -> Literals:
     ]
     if t.throttled_c is not None:
         comment.append(f"Raspberry Pi: while vcgencmd get_throttled reports throttling, pass at least {t.throttled_c:g} °C")
-    comment += FAILSAFE_USE
+    comment += FAILSAFE_USE + LATENCY_LOOP
     return Literals(
         heads=[str(h) for h in t.heads],
         cells=[[str(i) for i in row] for row in t.cells],
@@ -72,6 +89,9 @@ def literals(lut: dict[str, Any]) -> Literals:
         min_dwell_s=number(t.min_dwell_s),
         throttled_c=None if t.throttled_c is None else number(t.throttled_c),
         manifest_sha256=t.manifest_sha256,
+        budget_ms=number(t.budget_ms),
+        budget_scale=[number(s) for s in t.budget_scale],
+        latency_ms=[number(c.latency_ms) for c in t.candidates],
         classes=list(lut.get("classes") or []),  # checked by the runtime's reader above
         comment=comment,
     )

@@ -1,8 +1,10 @@
 """``hydra_lut.h``: the lookup table and its selection as one C99 header (static data, inline functions).
 
 Mirrors ``hydra_edge.runtime.lut.Table.select`` line for line; include it in the app's native code
-and call ``hydra_lut_select`` once per poll. Unknown readings are NaN (``NAN`` from ``math.h``), so
-the header must not be compiled with ``-ffast-math`` (which assumes there is no NaN).
+and call ``hydra_lut_select`` once per poll (and, to keep the budget in service, hold each head
+count's timings to ``hydra_lut_budget`` as the header's comment says). Unknown readings are NaN
+(``NAN`` from ``math.h``), so the header must not be compiled with ``-ffast-math`` (which assumes
+there is no NaN).
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ static const int hydra_lut_cells[HYDRA_LUT_BATTERY_BANDS][HYDRA_LUT_THERMAL_BAND
 static const double hydra_lut_thermal_margin = {thermal_margin};
 static const double hydra_lut_battery_margin_pct = {battery_margin_pct};
 static const double hydra_lut_min_dwell_s = {min_dwell_s};
+static const double hydra_lut_budget_ms = {budget_ms};
+static const double hydra_lut_budget_scale[HYDRA_LUT_BATTERY_BANDS] = {{{budget_scale}}};
+static const double hydra_lut_latency_ms[HYDRA_LUT_CANDIDATES] = {{{latency_ms}}}; /* calibrated, as hydra_lut_heads */
 
 static inline int hydra_lut_thermal_band(double thermal) {{
     if (isnan(thermal)) return HYDRA_LUT_THERMAL_BANDS - 1; /* unknown: the hottest band */
@@ -54,6 +59,17 @@ static inline int hydra_lut_battery_band(double battery_pct, int charging) {{
 /* The candidate index for a reading, without hysteresis. */
 static inline int hydra_lut_cell(double battery_pct, int charging, double thermal) {{
     return hydra_lut_cells[hydra_lut_battery_band(battery_pct, charging)][hydra_lut_thermal_band(thermal)];
+}}
+
+/* The latency budget now (ms): what a windowed p90 of this head count's timings must stay under. */
+static inline double hydra_lut_budget(double battery_pct, int charging) {{
+    return hydra_lut_budget_ms * hydra_lut_budget_scale[hydra_lut_battery_band(battery_pct, charging)];
+}}
+
+/* A candidate's calibrated latency (ms), the base a slow-down is measured against; -1 if not a candidate. */
+static inline double hydra_lut_calibrated_ms(int heads) {{
+    for (int i = 0; i < HYDRA_LUT_CANDIDATES; i++) if (hydra_lut_heads[i] == heads) return hydra_lut_latency_ms[i];
+    return -1.0;
 }}
 
 /* The head count to run now. Worse cells are taken at once; better ones only after the dwell time,
@@ -101,4 +117,5 @@ def emit_c(lut: dict[str, Any]) -> str:
         battery_min_pct=", ".join(lit.battery_min_pct),
         cells=",\n".join(f"    {{{', '.join(row)}}}" for row in lit.cells),
         thermal_margin=lit.thermal_margin, battery_margin_pct=lit.battery_margin_pct, min_dwell_s=lit.min_dwell_s,
+        budget_ms=lit.budget_ms, budget_scale=", ".join(lit.budget_scale), latency_ms=", ".join(lit.latency_ms),
     )

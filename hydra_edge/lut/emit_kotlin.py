@@ -26,6 +26,10 @@ object HydraLut {{
     const val THERMAL_MARGIN = {thermal_margin}
     const val BATTERY_MARGIN_PCT = {battery_margin_pct}
     const val MIN_DWELL_S = {min_dwell_s}
+    const val BUDGET_MS = {budget_ms}
+    private val BUDGET_SCALE = doubleArrayOf({budget_scale})
+    /** Each candidate's calibrated latency (ms), as HEADS: the base a slow-down is measured against. */
+    @JvmField val LATENCY_MS = doubleArrayOf({latency_ms})
     const val MANIFEST_SHA256 = "{manifest_sha256}"
     /** Class names in logit order: CLASSES[index of the largest logit]; empty when unknown. */
     @JvmField val CLASSES = arrayOf<String>({classes})
@@ -45,6 +49,10 @@ object HydraLut {{
     /** The candidate index for a reading, without hysteresis. */
     @JvmStatic fun cell(batteryPct: Double, charging: Boolean, thermal: Double): Int =
         CELLS[batteryBand(batteryPct, charging)][thermalBand(thermal)]
+
+    /** The latency budget now (ms): what a windowed p90 of this head count's timings must stay under. */
+    @JvmStatic fun budget(batteryPct: Double, charging: Boolean): Double =
+        BUDGET_MS * BUDGET_SCALE[batteryBand(batteryPct, charging)]
 
     /** The head count to run now. Worse cells are taken at once; better ones only after the dwell
      *  time, and only as far as they hold with the temperature and battery margins against them. */
@@ -85,5 +93,6 @@ def emit_kotlin(lut: dict[str, Any]) -> str:
         battery_min_pct=", ".join(lit.battery_min_pct),
         cells=",\n".join(f"        intArrayOf({', '.join(row)})" for row in lit.cells),
         thermal_margin=lit.thermal_margin, battery_margin_pct=lit.battery_margin_pct, min_dwell_s=lit.min_dwell_s,
+        budget_ms=lit.budget_ms, budget_scale=", ".join(lit.budget_scale), latency_ms=", ".join(lit.latency_ms),
         throttled="" if lit.throttled_c is None else f"    const val THROTTLED_C = {lit.throttled_c}\n",
     )
