@@ -284,3 +284,29 @@ def test_stopping_deploy_stops_the_app_on_the_board(how: str, board: dict[str, P
     if how == "ctrl-c":
         assert host.returncode == 1 and "Traceback" not in output
         assert output.strip().splitlines()[-1].startswith("Error: interrupted")
+
+
+def test_the_app_holds_the_latency_budget_on_the_scripted_day_and_says_why(board: dict[str, Path],
+                                                                           tmp_path: Path) -> None:
+    """A budget no inference meets: on the cool, charging first step the loop takes 12 heads down to 3
+    within its sustain window on the simulated clock (the step's images spread over its polls), and the
+    switch line and the log say why; the table's own switches still happen as the day goes on."""
+    scenario = tmp_path / "scenario.json"
+    scenario.write_text(json.dumps({"steps": scenario_steps(images_per_step=40)}))
+    log = tmp_path / "events.json"
+    proc = subprocess.run(
+        [sys.executable, str(APP), "--bundle", str(board["bundle"]), "--lut", str(board["lut"]), "--images",
+         str(board["images"]), "--scenario", str(scenario), "--sysfs-root", str(tmp_path / "sysfs"), "--threads", "1",
+         "--budget-ms", "0.0001", "--plain", "--log", str(log)],
+        capture_output=True, text=True, timeout=300, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(log.read_text())
+    events = report["events"]
+    assert events[0]["to"] == 12 and events[0]["reason"] == "start"
+    first = next(e for e in events if e["reason"].startswith("latency p90"))
+    assert (first["from"], first["to"]) == (12, 3) and "over budget 0.0001 ms for 1" in first["reason"]
+    assert 10 <= first["time"] <= 30  # sustained for 10 s, within the first 30 s step
+    assert any(f"12 -> 3 heads [{first['reason']}]" in line for line in proc.stdout.splitlines())
+    # never above the table's choice: 3 heads when very hot, whatever the loop probes
+    assert all(e["to"] == 3 for e in events if round(e["reading"]["thermal"]) == 84)
+    assert report["latency"]["budget_ms"] == 0.0001 and report["latency"]["cap"] in (3, 6, 12)
