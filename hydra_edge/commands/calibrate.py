@@ -12,6 +12,7 @@ from ..bounds import MAX_RUNS, MAX_THREADS, SOAK_INTERVAL_S
 from ..errors import HydraEdgeError
 from ..lock import exclusive
 from ..logs import device_log
+from ..measure.device import device_python
 from ..measure.session import CalibrateOptions, Session, safe_name
 from ..measure.soak import parse_duration
 from ..records.calibration import Calibration
