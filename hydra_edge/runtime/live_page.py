@@ -222,6 +222,8 @@ class _Handler(BaseHTTPRequestHandler):
         if code == HTTPStatus.SERVICE_UNAVAILABLE:
             headers.append(("Retry-After", "5"))
         self.log_error("code %d, message %s", code, message)
+        if getattr(self, "request_version", "HTTP/0.9") == "HTTP/0.9":  # not parsed yet: still answer with a status line
+            self.request_version = "HTTP/1.0"
         self._reply(status, f"{code} {status.phrase}: {message or status.description}\n".encode("utf-8", "replace"),
                     "text/plain; charset=utf-8", headers)
 
@@ -473,6 +475,7 @@ let lastMessage = 0;
 
 function render(tick) {
   lastMessage = Date.now();
+  showLive();
   $("error").hidden = !tick.error;
   $("error").textContent = tick.error ? "snapshot failed: " + tick.error : "";
   const s = tick.state;
@@ -540,11 +543,13 @@ function draw(s) {
 
 const events = new EventSource("/events");
 events.onmessage = (e) => render(JSON.parse(e.data));
-setInterval(() => {
+function showLive() {
   const stale = Date.now() - lastMessage > 3000;
-  $("live").textContent = stale ? "no update for " + ((Date.now() - lastMessage) / 1000).toFixed(0) + " s" : "live";
+  $("live").textContent = !lastMessage ? "connecting" : stale ?
+    "no update for " + ((Date.now() - lastMessage) / 1000).toFixed(0) + " s" : "live";
   $("live").className = stale ? "stale" : "";
-}, 1000);
+}
+setInterval(showLive, 1000);
 """
 
 _HTML = """<!doctype html>
