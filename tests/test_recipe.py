@@ -243,19 +243,15 @@ def test_bf16_autocast_runs_on_the_cpu(tmp_path, monkeypatch):
     assert all(p.dtype == torch.float32 for p in model.parameters())  # autocast: fp32 weights, bf16 compute
 
 
-def test_an_interrupted_run_with_every_recipe_part_resumes_to_the_same_weights_ema_and_schedule(tmp_path, monkeypatch):
-    model = _tiny()
-    data = _digits(model)
-    settings = settings_for("digits", **EVERYTHING)
-    straight = _tiny()
-    train(straight, data, settings, tmp_path / "straight")
+def _straight_and_resumed(tmp_path, monkeypatch, data, settings, evaluations_before_stop: int):
+    """Two runs' checkpoints: one straight through, one stopped (Ctrl-C) in epoch 2's evaluation, after
+    ``evaluations_before_stop`` evaluations, then resumed from its epoch-1 checkpoint."""
+    train(_tiny(), data, settings, tmp_path / "straight")
+    real, calls = loop.accuracy_per_heads, {"n": 0}
 
-    calls = {"n": 0}
-    real = loop.accuracy_per_heads
-
-    def stop_in_epoch_2(*args, **kwargs):  # each epoch evaluates the plain and the EMA weights
+    def stop_in_epoch_2(*args, **kwargs):
         calls["n"] += 1
-        if calls["n"] == 3:
+        if calls["n"] > evaluations_before_stop:
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
@@ -264,10 +260,15 @@ def test_an_interrupted_run_with_every_recipe_part_resumes_to_the_same_weights_e
         train(_tiny(), data, settings, tmp_path / "resumed")
     monkeypatch.setattr(loop, "accuracy_per_heads", real)
     assert torch.load(tmp_path / "resumed" / CHECKPOINT, weights_only=True)["train"]["epoch"] == 1
-    resumed = HydraViT(preset("digits", depth=1, heads=(3, 12)))
-    train(resumed, data, settings, tmp_path / "resumed", resume=True)
+    train(HydraViT(preset("digits", depth=1, heads=(3, 12))), data, settings, tmp_path / "resumed", resume=True)
+    return (torch.load(tmp_path / run / CHECKPOINT, weights_only=True) for run in ("straight", "resumed"))
 
-    a, b = (torch.load(tmp_path / run / CHECKPOINT, weights_only=True) for run in ("straight", "resumed"))
+
+def test_an_interrupted_run_with_every_recipe_part_resumes_to_the_same_weights_ema_and_schedule(tmp_path, monkeypatch):
+    model = _tiny()
+    data = _digits(model)
+    settings = settings_for("digits", **EVERYTHING)
+    a, b = _straight_and_resumed(tmp_path, monkeypatch, data, settings, evaluations_before_stop=2)  # plain + EMA
     for entry in ("state_dict", "state_dict_ema"):
         for name in a[entry]:
             assert torch.equal(a[entry][name], b[entry][name]), (entry, name)
@@ -282,21 +283,7 @@ def test_an_fp16_run_resumes_with_its_loss_scale(tmp_path, monkeypatch):
     full = _digits(model)  # a few steps: fp16 matmuls are slow on a CPU
     data = replace(full, train=Subset(full.train, range(256)), val=Subset(full.val, range(64)))
     settings = settings_for("digits", epochs=2, batch_size=128, clip_grad=1.0)
-    train(_tiny(), data, settings, tmp_path / "straight")
-    real, calls = loop.accuracy_per_heads, {"n": 0}
-
-    def stop_in_epoch_2(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise KeyboardInterrupt
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(loop, "accuracy_per_heads", stop_in_epoch_2)
-    with pytest.raises(KeyboardInterrupt):
-        train(_tiny(), data, settings, tmp_path / "resumed")
-    monkeypatch.setattr(loop, "accuracy_per_heads", real)
-    train(HydraViT(preset("digits", depth=1, heads=(3, 12))), data, settings, tmp_path / "resumed", resume=True)
-    a, b = (torch.load(tmp_path / run / CHECKPOINT, weights_only=True) for run in ("straight", "resumed"))
+    a, b = _straight_and_resumed(tmp_path, monkeypatch, data, settings, evaluations_before_stop=1)
     steps = 2 * (256 // 128)
     assert a["train"]["scaler"] == b["train"]["scaler"] and a["train"]["scaler"]["_growth_tracker"] == steps
     assert all(torch.equal(a["state_dict"][n], b["state_dict"][n]) for n in a["state_dict"])
