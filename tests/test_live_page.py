@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -127,16 +128,20 @@ def test_the_stream_follows_the_state(page: LivePage, app: App) -> None:
 
 
 def test_a_client_gone_mid_stream_leaves_the_others_served(page: LivePage) -> None:
-    gone, other = Stream(page), Stream(page)
-    gone.tick()
-    sock = gone.response.fp.raw._sock  # reset, not a polite close: what a dropped Wi-Fi looks like
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-    gone.close()
-    sock.close()
+    other = Stream(page)
+    with socket.create_connection(("127.0.0.1", port_of(page)), timeout=5) as gone:
+        gone.sendall(b"GET /events HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        received = b""
+        while b"data: " not in received:
+            received += gone.recv(65536)
+        gone.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # a reset, as a dropped link
     seqs = [other.tick()["seq"] for _ in range(5)]
     assert seqs == sorted(seqs) and len(set(seqs)) == 5
     assert state(page)["state"]["heads"] == 3
-    other.close()
+    more = [Stream(page) for _ in range(MAX_STREAMS - 1)]  # the gone client's slot is free again
+    assert [s.status for s in more] == [200] * (MAX_STREAMS - 1)
+    for s in [other, *more]:
+        s.close()
 
 
 def test_streams_are_limited_and_a_closed_one_frees_its_slot(page: LivePage) -> None:
@@ -190,13 +195,14 @@ def test_a_slow_client_is_cut_off(page: LivePage, monkeypatch: pytest.MonkeyPatc
     with socket.create_connection(("127.0.0.1", port_of(page)), timeout=5) as s:
         start = time.monotonic()
         try:
-            for byte in b"GET /state.json HTTP/1.1\r\nHost: localhost\r\n":  # a byte every 0.1 s: never a whole head
+            for byte in b"GET /state.json HTTP/1.1\r\nHost: localhost\r\n":  # a byte every 0.1 s, never a whole head
                 s.sendall(bytes([byte]))
                 time.sleep(0.1)
-        except OSError:
-            pass  # the server closed while bytes were still coming
-        assert s.recv(100) in (b"", b"HTTP/1.0 408")  # nothing answered, the connection closed
-        assert time.monotonic() - start < 5
+            answer = s.recv(100)
+        except ConnectionError:
+            answer = b""
+        cut_after = time.monotonic() - start
+    assert answer == b"" and cut_after < 2, (answer, cut_after)  # closed unanswered soon after 0.5 s
     assert state(page)["state"]["heads"] == 3
 
 
