@@ -265,7 +265,8 @@ def test_a_failing_snapshot_is_shown_and_serving_goes_on(page: LivePage, app: Ap
 
 def test_a_snapshot_of_the_wrong_shape_is_an_error_on_the_page() -> None:
     with LivePage(lambda: {"heads": 3}, port=0) as page:  # type: ignore[arg-type, return-value]
-        assert state(page) == {"seq": 1, "state": None, "error": "TypeError: snapshot() returned a dict, not a PageState"}
+        assert state(page) == {"seq": 1, "state": None,
+                               "error": "TypeError: snapshot() returned a dict, not a PageState"}
 
 
 def test_many_clients_cost_one_snapshot_a_tick(page: LivePage, app: App) -> None:

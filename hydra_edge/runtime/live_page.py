@@ -222,7 +222,7 @@ class _Handler(BaseHTTPRequestHandler):
         if code == HTTPStatus.SERVICE_UNAVAILABLE:
             headers.append(("Retry-After", "5"))
         self.log_error("code %d, message %s", code, message)
-        if getattr(self, "request_version", "HTTP/0.9") == "HTTP/0.9":  # not parsed yet: still answer with a status line
+        if getattr(self, "request_version", "HTTP/0.9") == "HTTP/0.9":  # not parsed: still send a status line
             self.request_version = "HTTP/1.0"
         self._reply(status, f"{code} {status.phrase}: {message or status.description}\n".encode("utf-8", "replace"),
                     "text/plain; charset=utf-8", headers)
@@ -316,7 +316,7 @@ class _Server(ThreadingHTTPServer):
         super().__init__(address, _Handler)
 
     def server_bind(self) -> None:
-        socketserver.TCPServer.server_bind(self)  # HTTPServer's would look up the host's name: slow on a board without DNS
+        socketserver.TCPServer.server_bind(self)  # HTTPServer's looks up the host's name: slow on a board with no DNS
         self.server_name, self.server_port = str(self.server_address[0]), int(self.server_address[1])
 
     def process_request(self, request: Any, client_address: Any) -> None:
