@@ -5,13 +5,15 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-# Device stand-ins the tests drive with real clients (OpenSSH's sshd, Debian's adb), and the
-# compilers that check the emitted lookup tables (gcc is there; kotlinc and a JDK may not be).
+# Device stand-ins the tests drive with real clients (OpenSSH's sshd, Debian's adb), the
+# compilers that check the emitted lookup tables (gcc is there; kotlinc and a JDK may not be), and
+# the headless browser that opens the board's live page.
 need=()
 command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || need+=(openssh-server openssh-client)
 command -v adb >/dev/null 2>&1 || need+=(adb)
 command -v kotlinc >/dev/null 2>&1 || need+=(kotlin)
 command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
