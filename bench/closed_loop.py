@@ -39,6 +39,7 @@ from hydra_edge.runtime.switcher import Switcher
 
 ROOT = Path(__file__).resolve().parents[1]
 COOL_C = 40.0
+TIMELINE_POINTS = 3000  # per run in the JSON and the figure: every n-th inference (the summary counts them all)
 BUSY = "while True: pass"
 
 
@@ -120,7 +121,8 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     rows = []
     for loop in (None, LoopSettings()):  # one host, one script: the rows differ only in the loop
         row = run(full, board, loop, phases, shape, core)
-        rows.append({**summarise(row, budget, accuracy, phases), "timeline": row["samples"],
+        every = -(-len(row["samples"]) // TIMELINE_POINTS)
+        rows.append({**summarise(row, budget, accuracy, phases), "timeline": row["samples"][::every],
                      "events": row["events"], "ignored": row["ignored"]})
         print({k: v for k, v in rows[-1].items() if k != "timeline"}, flush=True)
     return {"model": f"{args.preset} preset, random weights", "target": args.target, "quant": args.quant,
