@@ -310,3 +310,37 @@ def test_the_app_holds_the_latency_budget_on_the_scripted_day_and_says_why(board
     # never above the table's choice: 3 heads when very hot, whatever the loop probes
     assert all(e["to"] == 3 for e in events if round(e["reading"]["thermal"]) == 84)
     assert report["latency"]["budget_ms"] == 0.0001 and report["latency"]["cap"] in (3, 6, 12)
+
+
+def test_the_app_serves_a_live_page_of_what_it_runs_and_a_port_in_use_is_one_line(board: dict[str, Path]) -> None:
+    """--serve: the page's state is the app's own (head count, the class name it predicted, the latency it
+    timed), read while it classifies; a second app asking for the same port stops in one line."""
+    import urllib.request
+
+    from standins import free_port
+
+    port = free_port()
+    app = subprocess.Popen([sys.executable, str(APP), "--bundle", str(board["bundle"]), "--lut", str(board["lut"]),
+                            "--plain", "--images", str(board["images"]), "--serve", f"127.0.0.1:{port}"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={"PYTHONPATH": str(ROOT)})
+    try:
+        state: dict = {}
+        for _ in range(300):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/state.json", timeout=5) as reply:
+                    state = json.loads(reply.read())["state"] or {}
+            except OSError:
+                pass
+            if state.get("images", 0) >= 5 and state.get("history"):
+                break
+            time.sleep(0.1)
+        classes = read_manifest(board["bundle"]).classes or [str(i) for i in range(10)]
+        assert state["heads"] in (3, 6, 12) and state["predicted"] in classes, state
+        assert state["p50_ms"] > 0 and all(p["latency_ms"] > 0 for p in state["history"])
+        assert state["switches"][0]["from_heads"] is None and state["switches"][0]["to_heads"] in (3, 6, 12)
+        second = run_app(board, "--images", board["images"], "--max-images", 2, "--serve", f"127.0.0.1:{port}")
+        assert second.returncode == 1 and "Traceback" not in second.stderr, second.stderr
+        assert f"cannot serve the live page on 127.0.0.1:{port}: the port is in use" in second.stderr
+    finally:
+        app.terminate()
+        app.wait(timeout=30)

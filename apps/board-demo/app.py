@@ -27,8 +27,11 @@ import argparse
 import itertools
 import logging
 import statistics
+import math
 import sys
+import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
@@ -41,7 +44,9 @@ from hydra_edge.bounds import MAX_CAMERA, MAX_IMAGES, MAX_THREADS, POLL_S, numbe
 from hydra_edge.records.manifest import read_manifest
 from hydra_edge.runtime.chatter import native_output_to
 from hydra_edge.runtime.engines import check_runtimes, runtimes_of
+from hydra_edge.runtime.latency import percentile
 from hydra_edge.runtime.latency_governor import LoopSettings
+from hydra_edge.runtime.live_page import LivePage, PageState, Point, Switch, parse_address
 from hydra_edge.runtime.preprocess import IMAGE_SUFFIXES, load_image
 from hydra_edge.runtime.switcher import Switcher
 
@@ -193,6 +198,41 @@ def latency_columns(switcher: Switcher) -> Dict[str, str]:
     return {"p90 ms": "-" if p90 is None else f"{p90:.2f}", "budget ms": f"{status['budget_ms']:.2f}"}
 
 
+class PageFeed:
+    """What ``--serve``'s live page shows: the inference loop records each result, the page's ticker
+    takes a snapshot (twice a second, whatever the number of viewers); one lock between the two,
+    held for the time of a few appends, so viewers cannot slow inference."""
+
+    def __init__(self, switcher: Switcher, accuracy: Dict[int, Optional[float]], clock: Any) -> None:
+        self.switcher, self.accuracy, self.clock = switcher, accuracy, clock
+        self.lock = threading.Lock()
+        self.history: deque = deque(maxlen=120)  # Points, the oldest first
+        self.images, self.predicted = 0, None  # type: int, Optional[str]
+
+    def record(self, heads: int, ms: float, predicted: str) -> None:
+        with self.lock:
+            self.history.append(Point(t=self.clock(), heads=heads, latency_ms=ms))
+            self.images, self.predicted = self.images + 1, predicted
+
+    def snapshot(self) -> PageState:
+        with self.lock:
+            history, images, predicted = list(self.history), self.images, self.predicted
+        heads = self.switcher.heads or (history[-1].heads if history else 0)
+        recent = sorted(p.latency_ms for p in history if p.heads == heads)
+        status = self.switcher.latency_status() or {}
+        reading = self.switcher.reading
+        known = lambda v: v if v is not None and math.isfinite(v) and v >= 0 else None  # noqa: E731
+        switches = [Switch(t=e["time"], from_heads=e["from"], to_heads=e["to"], reason=e["reason"])
+                    for e in self.switcher.event_log()[-20:]]
+        return PageState(
+            heads=heads, t=self.clock(), budget_ms=status.get("budget_ms"),
+            p50_ms=percentile(recent, 50) if recent else None, p90_ms=percentile(recent, 90) if recent else None,
+            temp_c=known(reading.thermal) if reading else None,
+            battery_pct=known(reading.battery_pct) if reading else None,
+            charging=reading.charging if reading else None, top1=self.accuracy.get(heads), images=images,
+            predicted=predicted, switches=switches, history=history)
+
+
 def read_scenario(path: Path) -> List[Dict[str, Any]]:
     """The steps of a scenario file, each checked for what ``SimulatedBoard.apply`` needs."""
     steps = read_json(path, "scenario", "write one as {\"steps\": [...]}").get("steps")
@@ -224,6 +264,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         samples = itertools.cycle(folder_images(Path(args.images), model["img_size"], model["in_chans"],
                                                 manifest.classes))
     steps = scenario or [{"images": args.max_images or 10**12}]
+    feed = PageFeed(switcher, accuracy, board.clock if board else time.monotonic)
+    page = LivePage(feed.snapshot, *parse_address(args.serve), allow_remote=args.serve_remote) if args.serve else None
     display, stats, shown, count, step_now = Display(args.plain), Stats(), 0, 0, {}
 
     def classify(image: np.ndarray, label: Optional[int]) -> None:
@@ -238,6 +280,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
             display.line(describe(event, accuracy, stats))
         shown = len(switcher.events)
         name = class_name(predicted, manifest.classes)
+        feed.record(prediction.heads, ms, name)
         if display.live is None and not board:
             labelled = "" if label is None else f", labelled {class_name(label, manifest.classes)}"
             display.line(f"image {count}: {name} ({prediction.heads} heads, {ms:.2f} ms{labelled})")
@@ -245,6 +288,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
                         **latency_columns(switcher), "held-out top-1": accuracy.get(prediction.heads), **step_now})
 
     try:
+        if page is not None:  # a port in use is one line here, before any inference
+            display.line(f"live page: {page.start()}")
         if not board:
             switcher.start()
         for step in steps:  # Ctrl-C ends the run; the summary and the log below still follow
@@ -265,6 +310,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         display.line("stopped")
     finally:
         display.close()
+        if page is not None:
+            page.stop()
         switcher.close()
     report = {"events": switcher.event_log(), "per_heads": {k: stats.summary(k) for k in sorted(stats.latency_ms)},
               "fallback": switcher.fallback, "latency": switcher.latency_status()}
@@ -293,6 +340,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--budget-ms", type=number_arg(0, MAX_BUDGET_MS, low_open=True),
                         help="latency budget the loop holds each head count's p90 to (default: the table's)")
     parser.add_argument("--plain", action="store_true", help="plain lines instead of the live table")
+    parser.add_argument("--serve", metavar="HOST:PORT",
+                        help="serve a live page of the board's state here (read-only; e.g. 127.0.0.1:8765, "
+                             "opened from another machine through ssh -L)")
+    parser.add_argument("--serve-remote", action="store_true",
+                        help="let --serve listen on an address that is not loopback (open to the network)")
     parser.add_argument("--log", help="write the switch events and per-head-count results as JSON here")
     parser.add_argument("--runtime-log", help="where what the runtimes themselves print goes "
                                               "(default: the bundle's logs/runtime.log)")

@@ -306,6 +306,13 @@ class Switcher:
         with self._lock:
             return [e.reason for e in self.events[-n:]]
 
+    @property
+    def reading(self) -> Optional[Reading]:
+        """The last poll's reading after the fail-safe rules (None before the first poll): what a display
+        shows as the device's temperature and battery."""
+        with self._lock:
+            return self._reading
+
     def latency_status(self) -> Optional[Dict[str, Any]]:
         """The latency loop as JSON-ready data (its budget now, cap, probe, p90s, ignored timings and
         recent decisions), or None when it is off."""
