@@ -41,10 +41,10 @@ def test_training_learns_and_writes_checkpoint_history_and_accuracy(tmp_path):
     rows = json.loads((tmp_path / "accuracy.json").read_text())["rows"]
     assert [r["heads"] for r in rows] == list(range(3, 13)) and all("gmacs" in r and "top1" in r for r in rows)
     assert (tmp_path / "accuracy.png").read_bytes()[:4] == b"\x89PNG"
-    reloaded = load_checkpoint(result.checkpoint)
+    reloaded = load_checkpoint(result.checkpoint)  # in evaluation mode, as loaded models are
     x = torch.randn(2, 1, 8, 8)
     with torch.no_grad():
-        assert torch.equal(reloaded(x, heads=4), model(x, heads=4))
+        assert torch.equal(reloaded(x, heads=4), model.eval()(x, heads=4))
 
 
 def test_weighted_sampling_draws_only_weighted_head_counts(tmp_path):
