@@ -151,13 +151,3 @@ def test_a_bf16_training_step_runs_on_the_cpu_close_to_fp32(b16_like):
         assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
     assert torch.isfinite(losses[torch.bfloat16])
     assert losses[torch.bfloat16].item() == pytest.approx(losses[None].item(), rel=2e-2)
-
-
-@pytest.mark.slow  # inductor compiles C++ for every head count: 40 s to 3 min here, by the compile cache
-def test_torch_compile_follows_the_head_count(digits_model):
-    compiled = torch.compile(digits_model)
-    x = torch.randn(2, 1, 8, 8)
-    for k in (3, 7, 12):
-        F.cross_entropy(compiled(x, heads=k), torch.tensor([1, 2])).backward()
-        with torch.no_grad():
-            assert torch.allclose(compiled(x, heads=k), digits_model(x, heads=k), atol=1e-5)
