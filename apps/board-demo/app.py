@@ -222,8 +222,8 @@ class PageFeed:
         status = self.switcher.latency_status() or {}
         reading = self.switcher.reading
         known = lambda v: v if v is not None and math.isfinite(v) and v >= 0 else None  # noqa: E731
-        switches = [Switch(t=e["time"], from_heads=e["from"], to_heads=e["to"], reason=e["reason"])
-                    for e in self.switcher.event_log()[-20:]]
+        switches = [Switch(t=e.time, from_heads=e.from_heads, to_heads=e.to_heads, reason=e.reason)
+                    for e in self.switcher.events[-20:]]  # the last few only: a board runs for months
         return PageState(
             heads=heads, t=self.clock(), budget_ms=status.get("budget_ms"),
             p50_ms=percentile(recent, 50) if recent else None, p90_ms=percentile(recent, 90) if recent else None,
