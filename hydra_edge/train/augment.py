@@ -16,8 +16,6 @@ per-pixel noise).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import kornia.augmentation as K
 import torch
 from kornia.augmentation.auto import RandAugment
@@ -27,7 +25,7 @@ from torch.utils.data import Dataset
 
 from ..model.config import HydraConfig
 from ..records.training import TrainSettings
-from ..runtime.preprocess import load_image, normalisation, resize_size
+from ..runtime.preprocess import normalisation, resize_size
 from .data import ImageFolder
 
 RAND_AUGMENT_OPS = 2  # operations per image, timm's default (rand-m9-mstd0.5-inc1 uses it)
@@ -37,25 +35,11 @@ CROP_ASPECT = (3 / 4, 4 / 3)  # timm's (and torchvision's) RandomResizedCrop rat
 CUTMIX_SHARE = 0.5  # with both mixup and cutmix, the share of batches cut (timm's switch_prob)
 
 
-class LargerReads(Dataset):
-    """A folder's training images through the evaluation transform at ``size`` (larger than the model's)."""
-
-    def __init__(self, files: list[tuple[Path, int]], size: int, in_chans: int) -> None:
-        self.files, self.size, self.in_chans = files, size, in_chans
-
-    def __len__(self) -> int:
-        return len(self.files)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        path, label = self.files[i]
-        return torch.from_numpy(load_image(path, self.size, self.in_chans)), label
-
-
 def training_reads(dataset: Dataset, cfg: HydraConfig, settings: TrainSettings) -> Dataset:
     """What the training loader reads: a folder's images larger when a random crop will cut them
     down to the model's size; anything else as it is."""
     if settings.crop_scale and isinstance(dataset, ImageFolder):
-        return LargerReads(dataset.files, resize_size(cfg.img_size), cfg.in_chans)
+        return ImageFolder(dataset.files, cfg, size=resize_size(cfg.img_size))
     return dataset
 
 

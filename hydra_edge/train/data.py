@@ -111,17 +111,18 @@ def _built_in(cfg: HydraConfig, spec: DataSpec, expected: Sequence[str] | None) 
 
 class ImageFolder(Dataset):
     """Images under ``root/<class>/``, read lazily with the device's preprocessing (the release's evaluation
-    transform, ``runtime.preprocess.transform``), so training, checks and boards see the same pixels."""
+    transform, ``runtime.preprocess.transform``), so training, checks and boards see the same pixels.
+    ``size``: read at another size than the model's (training reads larger, for a random crop)."""
 
-    def __init__(self, files: list[tuple[Path, int]], cfg: HydraConfig) -> None:
-        self.files, self.cfg = files, cfg
+    def __init__(self, files: list[tuple[Path, int]], cfg: HydraConfig, size: int | None = None) -> None:
+        self.files, self.cfg, self.size = files, cfg, size or cfg.img_size
 
     def __len__(self) -> int:
         return len(self.files)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
         path, label = self.files[i]
-        return torch.from_numpy(load_image(path, self.cfg.img_size, self.cfg.in_chans)), label
+        return torch.from_numpy(load_image(path, self.size, self.cfg.in_chans)), label
 
 
 def _hidden(path: Path, root: Path) -> bool:
