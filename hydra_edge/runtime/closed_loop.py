@@ -1,8 +1,8 @@
 """The switcher's closed loop: the latency governor fed by lut.json's budget, and the correction it
 learns saved beside lut.json so a restarted app starts from it.
 
-``LatencyLoop`` reads lut.json once more for what the selection does not need (the budget, each
-battery band's budget scale, the file's sha256), builds a ``LatencyGovernor`` on the table's
+``LatencyLoop`` takes the budget, each battery band's budget scale and the file's sha256 from the
+table the switcher read (lut.json is read once), builds a ``LatencyGovernor`` on the table's
 calibrated latencies, and loads ``lut.correction.json`` (``correction_path``) when it is usable:
 
 * learned against this bundle and this table (the manifest's and lut.json's sha256),
@@ -18,7 +18,6 @@ inference goes on. Wall-clock time (``wall_clock``) dates the file, so it expire
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from pathlib import Path
 from typing import Callable, Dict, Mapping, Optional, Tuple
@@ -26,9 +25,7 @@ from typing import Callable, Dict, Mapping, Optional, Tuple
 from .. import __version__
 from ..atomic import write_bytes
 from ..errors import HydraEdgeError
-from ..records import codec
 from ..records import correction as record
-from ..records import lut as lut_record
 from ..records.correction import CorrectionError, LearnedLatency
 from ..records.lut import LutError
 from .latency_governor import LatencyGovernor, LoopSettings
@@ -50,23 +47,17 @@ class LatencyLoop:
 
     def __init__(self, lut_path: Path, table: Table, settings: LoopSettings, wall_clock: Callable[[], float],
                  log: logging.Logger) -> None:
-        data = codec.read_bytes(lut_path, "lookup table", lut_record.HINT, LutError)
-        doc = lut_record.decode(data, str(lut_path))
-        if tuple(doc.candidates) != table.candidates or doc.bundle.manifest_sha256 != table.manifest_sha256:
-            raise LutError(f"{lut_path} changed while it was read; restart the app")
-        if len(doc.battery.budget_scale) != len(doc.battery.min_pct) + 1:
-            raise LutError(f"{lut_path}: $.battery.budget_scale: {len(doc.battery.budget_scale)} scales for "
-                           f"{len(doc.battery.min_pct) + 1} battery bands; re-run hydra-edge lut")
-        for i, c in enumerate(doc.candidates):
+        if not table.sha256:
+            raise LutError(f"{lut_path}: the switcher runs no table read from it; re-run hydra-edge lut")
+        for i, c in enumerate(table.candidates):
             if c.latency_ms <= 0:
                 raise LutError(f"{lut_path}: $.candidates[{i}].latency_ms: {c.heads} heads calibrated at "
                                f"{c.latency_ms:g} ms, nothing to scale a slow-down by; re-run hydra-edge calibrate")
         self.path = correction_path(lut_path)
         self.settings, self.wall_clock, self.log = settings, wall_clock, log
         self.table = table
-        self.budget_ms = settings.budget_ms if settings.budget_ms is not None else doc.budget_ms
-        self.budget_scale = tuple(doc.battery.budget_scale)  # one per battery band, as Table.battery_band counts
-        self.manifest_sha256, self.lut_sha256 = table.manifest_sha256, hashlib.sha256(data).hexdigest()
+        self.budget_ms = settings.budget_ms if settings.budget_ms is not None else table.budget_ms
+        self.manifest_sha256, self.lut_sha256 = table.manifest_sha256, table.sha256
         self.budget_now = self.budget_ms
         self._saved_revision = 0
         self._write_failed = False
@@ -75,7 +66,7 @@ class LatencyLoop:
 
     def budget(self, battery_pct: float, charging: bool) -> float:
         """The budget now: ``budget_ms`` scaled for the battery band, as the table scales it."""
-        self.budget_now = self.budget_ms * self.budget_scale[self.table.battery_band(battery_pct, charging)]
+        self.budget_now = self.budget_ms * self.table.budget_scale[self.table.battery_band(battery_pct, charging)]
         return self.budget_now
 
     # -- the saved correction -------------------------------------------------------------------
