@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
+from standins import free_port
 from standins.adbd import AdbDevice, AdbServer, adb_device, adb_server, start_adbd  # noqa: F401  (fixtures)
 
 from hydra_edge.transport import (
@@ -12,6 +14,7 @@ from hydra_edge.transport import (
     DeviceNotFoundError,
     DeviceUnauthorizedError,
     ToolMissingError,
+    TransportError,
     open_transport,
 )
 
@@ -55,3 +58,39 @@ def test_an_unauthorised_device_says_to_accept_the_prompt(adb_server: AdbServer,
 def test_missing_adb_client_is_named(adb_server: AdbServer) -> None:
     with pytest.raises(ToolMissingError, match="apt-get install adb"):
         AdbTransport("X", adb_port=adb_server.port, adb="adb-not-installed").connect()
+
+
+def test_a_forward_is_made_by_the_adb_server_and_removed_after(adb_device: AdbDevice) -> None:
+    """``adb forward`` while the block runs, gone after it; a local port in use is one line and no forward."""
+    server = adb_device.server
+    with open_transport(serial=adb_device.serial, adb_port=server.port) as t:
+        local = free_port()
+        with t.forward(8765, local) as port:
+            assert port == local
+            assert f"{adb_device.serial} tcp:{local} tcp:8765" in server.adb("forward", "--list").stdout
+            # the adb server listens on the local end for the phone's loopback
+            socket.create_connection(("127.0.0.1", local), timeout=5).close()
+        assert f"tcp:{local}" not in server.adb("forward", "--list").stdout
+        with socket.create_server(("127.0.0.1", 0)) as taken:
+            busy = taken.getsockname()[1]
+            with pytest.raises(TransportError, match=f"^port {busy} on this machine is in use"):
+                with t.forward(8765, busy):
+                    pytest.fail("forwarded a port another program holds")
+        assert f"tcp:{busy}" not in server.adb("forward", "--list").stdout
+
+
+def test_a_forward_someone_else_made_is_not_taken_over(adb_device: AdbDevice,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """adb's own listener on the port (another user's forward) is this machine's port in use, left as it was."""
+    server = adb_device.server
+    local = free_port()
+    assert server.adb("-s", adb_device.serial, "forward", f"tcp:{local}", "tcp:9000").returncode == 0
+    try:
+        monkeypatch.setattr("hydra_edge.transport.base.ensure_free", lambda port: None)  # as if taken after the check
+        with open_transport(serial=adb_device.serial, adb_port=server.port) as t:
+            with pytest.raises(TransportError, match=f"^port {local} on this machine is in use"):
+                with t.forward(8765, local):
+                    pytest.fail("took over another forward")
+        assert f"tcp:{local} tcp:9000" in server.adb("forward", "--list").stdout
+    finally:
+        server.adb("forward", "--remove", f"tcp:{local}")

@@ -8,10 +8,11 @@ adb server, so a test or a second user can own theirs; ``ANDROID_SERIAL`` is hon
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Mapping
+from typing import Iterator, Mapping
 
-from .base import ErrorRule, Launch, Transport, device_dir, match_error, remote_command
+from .base import ErrorRule, Launch, Transport, device_dir, match_error, port_in_use, remote_command
 from .errors import (
     ConnectionLostError,
     DeviceNotFoundError,
@@ -102,6 +103,28 @@ class AdbTransport(Transport):
         if "shell_v2" not in out.decode(errors="replace").split():
             raise TransportError(f"{self.device_id} is too old for hydra-edge: its adb has no shell "
                                  "protocol (exit codes), which needs Android 7 or newer")
+
+    @contextmanager
+    def _forwarding(self, remote_port: int, local_port: int) -> Iterator[None]:
+        """``adb forward --no-rebind tcp:LOCAL tcp:REMOTE``, removed on leaving.
+
+        The adb server holds the forward (there is no client process to stop), so it is removed by its
+        local port; ``--no-rebind`` never takes over a forward someone else made on that port.
+        """
+        local = f"tcp:{local_port}"
+        argv = ["adb", "forward", "--no-rebind", local, f"tcp:{remote_port}"]
+        rc, out, err = self._run_client(self._adb(*argv[1:]), argv, timeout=60)
+        if rc != 0:
+            said = out.decode(errors="replace") + err
+            if "cannot bind" in said or "cannot rebind" in said or "already in use" in said.lower():
+                raise port_in_use(local_port)
+            lines = said.strip().splitlines()
+            raise self._client_error(rc, said) or TransportError(
+                f"`adb forward` of port {remote_port} on {self.device_id} failed: {lines[-1] if lines else rc}")
+        try:
+            yield
+        finally:
+            self._run_client(self._adb("forward", "--remove", local), ["adb", "forward", "--remove", local], timeout=30)
 
     def _upload(self, local: Path, remote: str) -> None:
         self._sync("push", str(local), remote, remote, f"copying {local} to")

@@ -3,20 +3,26 @@
 Every transport (this machine, ssh, adb) is a local client program that runs one remote shell
 command per call, so the shared machinery lives here: quoting an argv for the remote shell,
 running the client with timeouts and Ctrl-C handling, streaming output lines, turning client
-error text into one-line ``TransportError``s, and verifying every copy by sha256 computed on
-the device. A subclass only says how to launch its client and how to copy a file.
+error text into one-line ``TransportError``s, verifying every copy by sha256 computed on the
+device, and checking the ports of a forward to the device's loopback. A subclass only says how to
+launch its client, how to copy a file and how to forward a port.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import posixpath
 import re
 import shlex
 import signal
+import socket
 import subprocess
+import tempfile
 import threading
+import time
 from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Callable, Iterator, Mapping, NamedTuple, Sequence
@@ -35,6 +41,7 @@ from .errors import (
 from .result import Result
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+LOOPBACK = "127.0.0.1"  # both ends of a forward: a page served on the device's loopback, opened on this machine's
 _SHA256 = re.compile(r"[0-9a-f]{64}\Z")
 
 
@@ -167,6 +174,37 @@ def parse_sha256sum(output: str) -> dict[str, str]:
     return found
 
 
+def check_port(port: int, what: str) -> int:
+    """``port`` when it is a TCP port a forward can use (1-65535), else one line naming ``what`` it is."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise TransportError(f"{what} {port!r} is not a TCP port; give one from 1 to 65535")
+    return port
+
+
+def port_in_use(port: int) -> TransportError:
+    """The one line for this machine's loopback ``port`` taken by something else."""
+    return TransportError(f"port {port} on this machine is in use (another program, or an earlier page still "
+                          f"forwarded); give another local port, e.g. {port + 1 if port < 65535 else 8765}")
+
+
+def ensure_free(port: int) -> None:
+    """Fail now, in one line, when this machine's 127.0.0.1:``port`` cannot be listened on.
+
+    Bound and released at once, with SO_REUSEADDR as ssh, adb and the live page bind, so a closed
+    connection still in TIME_WAIT does not count as in use. Another program can take the port
+    between this check and the bind that follows; each forward still reports that in one line.
+    """
+    try:
+        socket.create_server((LOOPBACK, port)).close()
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            raise port_in_use(port) from None
+        if e.errno == errno.EACCES:
+            raise TransportError(f"port {port} on this machine needs root (below 1024); give a local port "
+                                 "from 1024, e.g. 8765") from None
+        raise TransportError(f"cannot listen on this machine's {LOOPBACK}:{port}: {e.strerror or e}") from None
+
+
 def _mib(n: int) -> str:
     return f"{n / 2**20:.1f} MiB"
 
@@ -292,13 +330,14 @@ class Transport(ABC):
         proc = self._popen(self._launch(argv, cwd, env), subprocess.PIPE, subprocess.PIPE)
         return Stream(self, argv, proc, timeout, check, on_stderr)
 
-    def _popen(self, launch: Launch, stdin: int | IO[bytes], stdout: int | IO[bytes]) -> subprocess.Popen:
+    def _popen(self, launch: Launch, stdin: int | IO[bytes], stdout: int | IO[bytes],
+               stderr: int | IO[bytes] = subprocess.PIPE) -> subprocess.Popen:
         with self._clients_lock:
             if self._closed:
                 raise TransportInterrupted(f"interrupted: the connection to {self.device_id} was closed")
             try:
                 proc = subprocess.Popen(launch.argv, cwd=launch.cwd, env=launch.env,
-                                        stdin=stdin, stdout=stdout, stderr=subprocess.PIPE,
+                                        stdin=stdin, stdout=stdout, stderr=stderr,
                                         start_new_session=True)
             except FileNotFoundError:
                 raise ToolMissingError(f"`{launch.argv[0]}` is not installed on this machine; "
@@ -367,6 +406,58 @@ class Transport(ABC):
         lines = stderr.strip().splitlines()
         return TransportError(f"{doing} {path} on {self.device_id} failed: "
                               f"{lines[-1] if lines else 'no error text'}")
+
+    # --- ports ----------------------------------------------------------------------------
+
+    @contextmanager
+    def forward(self, remote_port: int, local_port: int | None = None) -> Iterator[int]:
+        """While the block runs, this machine's 127.0.0.1:``local_port`` reaches the device's
+        127.0.0.1:``remote_port``; yields the local port to open (``remote_port`` when none is given).
+
+        For what a device serves on its loopback only (the board app's live page): nothing on the
+        device is opened to its network, and the link is the transport's own (ssh with its host-key
+        checking, the adb server). Both ports are checked, and the local one is checked free, before
+        anything starts; leaving the block (an exception, Ctrl-C) or ``close()`` tears the forward down.
+        """
+        check_port(remote_port, "the device's port")
+        local_port = check_port(remote_port if local_port is None else local_port, "the local port")
+        ensure_free(local_port)
+        with self._forwarding(remote_port, local_port):
+            yield local_port
+
+    def _forwarding(self, remote_port: int, local_port: int) -> AbstractContextManager[None]:
+        """Make the forward ``forward`` describes (its ports checked); undo it on leaving."""
+        raise TransportError(f"{self.device_id} cannot forward a port")
+
+    @contextmanager
+    def _hold_client(self, launch: Launch, ready: str, timeout: float,
+                     failed: Callable[[int, str], TransportError]) -> Iterator[None]:
+        """A client process that runs for the caller's block (``ssh -N -L``): started, ready once its
+        stderr holds ``ready``, stopped by its process group on leaving (or by ``close()``).
+
+        Its stderr goes to a file: a pipe nobody reads would stall it once full. A client that ends
+        before it is ready raises ``failed(exit code, stderr)``; one that takes over ``timeout``
+        seconds is stopped.
+        """
+        with tempfile.TemporaryFile() as err:
+            proc = self._popen(launch, subprocess.DEVNULL, subprocess.DEVNULL, err)
+            try:
+                deadline = time.monotonic() + timeout
+                while True:
+                    err.seek(0)
+                    said = err.read().decode(errors="replace")
+                    if ready in said:
+                        break
+                    if proc.poll() is not None:
+                        raise failed(proc.returncode, said)
+                    if time.monotonic() > deadline:
+                        raise TransportTimeout(f"`{shown(launch.argv)}` was not ready within {timeout:g} s; "
+                                               "stopped it")
+                    time.sleep(0.05)
+                yield
+            finally:
+                _stop(proc)
+                self._released(proc)
 
     # --- files ----------------------------------------------------------------------------
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import platform
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Mapping
+from typing import Iterator, Mapping
 
 from .base import Launch, Transport, remote_command, sha256_file
 from .errors import RemoteFileNotFoundError, TransportError
@@ -60,6 +61,14 @@ class LocalTransport(Transport):
 
     def free_bytes(self, remote_dir: str) -> int:
         return shutil.disk_usage(self._resolve(remote_dir)).free
+
+    @contextmanager
+    def _forwarding(self, remote_port: int, local_port: int) -> Iterator[None]:
+        """Nothing to forward: the device's loopback is this machine's, so its port is opened as it is."""
+        if local_port != remote_port:
+            raise TransportError(f"this machine is the device: its port {remote_port} is opened as it is; "
+                                 f"give no other local port than {remote_port}")
+        yield
 
     def close(self) -> None:
         super().close()

@@ -16,11 +16,12 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Mapping
+from typing import IO, Iterator, Mapping
 
-from .base import ErrorRule, Launch, Transport, device_dir, match_error, remote_command
+from .base import LOOPBACK, ErrorRule, Launch, Transport, device_dir, match_error, port_in_use, remote_command
 from .errors import (
     AuthenticationError,
     ConnectionLostError,
@@ -32,6 +33,11 @@ from .errors import (
 
 SSH_EXIT_ERROR = 255  # ssh's own failures; a remote command's exit code passes through otherwise
 MASTER_IDLE_S = 120  # a master left behind by a crashed run exits on its own after this
+FORWARD_START_S = 60.0  # logging in and binding the local end of ``ssh -N -L``, beyond the connect timeout
+# What ssh says when the local end of a forward cannot be bound (ExitOnForwardFailure makes it exit).
+# ssh -v, once every -L is set up (ssh 9.2 says "Local forwarding listening" before it binds: too early)
+FORWARD_READY = "Entering interactive session."
+FORWARD_BIND_FAILED = re.compile(r"Address already in use|cannot listen to port|Could not request local forwarding")
 
 SSH_RULES = (
     ErrorRule(r"REMOTE HOST IDENTIFICATION HAS CHANGED|Host key .* has changed", HostKeyError,
@@ -123,13 +129,14 @@ class SshTransport(Transport):
         self._ssh = ssh
         self._known_hosts, self._ssh_config = known_hosts, ssh_config  # named in host-key messages
         self._control_dir = tempfile.mkdtemp(prefix="hydra-ssh-") if reuse_connection else None
-        if self._control_dir:
-            options += ["-o", f"ControlPath={_ssh_value(Path(self._control_dir) / '%C')}"]
-        self._options = options
+        self._options = options  # every ssh this transport starts; the shared connection's path is added below
+        self._connect_timeout = connect_timeout
         self._lock = threading.Lock()  # one master start at a time
 
     def _ssh_argv(self, *extra: str) -> list[str]:
-        return [self._ssh, *self._options, *extra]
+        """An ssh command line with the transport's options and its shared connection (when reused)."""
+        shared = ["-o", f"ControlPath={_ssh_value(Path(self._control_dir) / '%C')}"] if self._control_dir else []
+        return [self._ssh, *self._options, *shared, *extra]
 
     def _launch(self, argv: list[str], cwd: str | None, env: Mapping[str, str] | None) -> Launch:
         # ControlMaster=no: use the master if it is up, else connect directly; never become one,
@@ -200,6 +207,34 @@ class SshTransport(Transport):
                                    "install openssh-client (apt-get install openssh-client)") from None
         except subprocess.TimeoutExpired:
             raise UnreachableError(f"logging in to {self.device_id} took over 120 s; giving up") from None
+
+    @contextmanager
+    def _forwarding(self, remote_port: int, local_port: int) -> Iterator[None]:
+        """``ssh -N -L 127.0.0.1:LOCAL:127.0.0.1:REMOTE``, a connection of its own, stopped by its PID.
+
+        The same options as every command (batch mode, strict host-key checking, the user's keys and
+        config) plus ExitOnForwardFailure, so a local port taken after ``ensure_free`` ends ssh rather
+        than leaving it running unforwarded. Not through the shared connection (nor a master the
+        user's config names): a forward given to a master outlives this process and is not stopped
+        by stopping it. Ready when ssh says (``-v``) its forwards are set up, not when the port accepts:
+        a program that took the port since the check must not pass for the forward.
+        """
+        argv = [self._ssh, *self._options, "-o", "ControlMaster=no", "-o", "ControlPath=none",
+                "-o", "ExitOnForwardFailure=yes", "-v", "-N", "-T",
+                "-L", f"{LOOPBACK}:{local_port}:{LOOPBACK}:{remote_port}", "--", self.target.host]
+
+        def failed(returncode: int, stderr: str) -> TransportError:
+            said = "\n".join(line for line in stderr.splitlines() if not line.startswith("debug"))
+            if FORWARD_BIND_FAILED.search(said):
+                return port_in_use(local_port)
+            lines = said.strip().splitlines()
+            return self._client_error(returncode, said) or TransportError(
+                f"the ssh forward of port {remote_port} on {self.device_id} ended with exit {returncode}: "
+                f"{lines[-1] if lines else 'no error text'}")
+
+        launch = Launch(argv, install_hint="install openssh-client (apt-get install openssh-client)")
+        with self._hold_client(launch, FORWARD_READY, self._connect_timeout + FORWARD_START_S, failed):
+            yield
 
     def close(self) -> None:
         """Stop running commands and the master connection, and remove its socket dir."""
