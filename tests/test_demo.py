@@ -1,29 +1,50 @@
 """`hydra-edge demo` end to end (small settings): every stage's files exist, the bundle is compact
 (every head count but the largest rebuilt on the device from a skeleton and a recipe), the app switched,
 and the terminal showed no library chatter. Run as a user runs it, in a process of its own, so that
-what native code writes to the terminal's descriptors is seen too."""
+what native code writes to the terminal's descriptors is seen too. Its second run (it resumes) serves
+the live page while the day plays and holds it; the bundle it made is deployed with --serve over ssh."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
+import signal
+import socket
 import subprocess
 import sys
+import threading
+import time
+import urllib.request
 from pathlib import Path
+from typing import Callable
 
 import pytest
+from click.testing import CliRunner
+from standins import free_port, gone
+from standins.sshd import SshServer, sshd_server  # noqa: F401  (fixture)
+from test_calibrate import torch_free_python
+from test_calibrate_ssh import on_board, start_host
 
+from hydra_edge.commands.demo import demo as demo_command
 from hydra_edge.measure.journal import read_calibration
 from hydra_edge.records.manifest import read_manifest
 from hydra_edge.records.recipe import read_recipe
 
-pytestmark = pytest.mark.slow  # runs the whole demo
+ARGS = ["demo", "--epochs", "2", "--heads", "3,12", "--runs", "3", "--images", "2", "--jobs", "1"]
 
 
-def test_demo_runs_the_whole_pipeline_on_a_compact_bundle_and_resumes(tmp_path: Path) -> None:
-    args = ["demo", "--out", str(tmp_path), "--epochs", "2", "--heads", "3,12", "--runs", "3", "--images", "2",
-            "--jobs", "1"]
-    code, output = demo(args)
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, str]:
+    """The demo run once, as a user first runs it (no page): its folder, exit code and output."""
+    out = tmp_path_factory.mktemp("demo")
+    return (out, *demo([*ARGS, "--out", str(out)]))
+
+
+@pytest.mark.slow  # runs the whole demo
+def test_demo_runs_the_whole_pipeline_on_a_compact_bundle(first_run: tuple[Path, int, str]) -> None:
+    tmp_path, code, output = first_run
     assert code == 0, output
     assert (tmp_path / "run" / "accuracy.png").is_file()
     bundle = tmp_path / "bundle"
@@ -53,13 +74,142 @@ def test_demo_runs_the_whole_pipeline_on_a_compact_bundle_and_resumes(tmp_path: 
     assert "absl::InitializeLog" not in output and "oneDNN" not in output, output
     assert "XNNPACK" in (tmp_path / "app" / "runtime.log").read_text()
     assert f"runtime output: {tmp_path / 'app' / 'runtime.log'}" in output
+    assert "live page" not in output  # no page unless asked for
 
-    before = {p: p.read_bytes() for p in [tmp_path / "run" / "checkpoint.pt", *(tmp_path / "calibration").glob("*.json")]}
-    # a second run resumes: nothing is trained, converted or timed again; -v shows the runtime's banner too
-    code, output = demo(["-v", *args])
-    assert code == 0, output
-    assert "0 converted, 2 unchanged" in output and "INFO: Created TensorFlow Lite XNNPACK delegate" in output
+
+@pytest.mark.slow  # runs the demo's last stages again, paced
+def test_a_second_run_resumes_serves_the_page_while_the_day_plays_and_holds_it(
+        first_run: tuple[Path, int, str]) -> None:
+    """Nothing is trained, converted or timed again (-v shows the runtime's banner too); with --serve the URL
+    is printed as the page serves, the page answers with the app's state while the day plays, --hold serves
+    its last state after the day, and Ctrl-C then ends the demo cleanly."""
+    out, code, _ = first_run
+    assert code == 0
+    before = {p: p.read_bytes() for p in [out / "run" / "checkpoint.pt", *(out / "calibration").glob("*.json")]}
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "hydra_edge.cli", "-v", *ARGS, "--out", str(out),
+                             "--serve", f"127.0.0.1:{port}", "--hold", "--pace", "0.3"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "COLUMNS": "200"})
+    output = Output(proc)
+    try:
+        assert output.wait_for("live page: ", 600)[1] == f"live page: http://127.0.0.1:{port}/\n"
+        # while the day plays: the app's own state, as it classifies (read before the demo's summary came)
+        state = poll_state(port, lambda s: s["images"] > 0 and s["switches"])
+        read_at = time.monotonic()
+        assert state["heads"] in (3, 12) and state["switches"][0]["reason"] == "start", state
+        assert output.wait_for("Done in", 300)[0] > read_at, "the day was over before the page was read"
+        assert output.wait_for("holds the day's end", 60)[1] == (
+            f"live page: http://127.0.0.1:{port}/ holds the day's end; Ctrl-C stops it\n")
+        last = poll_state(port, lambda s: True)
+        assert last["images"] > state["images"] and last["switches"][0] == state["switches"][0]
+        assert last["battery_pct"] == 20 and last["charging"]  # the day's last step: back on the charger
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    output = output.text()
+    assert proc.returncode == 0 and "Traceback" not in output and "stopped serving the live page" in output, output
+    assert "0 converted, 2 unchanged" in output, output
+    assert "INFO: Created TensorFlow Lite XNNPACK delegate" in output, output
     assert all(p.read_bytes() == data for p, data in before.items())
+    socket.create_server(("127.0.0.1", port)).close()  # the port is free again
+
+
+@pytest.mark.slow  # deploys the demo's bundle over sshd and runs the board app
+def test_deploy_serves_the_page_through_an_ssh_forward(first_run: tuple[Path, int, str], sshd_server: SshServer,
+                                                       tmp_path: Path) -> None:
+    """The board app serves on the board's loopback; deploy forwards another local port to it, prints that URL
+    as the page serves, and Ctrl-C stops the app on the board and the forward here."""
+    out, code, _ = first_run
+    assert code == 0
+    images = tmp_path / "images"
+    for source in sorted((out / "app" / "images").rglob("*.png"))[:6]:
+        (images / source.parent.name).mkdir(parents=True, exist_ok=True)
+        shutil.copy(source, images / source.parent.name / source.name)
+    remote, board_port, local_port = tmp_path / "pi", free_port(), free_port()
+    host = start_host("deploy", "--bundle", out / "bundle", "--lut", out / "lut", "--host", sshd_server.spec,
+                      "--identity", sshd_server.identity_file, "--known-hosts", sshd_server.known_hosts,
+                      "--remote-dir", remote, "--images", images, "--python", torch_free_python(tmp_path),
+                      "--serve", board_port, "--local-port", local_port)
+    output = Output(host)
+    try:
+        line = output.wait_for("live page: ", 300)[1]
+        assert line.startswith(f"live page: http://127.0.0.1:{local_port}/ (open it in a browser here; "
+                               f"it is forwarded from ssh:{sshd_server.spec}"), line
+        state = poll_state(local_port, lambda s: s["images"] > 0)  # through the forward, from the board
+        assert state["heads"] in (3, 12) and state["predicted"] is not None
+        assert on_board(sshd_server, str(remote))
+        host.send_signal(signal.SIGINT)  # Ctrl-C
+        host.wait(timeout=30)
+    finally:
+        if host.poll() is None:
+            host.kill()
+    output = output.text()
+    assert host.returncode == 1 and "Traceback" not in output, output
+    assert output.strip().splitlines()[-1].startswith("Error: interrupted")
+    assert gone(str(remote), within_s=10) and not on_board(sshd_server, str(remote))  # the app on the board
+    assert gone(f"127.0.0.1:{local_port}:127.0.0.1:{board_port}", within_s=5)
+    socket.create_server(("127.0.0.1", local_port)).close()  # the forward's port is free again
+
+
+def test_a_page_address_in_use_or_not_local_is_one_line_before_anything_runs(tmp_path: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(demo_command, ["--out", str(tmp_path / "out"), "--serve", f"127.0.0.1:{port}"])
+    assert result.exit_code == 1 and result.output.strip().splitlines() == [
+        f"Error: cannot serve the live page on 127.0.0.1:{port}: the port is in use (another app, or an earlier "
+        f"run still serving); give another port, e.g. --serve 127.0.0.1:{port + 1}, or stop what holds it"]
+    result = CliRunner().invoke(demo_command, ["--out", str(tmp_path / "out"), "--serve", "192.0.2.7:8765"])
+    assert result.exit_code == 1 and re.fullmatch(r"Error: 192\.0\.2\.7 is not a loopback address.*--serve-remote.*\n",
+                                                  result.output), result.output
+    result = CliRunner().invoke(demo_command, ["--out", str(tmp_path / "out"), "--hold"])
+    assert result.exit_code == 2 and "Error: --hold is about the live page; give --serve too" in result.output
+    assert not (tmp_path / "out").exists()  # nothing was trained or written
+
+
+class Output:
+    """A process's output lines as they arrive, each with the time it came (read on a thread of its own)."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.lines: list[tuple[float, str]] = []
+        self._reader = threading.Thread(target=self._read, args=(proc,), daemon=True)
+        self._reader.start()
+
+    def _read(self, proc: subprocess.Popen) -> None:
+        for line in iter(proc.stdout.readline, ""):
+            self.lines.append((time.monotonic(), line))
+
+    def wait_for(self, text: str, timeout: float) -> tuple[float, str]:
+        """The first line holding ``text`` and when it came; fails after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = next(((t, line) for t, line in list(self.lines) if text in line), None)
+            if found:
+                return found
+            time.sleep(0.05)
+        raise AssertionError(f"no line with {text!r} within {timeout:g} s:\n{self.text()}")
+
+    def text(self) -> str:
+        """Everything, once the process has ended (and its output with it)."""
+        self._reader.join(timeout=30)
+        return "".join(line for _, line in self.lines)
+
+
+def poll_state(port: int, ready: Callable[[dict], bool], timeout: float = 60) -> dict:
+    """The page's state (``/state.json`` on this machine's ``port``) once ``ready(state)``."""
+    deadline, state = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/state.json", timeout=5) as reply:
+                state = json.loads(reply.read())["state"]
+        except OSError:
+            state = None
+        if state and ready(state):
+            return state
+        time.sleep(0.1)
+    raise AssertionError(f"the page on port {port} never showed a ready state: {state}")
 
 
 def demo(args: list[str]) -> tuple[int, str]:

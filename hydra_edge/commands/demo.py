@@ -6,24 +6,39 @@ device) -> lut (battery x thermal table) -> the board demo app replaying a scrip
 simulated sysfs tree. Each stage is the real command a user would type (invoked with the same
 options), so the demo shows exactly what each command shows; re-running it resumes or skips
 finished work.
+
+``--serve`` has the app serve its live page while the day plays, the day paced so that a person
+sees each step (``--pace``); ``--hold`` keeps the page's last state served after the day, until Ctrl-C.
 """
 
 from __future__ import annotations
 
+import statistics
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+from urllib.parse import urlsplit
 
 import click
 
 from ..atomic import write_json, write_text
+from ..errors import HydraEdgeError
 from ..shipped import package_path
 from .base import Number, command
 from .calibrate import RUNS
 from .convert import JOBS
-from .deploy import APP
+from .deploy import APP, PAGE_LINE
 from .train import EPOCHS
+
+if TYPE_CHECKING:
+    from ..runtime.live_page import PageState
+
+SERVE = "127.0.0.1:8765"  # --serve without an address: the board app's documented example, on loopback
+PACE_S = 2.0  # real seconds a step of the day lasts while serving: long enough to see, the day in about 20 s
 
 # A day on a battery-powered board: plugged in, unplugged, working hard and heating up, cooling
 # off, running low, plugged in again. ``seconds`` is simulated time (longer than the table's dwell).
@@ -110,6 +125,113 @@ def loop_budget(budget_ms: float, calibration: Path) -> float:
     return round(budget_ms * max([1.0, *tails]), 4)
 
 
+def paced_images(images_per_step: int, pace_s: float, calibration: Path) -> int:
+    """Images a step classifies so that it lasts about ``pace_s`` real seconds (at least ``images_per_step``).
+
+    The app plays the day on a simulated clock as fast as it classifies, which without a page to watch
+    is the point (the demo is quick); while serving, the day is paced by classifying more: from the
+    calibrated median latency of the head counts, so the page charts a steady stream of real inferences.
+    """
+    from ..measure.journal import read_calibration
+
+    measured = [r.latency_ms for r in read_calibration(calibration).measured() if r.latency_ms > 0]
+    if not measured:
+        return images_per_step
+    return max(images_per_step, round(pace_s * 1000 / statistics.median(measured)))
+
+
+def check_page_address(address: str, allow_remote: bool) -> tuple[str, int]:
+    """``--serve``'s ``(host, port)``, bound and released now with the app's own server, so an address the
+    app would refuse (not HOST:PORT, a port in use, not loopback without --serve-remote) is its one line
+    before training starts, not after it."""
+    from ..runtime.live_page import LivePage, PageState, parse_address
+
+    host, port = parse_address(address)
+    with LivePage(lambda: PageState(heads=0), host, port, allow_remote=allow_remote):
+        pass
+    return host, port
+
+
+class LastState:
+    """The latest ``/state.json`` of the app's page, read each tick while the app runs: what ``--hold``
+    serves once the app has ended (the page as a watcher last saw it, chart and switches included)."""
+
+    def __init__(self, url: str) -> None:
+        self.url, self.body = url, b""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, name="demo-page-state", daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        from ..runtime.live_page import TICK_S
+
+        while not self._stop.wait(TICK_S / 2):
+            try:
+                with urllib.request.urlopen(self.url + "state.json", timeout=5) as reply:
+                    self.body = reply.read()
+            except OSError:  # the page has stopped (the day is over) or is between ticks
+                pass
+
+    def state(self) -> PageState:
+        from msgspec import json
+
+        from ..runtime.live_page import Tick
+
+        self._stop.set()
+        self._thread.join()
+        last = json.decode(self.body, type=Tick).state if self.body else None
+        if last is None:
+            raise HydraEdgeError(f"the live page at {self.url} was never read, so there is no state to hold; "
+                                 "run the demo again without --hold")
+        return last
+
+
+def play(command: list[str], on_page: Callable[[str], None]) -> None:
+    """Run the board app, showing its output as it comes; ``on_page(url)`` once its page serves.
+
+    The app's stderr joins its stdout (its warnings in order with its switches, as deploy shows them);
+    its ``Error:`` line, when it fails, is the demo's one error line. Ctrl-C reaches the app too
+    (same terminal): it stops and prints its summary, which is shown before the demo stops.
+    """
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**_env(), "PYTHONUNBUFFERED": "1"})
+    assert proc.stdout is not None
+    error = ""
+    try:
+        for line in proc.stdout:
+            if line.startswith("Error: "):
+                error = line.removeprefix("Error: ").strip()
+                continue
+            click.echo(line, nl=False)
+            if line.startswith(PAGE_LINE):
+                on_page(line.removeprefix(PAGE_LINE).strip())
+        proc.wait()
+    except KeyboardInterrupt:
+        try:
+            click.echo(proc.communicate(timeout=10)[0], nl=False)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        raise
+    if proc.returncode != 0:
+        raise HydraEdgeError(error or f"the board demo app failed with exit {proc.returncode} (its output is above); "
+                                      f"run it by hand: {' '.join(command)}")
+
+
+def hold_page(state: PageState, host: str, url: str, allow_remote: bool) -> None:
+    """Serve the day's last page state where the app served it until Ctrl-C; a browser left open on the page
+    reconnects to it by itself."""
+    from ..runtime.live_page import LivePage
+
+    with LivePage(lambda: state, host, urlsplit(url).port or 0, allow_remote=allow_remote) as page:
+        click.echo(f"{PAGE_LINE}{page.url} holds the day's end; Ctrl-C stops it")
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            click.echo("stopped serving the live page")
+
+
 def _stage(n: int, title: str) -> None:
     from rich.console import Console
 
@@ -128,18 +250,28 @@ def _stage(n: int, title: str) -> None:
               help="Parallel conversion processes (default: as many as the cores and memory hold).")
 @click.option("--target", type=click.Choice(sorted(BOARDS)), default="rpi", show_default=True,
               help="The board the demo converts for and plays.")
+@click.option("--serve", is_flag=False, flag_value=SERVE, default=None, metavar="[HOST:PORT]",
+              help=f"Serve the board app's live page while the day plays (alone: {SERVE}); its URL is printed.")
+@click.option("--serve-remote", is_flag=True, help="Let --serve listen on an address that is not loopback.")
+@click.option("--pace", "pace_s", default=PACE_S, show_default=True, type=Number(0.1, 600),
+              help="With --serve: real seconds each step of the day lasts (more images are classified).")
+@click.option("--hold", is_flag=True, help="With --serve: keep the page's last state served after the day, "
+                                           "until Ctrl-C.")
 @click.pass_context
 def demo(ctx: click.Context, out: Path, epochs: int, heads: str, runs: int, images_per_step: int, jobs: int | None,
-         target: str) -> None:
+         target: str, serve: str | None, serve_remote: bool, pace_s: float, hold: bool) -> None:
     """Train, convert, calibrate, build the lookup table and run the board app: all on built-in data.
 
-    Example: hydra-edge demo
+    Example: hydra-edge demo --serve
     """
     from .calibrate import calibrate
     from .convert import convert
     from .lut import lut
     from .train import train
 
+    if serve is None and (hold or serve_remote):
+        raise click.UsageError(f"--{'hold' if hold else 'serve-remote'} is about the live page; give --serve too")
+    page_host = check_page_address(serve, serve_remote)[0] if serve is not None else None
     start = time.perf_counter()
     run, bundle, calibration, table, app = (out / n for n in ("run", "bundle", "calibration", "lut", "app"))
     checkpoint = run / "checkpoint.pt"
@@ -167,6 +299,8 @@ def demo(ctx: click.Context, out: Path, epochs: int, heads: str, runs: int, imag
               f"latency p90 held to {held} ms")
     images = export_images(checkpoint, app / "images", limit=200)
     scenario = app / "scenario.json"
+    if serve is not None:
+        images_per_step = paced_images(images_per_step, pace_s, record)
     write_json(scenario, {"steps": scenario_steps(images_per_step)})
     for i, (label, pct, status, temp) in enumerate(SCENARIO):
         click.echo(f"  step {i + 1:>2}: {label:<22} battery {pct:>3}% {status:<11} {temp:.0f} °C")
@@ -175,9 +309,10 @@ def demo(ctx: click.Context, out: Path, epochs: int, heads: str, runs: int, imag
                "--images", str(images), "--scenario", str(scenario), "--sysfs-root", str(app / "sysfs"),
                "--threads", "1", "--budget-ms", str(held), "--plain", "--log", str(log),
                "--runtime-log", str(runtime_log)]
-    if subprocess.run(command, env={**_env(), "PYTHONUNBUFFERED": "1"}).returncode != 0:
-        raise click.ClickException(f"the board demo app failed (what its runtime printed: {runtime_log}); "
-                                   f"run it by hand: {' '.join(command)}")
+    if serve is not None:
+        command += ["--serve", serve, *(["--serve-remote"] if serve_remote else [])]
+    watched: list[LastState] = []  # the page's state, read while the day plays (--hold)
+    play(command, lambda url: watched.append(LastState(url)) if hold else None)
 
     click.echo(f"\nDone in {time.perf_counter() - start:.0f} s. Where everything is:")
     for what, where in [
@@ -188,6 +323,8 @@ def demo(ctx: click.Context, out: Path, epochs: int, heads: str, runs: int, imag
         ("board app run: images, scenario, switch events, runtime output", app),
     ]:
         click.echo(f"  {what:<66} {where}")
+    if watched:
+        hold_page(watched[0].state(), page_host, watched[0].url, serve_remote)
 
 
 def _env() -> dict[str, str]:

@@ -3,6 +3,8 @@
 Uses the calibrator's transport and device preparation (sha256-checked pushes that skip what is
 already there, the same venv ``--setup`` makes), so a board that was calibrated is ready at once.
 The device gets the torch-free ``hydra_edge`` package, ``app.py``, the artefacts and ``lut.json``.
+``--serve PORT`` has the app serve its live page on the board's loopback, and forwards it to this
+machine's (``Transport.forward``: ssh -L over the same checked connection settings) while the app runs.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import os
 import posixpath
 import shlex
+from contextlib import nullcontext
 from pathlib import Path
 
 import click
@@ -22,11 +25,18 @@ from ..runtime.lut import read_table
 from ..runtime.preprocess import IMAGE_SUFFIXES
 from ..shipped import shipped
 from ..transport import DeviceArg, Transport
-from ..transport.base import host_watch
+from ..transport.base import LOOPBACK, host_watch
 from .base import Number, command
 
 APP = shipped("board-demo", "app.py")
 APP_DIR = "app"  # under the device's hydra-edge dir
+PAGE_LINE = "live page: "  # how the board app's output names its page's URL, once the page serves
+PORT = Number(1, 65535, integer=True)
+
+
+def page_url(port: int) -> str:
+    """The live page as a browser on this machine opens it: the forward's local end."""
+    return f"http://{LOOPBACK}:{port}/"
 
 
 def payload(bundle: Path, lut: Path, images: Path | None,
@@ -54,8 +64,13 @@ def payload(bundle: Path, lut: Path, images: Path | None,
 
 
 def deploy_to(transport: Transport, bundle: Path, lut: Path, images: Path | None, camera: int | None,
-              python: str, setup: bool, pip_args: tuple[str, ...], app_args: list[str], detach: bool) -> int:
-    """Push, prepare the device's Python, start the app; returns its exit code (0 when detached)."""
+              python: str, setup: bool, pip_args: tuple[str, ...], app_args: list[str], detach: bool,
+              page_port: int | None = None) -> int:
+    """Push, prepare the device's Python, start the app; returns its exit code (0 when detached).
+
+    ``page_port``: the local end of the app's live page forward; the app's line naming its page (the
+    board's own address) is shown as this machine's URL, as soon as the page serves.
+    """
     digests: dict[str, str] = {}
     files = payload(bundle, lut, images, digests)
     sent = push_files(transport, files, digests)
@@ -78,6 +93,9 @@ def deploy_to(transport: Transport, bundle: Path, lut: Path, images: Path | None
     last = ""
     with transport.stream(merged, env=env, check=False) as lines:
         for line in lines:
+            if page_port is not None and line.startswith(PAGE_LINE):
+                line = f"{PAGE_LINE}{page_url(page_port)} (open it in a browser here; it is forwarded from " \
+                       f"{transport.device_id} while the app runs)"
             click.echo(line)
             last = line.strip() or last
     if lines.returncode:
@@ -109,13 +127,19 @@ def local_board_dir() -> Path:
 @click.option("--setup", is_flag=True, help="Create a venv on the board and pip install what it lacks (reused).")
 @click.option("--pip-arg", "pip_args", multiple=True, help="Extra argument for pip on the board.")
 @click.option("--detach", is_flag=True, help="Leave the app running on the board (output in app.log there).")
+@click.option("--serve", "serve_port", type=PORT, default=None,
+              help="Serve the app's live page on the board's 127.0.0.1:PORT and forward it to this machine while the "
+                   "app runs (over ssh; --local: opened as it is). Read-only; e.g. 8765.")
+@click.option("--local-port", type=PORT, default=None,
+              help="This machine's end of the --serve forward (default: the same port as the board's).")
 @click.option("--remote-dir", default=None, help="Where the board keeps hydra-edge's files.")
 @click.option("--identity", "identity_file", default=None, help="ssh private key.")
 @click.option("--known-hosts", default=None, help="ssh known_hosts file (host keys are always checked).")
 @click.option("--ssh-config", default=None, help="ssh config file (default: ~/.ssh/config).")
 def deploy(bundle: Path, lut_path: Path, host: str | None, local: bool, images: Path | None, camera: int | None,
            max_images: int | None, python: str | None, setup: bool, pip_args: tuple[str, ...], detach: bool,
-           remote_dir: str | None, identity_file: str | None, known_hosts: str | None, ssh_config: str | None) -> None:
+           serve_port: int | None, local_port: int | None, remote_dir: str | None, identity_file: str | None,
+           known_hosts: str | None, ssh_config: str | None) -> None:
     """Push the board demo app, the artefacts and the lookup table to a board and start the app.
 
     Example: hydra-edge deploy --bundle bundles/rpi --lut lut/ --host pi@raspberrypi.local --images photos --setup
@@ -124,6 +148,11 @@ def deploy(bundle: Path, lut_path: Path, host: str | None, local: bool, images: 
         raise click.UsageError("name the board with --host, or --local for this machine")
     if (images is None) == (camera is None):
         raise click.UsageError("give exactly one of --images and --camera")
+    if serve_port is not None and detach:
+        raise click.UsageError("--serve forwards the live page while deploy runs the app; drop --detach, or "
+                               "forward a detached app's page by hand (ssh -L, see docs/devices.md)")
+    if local_port is not None and serve_port is None:
+        raise click.UsageError("--local-port is the local end of --serve's forward; give --serve PORT too")
     lut_file = lut_path / "lut.json" if lut_path.is_dir() else lut_path
     options = {k: v for k, v in {"remote_dir": remote_dir, "identity_file": identity_file,
                                  "known_hosts": known_hosts, "ssh_config": ssh_config}.items() if v is not None}
@@ -131,9 +160,14 @@ def deploy(bundle: Path, lut_path: Path, host: str | None, local: bool, images: 
         options["remote_dir"] = str(local_board_dir())
     python = device_python(python, local)
     app_args = ["--plain"] + (["--max-images", str(max_images)] if max_images is not None else [])
+    if serve_port is not None:
+        app_args += ["--serve", f"{LOOPBACK}:{serve_port}"]
     try:
-        with DeviceArg("local", None).open(options) if local else DeviceArg("host", host).open(options) as transport:
-            deploy_to(transport, bundle, lut_file, images, camera, python, setup, pip_args, app_args, detach)
+        with DeviceArg("local", None).open(options) if local else DeviceArg("host", host).open(options) as transport, \
+                transport.forward(serve_port, local_port) if serve_port is not None else nullcontext() as page_port:
+            # the forward is up (its local port checked) before anything is sent, and down once the app ends
+            deploy_to(transport, bundle, lut_file, images, camera, python, setup, pip_args, app_args, detach,
+                      page_port)
     except KeyboardInterrupt:  # between device commands; one that runs is stopped by its transport
         raise HydraEdgeError("interrupted; what deploy started on the board was stopped "
                              "(run the same command again: files already there are not sent again)") from None
