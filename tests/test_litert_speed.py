@@ -87,14 +87,25 @@ def test_liteRT_runs_every_op_in_xnnpack_with_k_transposed_inside_the_attention_
     nodes = {(op, node) for op, node, _ in op_events(artefact, images[:1], threads=1, runs=1)}
     count = {kind: sum(op.startswith(kind) for op, _ in nodes)
              for kind in ("Convolution", "Fully Connected", "Batch Matrix Multiply", "Transpose")}
-    # per block: QKV, projection, fc1, fc2 and two batch matmuls, and two transposes (heads out of QKV,
-    # heads back in: K's own transpose is inside the batch matmul), but the last block's heads come back
-    # for the cls token alone, a reshape; the patch embedding is the one convolution (its patches one
-    # transpose), the classifier one more FC
+    # per block: QKV, projection, fc1, fc2 and two batch matmuls, and four transposes (Q's and K's heads
+    # out of QKV, V^T, heads back in: K's own transpose is inside the batch matmul), but in the last block
+    # the cls token's query and its heads coming back are reshapes; the patch embedding is the one
+    # convolution (its patches one transpose), the classifier one more FC
     assert count == {"Convolution": 1, "Fully Connected": 4 * DEPTH + 1, "Batch Matrix Multiply": 2 * DEPTH,
-                     "Transpose": 2 * DEPTH}
+                     "Transpose": 4 * DEPTH - 2 + 1}
     # int8 x int8 with fixed scales: XNNPACK's own kernel, not LiteRT's BATCH_MATMUL (ten times slower)
     assert {op for op in per_type if "Batch Matrix Multiply" in op} == {"Batch Matrix Multiply (NC, QS8) GEMM"}
+
+
+def test_every_attention_matmul_takes_its_right_operand_as_rows_of_its_output(artefact: Path) -> None:
+    """K and V^T as (output, reduction) rows (``adj_y``): XNNPACK packs that operand on every inference,
+    and packed the other layout (V as it comes) measurably slower (docs/benchmarks.md)."""
+    from ai_edge_litert import schema_py_generated as fb
+
+    model = fb.ModelT.InitFromObj(fb.Model.GetRootAs(artefact.read_bytes(), 0))
+    matmuls = [op for op in model.subgraphs[0].operators
+               if model.operatorCodes[op.opcodeIndex].builtinCode == fb.BuiltinOperator.BATCH_MATMUL]
+    assert len(matmuls) == 2 * DEPTH and all(op.builtinOptions.adjY and not op.builtinOptions.adjX for op in matmuls)
 
 
 def test_attention_matmuls_stay_float32_where_the_profile_asks_and_nothing_else_changes(

@@ -7,7 +7,8 @@ from typing import Callable
 import pytest
 import torch
 
-from hydra_edge.convert.rewrites import bmm_attention, class_token_only, patch_linear, patch_rows, rewritten
+from hydra_edge.convert.rewrites import (HeadsApartAttention, bmm_attention, class_token_only, heads_apart, patch_linear,
+                                         patch_rows, rewritten)
 from hydra_edge.model.config import preset
 from hydra_edge.model.hydravit import HydraViT
 from hydra_edge.model.vit import VisionTransformer
@@ -22,8 +23,10 @@ def subnet() -> VisionTransformer:
     return HydraViT(preset("digits", depth=3, in_chans=3), init_scheme="torch-default").subnetwork(3).eval()
 
 
-@pytest.mark.parametrize("changes", [[r] for r in REWRITES] + [[class_token_only, bmm_attention, patch_linear]],
-                         ids=[*(r.__name__ for r in REWRITES), "composed"])
+@pytest.mark.parametrize("changes", [[r] for r in REWRITES] + [[bmm_attention, heads_apart],
+                                                                [class_token_only, bmm_attention, patch_linear],
+                                                                [class_token_only, bmm_attention, heads_apart, patch_rows]],
+                         ids=[*(r.__name__ for r in REWRITES), "heads_apart", "composed", "composed for LiteRT"])
 def test_a_rewrite_keeps_every_parameter_and_the_logits(subnet: VisionTransformer,
                                                         changes: list[Callable[[VisionTransformer], None]]) -> None:
     before = {n: p.clone() for n, p in subnet.named_parameters()}
@@ -37,9 +40,20 @@ def test_a_rewrite_keeps_every_parameter_and_the_logits(subnet: VisionTransforme
         preset("digits", depth=3, in_chans=3)).subnetwork(3).modules()]  # the caller's model is left as it was
 
 
-def test_the_last_block_works_on_the_class_token_alone(subnet: VisionTransformer) -> None:
+def test_heads_apart_reaches_every_attention_and_keeps_the_class_token_query() -> None:
+    """After ``class_token_only`` the last attention still asks with the class token alone."""
+    subnet = HydraViT(preset("digits", depth=2, in_chans=3), init_scheme="torch-default").subnetwork(3).eval()
+    changed = rewritten(subnet, class_token_only, bmm_attention, heads_apart)
+    assert [type(b.attn) for b in changed.blocks] == [HeadsApartAttention] * 2
+    assert [b.attn.queries for b in changed.blocks] == [None, 1]
+
+
+@pytest.mark.parametrize("changes", [[class_token_only], [class_token_only, bmm_attention, heads_apart]],
+                         ids=["class_token_only", "then heads_apart"])
+def test_the_last_block_works_on_the_class_token_alone(subnet: VisionTransformer,
+                                                       changes: list[Callable[[VisionTransformer], None]]) -> None:
     tokens: dict[str, int] = {}
-    changed = rewritten(subnet, class_token_only)
+    changed = rewritten(subnet, *changes)
     for name, m in changed.named_modules():
         if name.endswith(("mlp.fc1", "attn.proj")) or name == "norm":
             m.register_forward_hook(lambda m, args, out, name=name: tokens.__setitem__(name, args[0].shape[1]))

@@ -39,6 +39,34 @@ class BmmAttention(Attention):
         return self.proj(torch.bmm(attn, v).reshape(B, h, N, d).transpose(1, 2).reshape(B, N, h * d))
 
 
+class HeadsApartAttention(BmmAttention):
+    """``BmmAttention`` with Q, K and V each cut from the QKV output and laid out for its own matmul.
+
+    For LiteRT. XNNPACK packs a batch matmul's right operand on every inference, and packs it much
+    faster from (output, reduction) rows (a TFLite ``adj_y`` operand) than from (reduction, output)
+    ones: V, the right operand of softmax x V, is therefore handed over as V^T (one 2-D transpose of
+    its (tokens, width) slice), K as it is (transposed inside the matmul), Q transposed for the heads.
+    The converter cancels a transpose into a matmul's ``adj_y`` back against the one before it; a
+    reshape between them (V^T from (B, width, tokens) to (B x heads, head_dim, tokens)) keeps both.
+    Three slices and three transposes replace one transpose, five reshapes and three slices, which
+    XNNPACK ran as copies (docs/benchmarks.md, "Export-time forms").
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, N, D = x.shape
+        h, d = self.num_heads, self.head_dim
+        q, k, v = self.qkv(x).split(h * d, dim=-1)  # (B, N, width) each
+        if self.queries is not None:
+            q = q[:, :self.queries]
+        n = q.shape[1]
+        q = q.reshape(B, n, h, d).transpose(1, 2).reshape(B * h, n, d)
+        k = k.reshape(B, N, h, d).transpose(1, 2).reshape(B * h, N, d)
+        v_t = v.transpose(1, 2).reshape(B * h, d, N)
+        attn = torch.bmm(q * d**-0.5, k.transpose(1, 2)).softmax(dim=-1)
+        out = torch.bmm(attn, v_t.transpose(1, 2))  # (B * heads, n, head_dim)
+        return self.proj(out.reshape(B, h, n, d).transpose(1, 2).reshape(B, n, h * d))
+
+
 class ClassTokenBlock(Block):
     """A block whose output is the class token's alone (its attention asks with that token only)."""
 
@@ -123,6 +151,12 @@ def class_token_only(model: torch.nn.Module) -> None:
 def bmm_attention(model: torch.nn.Module) -> None:
     """Make every attention run as two 3-D ``bmm`` (``BmmAttention``)."""
     _reclass(model, Attention, BmmAttention)
+
+
+def heads_apart(model: torch.nn.Module) -> None:
+    """Make every ``BmmAttention`` lay out Q, K and V for its own matmul (``HeadsApartAttention``);
+    after ``bmm_attention`` and ``class_token_only``, whose query count it keeps."""
+    _reclass(model, BmmAttention, HeadsApartAttention)
 
 
 def patch_linear(model: torch.nn.Module) -> None:

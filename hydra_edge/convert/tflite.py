@@ -118,9 +118,9 @@ def for_xnnpack(model: torch.nn.Module) -> torch.nn.Module:
     K transposed on its own in every block (``rewrites.BmmAttention``), and the last block's work
     on tokens the logits never read (``rewrites.class_token_only``).
     """
-    from .rewrites import bmm_attention, class_token_only, patch_rows, rewritten
+    from .rewrites import bmm_attention, class_token_only, heads_apart, patch_rows, rewritten
 
-    return rewritten(model, class_token_only, bmm_attention, patch_rows)
+    return rewritten(model, class_token_only, bmm_attention, heads_apart, patch_rows)
 
 
 # TensorType -> numpy dtype string, for the types a converted ViT stores (schema.fbs)
