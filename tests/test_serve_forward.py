@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from click.testing import CliRunner
 from standins import free_port, gone, running
 from standins.sshd import SshServer, sshd_server  # noqa: F401  (fixture)
 
+from hydra_edge.commands.deploy import deploy
 from hydra_edge.transport import HostKeyError, LocalTransport, SshTransport, TransportError, open_transport
 
 
@@ -119,3 +121,28 @@ def test_this_machine_as_the_device_forwards_nothing_but_checks_the_port(tmp_pat
             with pytest.raises(TransportError, match=f"port {taken.getsockname()[1]} on this machine is in use"):
                 with t.forward(taken.getsockname()[1]):
                     pytest.fail("a port in use passed")
+
+
+def test_deploy_serve_refuses_bad_ports_in_one_line_before_anything_runs(tmp_path: Path) -> None:
+    """Out of range, --local-port alone, with --detach, and this machine's port in use (checked before a file is
+    sent or the app started): one line each, non-zero, nothing left listening."""
+    (tmp_path / "bundle").mkdir()
+    (tmp_path / "images").mkdir()
+    base = ["--bundle", str(tmp_path / "bundle"), "--lut", str(tmp_path), "--local", "--images", str(tmp_path / "images"),
+            "--remote-dir", str(tmp_path / "board")]
+
+    def refused(*args: str) -> tuple[int, list[str]]:
+        result = CliRunner().invoke(deploy, [*base, *args])
+        return result.exit_code, result.output.strip().splitlines()[-1:]
+
+    assert refused("--serve", "70000") == (2, ["Error: Invalid value for '--serve': 70000 is not a whole number "
+                                                "from 1 to 65535"])
+    assert refused("--local-port", "9000") == (2, ["Error: --local-port is the local end of --serve's forward; "
+                                                    "give --serve PORT too"])
+    assert refused("--serve", "8765", "--detach")[0] == 2
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        assert refused("--serve", str(port)) == (1, [f"Error: port {port} on this machine is in use (another program, "
+                                                     f"or an earlier page still forwarded); give another local port, "
+                                                     f"e.g. {port + 1}"])
+    assert not (tmp_path / "board" / "app").exists()  # nothing was sent

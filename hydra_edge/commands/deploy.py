@@ -90,7 +90,7 @@ def deploy_to(transport: Transport, bundle: Path, lut: Path, images: Path | None
     # stderr joins stdout on the device, so the app's warnings (a skipped image, a failing sensor)
     # reach the user as they happen, in order with its output; the app is stopped when we go
     merged = ["sh", "-c", host_watch("<&3 3<&- 2>&1"), "sh", *argv]
-    last = ""
+    last = error = ""
     with transport.stream(merged, env=env, check=False) as lines:
         for line in lines:
             if page_port is not None and line.startswith(PAGE_LINE):
@@ -98,9 +98,10 @@ def deploy_to(transport: Transport, bundle: Path, lut: Path, images: Path | None
                        f"{transport.device_id} while the app runs)"
             click.echo(line)
             last = line.strip() or last
+            error = line.strip() if line.startswith("Error: ") else error  # the app names its log after it
     if lines.returncode:
         raise HydraEdgeError(f"the app on {transport.device_id} stopped with exit {lines.returncode}: "
-                             f"{last or 'no error text'}")
+                             f"{error or last or 'no error text'}")
     return 0
 
 
@@ -149,8 +150,8 @@ def deploy(bundle: Path, lut_path: Path, host: str | None, local: bool, images: 
     if (images is None) == (camera is None):
         raise click.UsageError("give exactly one of --images and --camera")
     if serve_port is not None and detach:
-        raise click.UsageError("--serve forwards the live page while deploy runs the app; drop --detach, or "
-                               "forward a detached app's page by hand (ssh -L, see docs/devices.md)")
+        raise click.UsageError("--serve forwards the live page while deploy runs the app, and --detach leaves it; "
+                               "drop --detach (Ctrl-C stops the app and the forward)")
     if local_port is not None and serve_port is None:
         raise click.UsageError("--local-port is the local end of --serve's forward; give --serve PORT too")
     lut_file = lut_path / "lut.json" if lut_path.is_dir() else lut_path
