@@ -22,12 +22,13 @@ from typing import Callable
 
 import pytest
 from click.testing import CliRunner
-from standins import free_port, gone
+from standins import free_port, gone, running
 from standins.sshd import SshServer, sshd_server  # noqa: F401  (fixture)
 from test_calibrate import torch_free_python
 from test_calibrate_ssh import on_board, start_host
 
 from hydra_edge.commands.demo import demo as demo_command
+from hydra_edge.commands.deploy import deploy
 from hydra_edge.measure.journal import read_calibration
 from hydra_edge.records.manifest import read_manifest
 from hydra_edge.records.recipe import read_recipe
@@ -121,7 +122,8 @@ def test_a_second_run_resumes_serves_the_page_while_the_day_plays_and_holds_it(
 def test_deploy_serves_the_page_through_an_ssh_forward(first_run: tuple[Path, int, str], sshd_server: SshServer,
                                                        tmp_path: Path) -> None:
     """The board app serves on the board's loopback; deploy forwards another local port to it, prints that URL
-    as the page serves, and Ctrl-C stops the app on the board and the forward here."""
+    as the page serves, and Ctrl-C stops the app on the board and the forward here; the board's port in use there
+    is the app's one line, and no forward is left."""
     out, code, _ = first_run
     assert code == 0
     images = tmp_path / "images"
@@ -129,10 +131,10 @@ def test_deploy_serves_the_page_through_an_ssh_forward(first_run: tuple[Path, in
         (images / source.parent.name).mkdir(parents=True, exist_ok=True)
         shutil.copy(source, images / source.parent.name / source.name)
     remote, board_port, local_port = tmp_path / "pi", free_port(), free_port()
-    host = start_host("deploy", "--bundle", out / "bundle", "--lut", out / "lut", "--host", sshd_server.spec,
-                      "--identity", sshd_server.identity_file, "--known-hosts", sshd_server.known_hosts,
-                      "--remote-dir", remote, "--images", images, "--python", torch_free_python(tmp_path),
-                      "--serve", board_port, "--local-port", local_port)
+    args = ["--bundle", out / "bundle", "--lut", out / "lut", "--host", sshd_server.spec,
+            "--identity", sshd_server.identity_file, "--known-hosts", sshd_server.known_hosts, "--remote-dir", remote,
+            "--images", images, "--python", torch_free_python(tmp_path), "--serve", board_port, "--local-port", local_port]
+    host = start_host("deploy", *args)
     output = Output(host)
     try:
         line = output.wait_for("live page: ", 300)[1]
@@ -152,6 +154,15 @@ def test_deploy_serves_the_page_through_an_ssh_forward(first_run: tuple[Path, in
     assert gone(str(remote), within_s=10) and not on_board(sshd_server, str(remote))  # the app on the board
     assert gone(f"127.0.0.1:{local_port}:127.0.0.1:{board_port}", within_s=5)
     socket.create_server(("127.0.0.1", local_port)).close()  # the forward's port is free again
+
+    # the board's port in use on the board: the app's one line is deploy's, and the forward is gone
+    with socket.create_server(("127.0.0.1", board_port)):
+        result = CliRunner().invoke(deploy, [str(a) for a in args])
+    assert result.exit_code == 1 and result.output.strip().splitlines()[-1] == (
+        f"Error: the app on ssh:{sshd_server.spec} stopped with exit 1: cannot serve the live page on "
+        f"127.0.0.1:{board_port}: the port is in use (another app, or an earlier run still serving); give another "
+        f"port, e.g. --serve 127.0.0.1:{board_port + 1}, or stop what holds it"), result.output
+    assert not running(f"127.0.0.1:{local_port}:127.0.0.1:{board_port}")
 
 
 def test_a_page_address_in_use_or_not_local_is_one_line_before_anything_runs(tmp_path: Path) -> None:

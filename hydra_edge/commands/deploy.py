@@ -98,7 +98,7 @@ def deploy_to(transport: Transport, bundle: Path, lut: Path, images: Path | None
                        f"{transport.device_id} while the app runs)"
             click.echo(line)
             last = line.strip() or last
-            error = line.strip() if line.startswith("Error: ") else error  # the app names its log after it
+            error = line.removeprefix("Error: ").strip() if line.startswith("Error: ") else error  # its log follows
     if lines.returncode:
         raise HydraEdgeError(f"the app on {transport.device_id} stopped with exit {lines.returncode}: "
                              f"{error or last or 'no error text'}")
