@@ -133,7 +133,8 @@ def test_deploy_serves_the_page_through_an_ssh_forward(first_run: tuple[Path, in
     remote, board_port, local_port = tmp_path / "pi", free_port(), free_port()
     args = ["--bundle", out / "bundle", "--lut", out / "lut", "--host", sshd_server.spec,
             "--identity", sshd_server.identity_file, "--known-hosts", sshd_server.known_hosts, "--remote-dir", remote,
-            "--images", images, "--python", torch_free_python(tmp_path), "--serve", board_port, "--local-port", local_port]
+            "--images", images, "--python", torch_free_python(tmp_path),
+            "--serve", board_port, "--local-port", local_port]
     host = start_host("deploy", *args)
     output = Output(host)
     try:
@@ -175,8 +176,9 @@ def test_a_page_address_in_use_or_not_local_is_one_line_before_anything_runs(tmp
     result = CliRunner().invoke(demo_command, ["--out", str(tmp_path / "out"), "--serve", "192.0.2.7:8765"])
     assert result.exit_code == 1 and re.fullmatch(r"Error: 192\.0\.2\.7 is not a loopback address.*--serve-remote.*\n",
                                                   result.output), result.output
-    result = CliRunner().invoke(demo_command, ["--out", str(tmp_path / "out"), "--hold"])
-    assert result.exit_code == 2 and "Error: --hold is about the live page; give --serve too" in result.output
+    for alone in (["--hold"], ["--pace", "1"], ["--serve-remote"]):
+        result = CliRunner().invoke(demo_command, ["--out", str(tmp_path / "out"), *alone])
+        assert result.exit_code == 2 and f"Error: {alone[0]} is about the live page; give --serve too" in result.output
     assert not (tmp_path / "out").exists()  # nothing was trained or written
 
 

@@ -128,8 +128,8 @@ def test_deploy_serve_refuses_bad_ports_in_one_line_before_anything_runs(tmp_pat
     sent or the app started): one line each, non-zero, nothing left listening."""
     (tmp_path / "bundle").mkdir()
     (tmp_path / "images").mkdir()
-    base = ["--bundle", str(tmp_path / "bundle"), "--lut", str(tmp_path), "--local", "--images", str(tmp_path / "images"),
-            "--remote-dir", str(tmp_path / "board")]
+    base = ["--bundle", str(tmp_path / "bundle"), "--lut", str(tmp_path), "--local",
+            "--images", str(tmp_path / "images"), "--remote-dir", str(tmp_path / "board")]
 
     def refused(*args: str) -> tuple[int, list[str]]:
         result = CliRunner().invoke(deploy, [*base, *args])

@@ -269,8 +269,10 @@ def demo(ctx: click.Context, out: Path, epochs: int, heads: str, runs: int, imag
     from .lut import lut
     from .train import train
 
-    if serve is None and (hold or serve_remote):
-        raise click.UsageError(f"--{'hold' if hold else 'serve-remote'} is about the live page; give --serve too")
+    paced = ctx.get_parameter_source("pace_s") is click.core.ParameterSource.COMMANDLINE
+    for given, name in ((hold, "hold"), (serve_remote, "serve-remote"), (paced, "pace")):
+        if given and serve is None:
+            raise click.UsageError(f"--{name} is about the live page; give --serve too")
     page_host = check_page_address(serve, serve_remote)[0] if serve is not None else None
     start = time.perf_counter()
     run, bundle, calibration, table, app = (out / n for n in ("run", "bundle", "calibration", "lut", "app"))
