@@ -139,8 +139,8 @@ def test_deploy_serves_the_page_through_an_ssh_forward(first_run: tuple[Path, in
     output = Output(host)
     try:
         line = output.wait_for("live page: ", 300)[1]
-        assert line.startswith(f"live page: http://127.0.0.1:{local_port}/ (open it in a browser here; "
-                               f"it is forwarded from ssh:{sshd_server.spec}"), line
+        assert line == (f"live page: http://127.0.0.1:{local_port}/ (open it in a browser here; "
+                        f"ssh:{sshd_server.spec}'s port {board_port}, forwarded while the app runs)\n")
         state = poll_state(local_port, lambda s: s["images"] > 0)  # through the forward, from the board
         assert state["heads"] in (3, 12) and state["predicted"] is not None
         assert on_board(sshd_server, str(remote))

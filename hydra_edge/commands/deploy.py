@@ -24,7 +24,7 @@ from ..records.manifest import MANIFEST, bundle_files, read_manifest
 from ..runtime.lut import read_table
 from ..runtime.preprocess import IMAGE_SUFFIXES
 from ..shipped import shipped
-from ..transport import DeviceArg, Transport
+from ..transport import DeviceArg, LocalTransport, Transport
 from ..transport.base import LOOPBACK, host_watch
 from .base import Number, command
 
@@ -34,9 +34,13 @@ PAGE_LINE = "live page: "  # how the board app's output names its page's URL, on
 PORT = Number(1, 65535, integer=True)
 
 
-def page_url(port: int) -> str:
-    """The live page as a browser on this machine opens it: the forward's local end."""
-    return f"http://{LOOPBACK}:{port}/"
+def page_line(transport: Transport, local_port: int, board_port: int) -> str:
+    """The live page as a browser on this machine opens it: the forward's local end (the board's own
+    port when the board is this machine)."""
+    url = f"{PAGE_LINE}http://{LOOPBACK}:{local_port}/"
+    if isinstance(transport, LocalTransport):
+        return url
+    return f"{url} (open it in a browser here; {transport.device_id}'s port {board_port}, forwarded while the app runs)"
 
 
 def payload(bundle: Path, lut: Path, images: Path | None,
@@ -65,11 +69,11 @@ def payload(bundle: Path, lut: Path, images: Path | None,
 
 def deploy_to(transport: Transport, bundle: Path, lut: Path, images: Path | None, camera: int | None,
               python: str, setup: bool, pip_args: tuple[str, ...], app_args: list[str], detach: bool,
-              page_port: int | None = None) -> int:
+              page: str | None = None) -> int:
     """Push, prepare the device's Python, start the app; returns its exit code (0 when detached).
 
-    ``page_port``: the local end of the app's live page forward; the app's line naming its page (the
-    board's own address) is shown as this machine's URL, as soon as the page serves.
+    ``page``: what to show for the app's line naming its live page (the board's own address), as soon
+    as the page serves: the URL that opens it from this machine.
     """
     digests: dict[str, str] = {}
     files = payload(bundle, lut, images, digests)
@@ -93,9 +97,8 @@ def deploy_to(transport: Transport, bundle: Path, lut: Path, images: Path | None
     last = error = ""
     with transport.stream(merged, env=env, check=False) as lines:
         for line in lines:
-            if page_port is not None and line.startswith(PAGE_LINE):
-                line = f"{PAGE_LINE}{page_url(page_port)} (open it in a browser here; it is forwarded from " \
-                       f"{transport.device_id} while the app runs)"
+            if page is not None and line.startswith(PAGE_LINE):
+                line = page
             click.echo(line)
             last = line.strip() or last
             error = line.removeprefix("Error: ").strip() if line.startswith("Error: ") else error  # its log follows
@@ -168,7 +171,7 @@ def deploy(bundle: Path, lut_path: Path, host: str | None, local: bool, images: 
                 transport.forward(serve_port, local_port) if serve_port is not None else nullcontext() as page_port:
             # the forward is up (its local port checked) before anything is sent, and down once the app ends
             deploy_to(transport, bundle, lut_file, images, camera, python, setup, pip_args, app_args, detach,
-                      page_port)
+                      None if page_port is None else page_line(transport, page_port, serve_port))
     except KeyboardInterrupt:  # between device commands; one that runs is stopped by its transport
         raise HydraEdgeError("interrupted; what deploy started on the board was stopped "
                              "(run the same command again: files already there are not sent again)") from None
