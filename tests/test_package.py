@@ -101,7 +101,7 @@ def test_the_installed_package_converts_calibrates_and_deploys_from_an_empty_fol
     shipped = Path(script).parents[1] / "lib"  # the venv's own site-packages, not the checkout
     assert all("shipped  " in line and str(shipped) in line for line in listed.splitlines()[1:4]), listed
     torch.manual_seed(0)
-    HydraViT(preset("digits", depth=2, heads=(3, 6, 12))).save(tmp_path / "tiny.pt")
+    HydraViT(preset("digits", depth=1, heads=(3, 6, 12))).save(tmp_path / "tiny.pt")
 
     hydra_edge(script, work, "convert", "-c", tmp_path / "tiny.pt", "--target", "rpi", "--heads", "3,12",
                "--eval-limit", 40, "--out", "bundle")
