@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCH = str(ROOT / "bench" / "train_throughput.py")
 
 
+@pytest.mark.slow  # runs the bench end to end: transformers' ViT beside ours, two precisions, a PNG
 def test_the_bench_compares_the_sliced_model_with_a_dense_one_per_precision_and_head_count(tmp_path: Path) -> None:
     out = tmp_path / "results"
     done = subprocess.run([sys.executable, BENCH, "--device", "cpu", "--preset", "digits", "--batch", "4",
