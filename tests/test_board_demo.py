@@ -40,19 +40,28 @@ def board(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A converted bundle whose held-out accuracy rises with heads, its calibration and table, and images."""
     root = tmp_path_factory.mktemp("board")
     bundle = make_bundle(root, BOARD_TARGET, "3,6,12", layout="compact")  # 3 and 6 heads rebuilt on the board
-    manifest_file = bundle / "manifest.json"
-    manifest = json.loads(manifest_file.read_text())
-    for a in manifest["artefacts"]:  # the tiny model is untrained: give it the accuracy a trained one has
-        a["accuracy"]["top1"] = 80.0 + a["heads"]
-    manifest_file.write_text(json.dumps(manifest))
+    trained_accuracy(bundle)
     lut = table_for(bundle, root)
-    images = root / "images"
+    return {"bundle": bundle, "lut": lut, "images": digit_images(root / "images"), "root": root}
+
+
+def digit_images(images: Path) -> Path:
+    """Twelve random 8x8 grey images in class folders 0, 1 and 2: what the digits models classify."""
     rng = np.random.default_rng(0)
     for label in range(3):
         (images / str(label)).mkdir(parents=True)
         for i in range(4):
             Image.fromarray(rng.integers(0, 255, (8, 8), dtype=np.uint8), mode="L").save(images / str(label) / f"{i}.png")
-    return {"bundle": bundle, "lut": lut, "images": images, "root": root}
+    return images
+
+
+def trained_accuracy(bundle: Path) -> None:
+    """Give an untrained model's artefacts the held-out accuracy a trained one has: it rises with heads."""
+    manifest_file = bundle / "manifest.json"
+    manifest = json.loads(manifest_file.read_text())
+    for a in manifest["artefacts"]:
+        a["accuracy"]["top1"] = 80.0 + a["heads"]
+    manifest_file.write_text(json.dumps(manifest))
 
 
 def table_for(bundle: Path, root: Path) -> Path:

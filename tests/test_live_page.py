@@ -3,12 +3,8 @@ how often it asks the app for a snapshot however many watch, and the page itself
 
 from __future__ import annotations
 
-import base64
 import http.client
-import itertools
 import json
-import os
-import shutil
 import socket
 import struct
 import subprocess
@@ -19,6 +15,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
+from browser import Chromium
 
 from hydra_edge.runtime import live_page
 from hydra_edge.runtime.live_page import (MAX_STREAMS, LivePage, LivePageError, PageState, Point, Switch,
@@ -323,57 +320,6 @@ def test_the_page_needs_only_the_standard_library_and_msgspec() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parent.parent)
 
 
-class Chromium:
-    """Debian's headless Chromium driven over its DevTools pipe (file descriptors 3 and 4, JSON messages
-    ending in a NUL byte): the standard library is enough, no driver or websocket client."""
-
-    def __init__(self, url: str) -> None:
-        binary = shutil.which("chromium")
-        assert binary, "Debian's chromium is not installed: apt-get install chromium (the live page is tested in it)"
-        child_in, self.to_child = os.pipe()
-        self.from_child, child_out = os.pipe()
-
-        def pipes() -> None:
-            os.dup2(child_in, 3)
-            os.dup2(child_out, 4)
-
-        self.process = subprocess.Popen(
-            [binary, "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe", "--window-size=1000,700",
-             url], preexec_fn=pipes, pass_fds=(3, 4), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        os.close(child_in)
-        os.close(child_out)
-        self.ids, self.buffer = itertools.count(1), b""
-        target = next(t for t in self.call("Target.getTargets")["targetInfos"] if t["type"] == "page")
-        self.session = self.call("Target.attachToTarget", targetId=target["targetId"], flatten=True)["sessionId"]
-
-    def call(self, method: str, session: Optional[str] = None, **params: Any) -> Dict[str, Any]:
-        message: Dict[str, Any] = {"id": next(self.ids), "method": method, "params": params}
-        if session:
-            message["sessionId"] = session
-        os.write(self.to_child, json.dumps(message).encode() + b"\0")
-        while True:
-            while b"\0" not in self.buffer:
-                chunk = os.read(self.from_child, 1 << 16)
-                assert chunk, "chromium closed its DevTools pipe"
-                self.buffer += chunk
-            line, _, self.buffer = self.buffer.partition(b"\0")
-            reply = json.loads(line)
-            if reply.get("id") == message["id"]:
-                assert "error" not in reply, reply["error"]
-                return reply["result"]
-
-    def text(self, element_id: str) -> Optional[str]:
-        expression = f"(e => e && e.textContent)(document.getElementById({json.dumps(element_id)}))"
-        return self.call("Runtime.evaluate", self.session, expression=expression,
-                         returnByValue=True)["result"].get("value")
-
-    def close(self) -> None:
-        self.process.terminate()
-        self.process.wait(10)
-        os.close(self.to_child)
-        os.close(self.from_child)
-
-
 @pytest.mark.slow  # starts a browser: a few seconds alone, more on a busy 2-core host
 def test_a_browser_sees_the_head_count_change(page: LivePage, app: App, tmp_path: Path) -> None:
     browser = Chromium(page.url)
@@ -391,7 +337,7 @@ def test_a_browser_sees_the_head_count_change(page: LivePage, app: App, tmp_path
         assert "3" in seen and seen[-1] == "12", seen
         assert browser.text("live") == "live" and browser.text("predicted") == "seven"
         assert browser.text("switches") == "0.0 s: start \u2192 3 heads, start"
-        shot = base64.b64decode(browser.call("Page.captureScreenshot", browser.session, format="png")["data"])
+        shot = browser.screenshot()
         (tmp_path / "live_page.png").write_bytes(shot)
         assert shot.startswith(b"\x89PNG") and len(shot) > 10_000  # a page drawn, not a blank one
     finally:

@@ -6,7 +6,9 @@ switcher (``hydra_edge.runtime``) reads the board's thermal zones and battery, t
 lookup table picks the head count, and every switch is shown as it happens with the accuracy
 and latency it bought. The switcher's latency loop is on: each inference is timed, and when the
 head count's p90 stays over the table's budget (another process on the same cores, a hotter room)
-fewer heads run until the slow-down has gone; each switch is printed with its reason. Images come
+fewer heads run until the slow-down has gone; each switch is printed with its reason. How soon it
+reacts is ``--loop-window-s``, ``--loop-sustain-s`` and ``--loop-dwell-s`` (shorter: the budget is
+missed for less time, and a shorter burst of load costs heads). Images come
 from a folder (class per sub-folder gives live accuracy) or from a camera through OpenCV when
 ``--camera`` is given. Each prediction is shown by its class name when the bundle has names (its
 manifest's ``classes``), by its index otherwise; as a line per image with ``--plain``, except while
@@ -51,6 +53,7 @@ from hydra_edge.runtime.preprocess import IMAGE_SUFFIXES, load_image
 from hydra_edge.runtime.switcher import Switcher
 
 MAX_BUDGET_MS = 60_000.0  # the loop ignores a timing over a minute as absurd: a larger budget could never be missed
+MAX_LOOP_S = 86_400.0  # the loop's windows and dwell: a day is longer than any board waits to react
 Sample = Tuple[np.ndarray, Optional[int]]  # (C, H, W) image, label if known
 
 
@@ -253,7 +256,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     board = SimulatedBoard(Path(args.sysfs_root), scenario) if scenario else None
     switcher = Switcher(bundle, lut=args.lut, root=args.sysfs_root or "/", poll_s=args.poll_s, threads=args.threads,
                         clock=board.clock if board else time.monotonic,
-                        latency_loop=LoopSettings(budget_ms=args.budget_ms))
+                        latency_loop=LoopSettings(budget_ms=args.budget_ms, window_s=args.loop_window_s,
+                                                  sustain_s=args.loop_sustain_s, dwell_s=args.loop_dwell_s))
     # The held-out accuracy of the artefact each head count runs (a bundle may hold several per head count).
     records = manifest.by_id()
     accuracy = {c.heads: (records[c.artefact].accuracy or {}).get("top1") if c.artefact in records else None
@@ -339,6 +343,13 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="runtime threads (default: the target's, at most one per core)")
     parser.add_argument("--budget-ms", type=number_arg(0, MAX_BUDGET_MS, low_open=True),
                         help="latency budget the loop holds each head count's p90 to (default: the table's)")
+    loop = LoopSettings()
+    parser.add_argument("--loop-window-s", type=number_arg(0, MAX_LOOP_S, low_open=True), default=loop.window_s,
+                        help="seconds of timings each head count's p90 is taken over")
+    parser.add_argument("--loop-sustain-s", type=number_arg(0, MAX_LOOP_S, low_open=True), default=loop.sustain_s,
+                        help="seconds the p90 must stay over budget before fewer heads run")
+    parser.add_argument("--loop-dwell-s", type=number_arg(0, MAX_LOOP_S, low_open=True), default=loop.dwell_s,
+                        help="seconds the slow-down must have been gone before more heads are tried again")
     parser.add_argument("--plain", action="store_true", help="plain lines instead of the live table")
     parser.add_argument("--serve", metavar="HOST:PORT",
                         help="serve a live page of the board's state here (read-only; e.g. 127.0.0.1:8765, "
