@@ -254,7 +254,8 @@ def _stage(n: int, title: str) -> None:
               help=f"Serve the board app's live page while the day plays (alone: {SERVE}); its URL is printed.")
 @click.option("--serve-remote", is_flag=True, help="Let --serve listen on an address that is not loopback.")
 @click.option("--pace", "pace_s", default=PACE_S, show_default=True, type=Number(0.1, 600),
-              help="With --serve: real seconds each step of the day lasts (more images are classified).")
+              help="With --serve: seconds of inference each step of the day classifies for, at the calibrated "
+                   "latency (the app's own work per image comes on top).")
 @click.option("--hold", is_flag=True, help="With --serve: keep the page's last state served after the day, "
                                            "until Ctrl-C.")
 @click.pass_context
@@ -264,6 +265,7 @@ def demo(ctx: click.Context, out: Path, epochs: int, heads: str, runs: int, imag
 
     Example: hydra-edge demo --serve
     """
+    from ..runtime.closed_loop import correction_path
     from .calibrate import calibrate
     from .convert import convert
     from .lut import lut
@@ -300,6 +302,10 @@ def demo(ctx: click.Context, out: Path, epochs: int, heads: str, runs: int, imag
     _stage(5, "board demo app: a scripted day (battery and temperature) on a simulated sysfs tree, "
               f"latency p90 held to {held} ms")
     images = export_images(checkpoint, app / "images", limit=200)
+    # Each replay of the day starts from the table, as a freshly deployed board does: a correction the
+    # latency loop learned on an earlier replay (under whatever else this machine ran then) would cap
+    # the head count from the first step and hide the day's switches.
+    correction_path(table / "lut.json").unlink(missing_ok=True)
     scenario = app / "scenario.json"
     if serve is not None:
         images_per_step = paced_images(images_per_step, pace_s, record)
