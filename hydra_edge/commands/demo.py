@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from ..runtime.live_page import PageState
 
 SERVE = "127.0.0.1:8765"  # --serve without an address: the board app's documented example, on loopback
-PACE_S = 2.0  # real seconds a step of the day lasts while serving: long enough to see, the day in about 20 s
+PACE_S = 2.0  # seconds of inference a step of the day classifies for while serving: long enough to watch
 
 # A day on a battery-powered board: plugged in, unplugged, working hard and heating up, cooling
 # off, running low, plugged in again. ``seconds`` is simulated time (longer than the table's dwell).
