@@ -115,14 +115,16 @@ def demo_budget(bundle: Path, calibration: Path) -> float:
 
 def loop_budget(budget_ms: float, calibration: Path) -> float:
     """The budget the app's latency loop holds the p90 to: the table's, widened by the calibration's
-    widest tail (the largest p90 / p50 of a head count), so the unloaded device meets it in every
-    cell of the table (which plans with the median) and the scripted day shows the table's switches;
-    a real slow-down (another process on the same cores) still trips it."""
+    widest tail (the largest p90 / p50 of a head count) and at least doubled, so the unloaded device
+    meets it in every cell of the table (which plans with the median) and the scripted day shows the
+    table's switches. The digits model runs in a fraction of a millisecond, where a busy desktop's
+    scheduling adds tens of percent to the p90; another process on the same cores halves the
+    device's share of them, which still trips it."""
     from ..measure.journal import read_calibration
 
     tails = [r.latency["p90_ms"] / r.latency_ms for r in read_calibration(calibration).measured()
              if r.latency and r.latency.get("p90_ms") and r.latency_ms > 0]
-    return round(budget_ms * max([1.0, *tails]), 4)
+    return round(budget_ms * max([2.0, *tails]), 4)
 
 
 def paced_images(images_per_step: int, pace_s: float, calibration: Path) -> int:
