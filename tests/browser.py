@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import fcntl
 import itertools
 import json
 import os
@@ -23,13 +24,14 @@ class Chromium:
         child_in, self.to_child = os.pipe()
         self.from_child, child_out = os.pipe()
 
-        def pipes() -> None:
-            os.dup2(child_in, 3)
-            os.dup2(child_out, 4)
+        def pipes() -> None:  # in the child: its pipe ends as 3 and 4, whatever numbers they had here
+            high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 5) for fd in (child_in, child_out)]
+            os.dup2(high[0], 3)  # dup2's copies are inherited; every other descriptor here closes at exec
+            os.dup2(high[1], 4)
 
         self.process = subprocess.Popen(
             [binary, "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe", f"--window-size={size}",
-             url], preexec_fn=pipes, pass_fds=(3, 4), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             url], preexec_fn=pipes, close_fds=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         os.close(child_in)
         os.close(child_out)
         self.ids, self.buffer = itertools.count(1), b""

@@ -295,6 +295,33 @@ def test_many_clients_cost_one_snapshot_a_tick(page: LivePage, app: App) -> None
         s.close()
 
 
+def test_a_client_fetching_as_fast_as_it_can_is_answered_at_the_set_rate_and_streams_go_on(page: LivePage) -> None:
+    """What bounds a flood's cost to inference: requests answered a second, beyond the burst."""
+    stream = Stream(page)
+    answered, start = [0], time.monotonic()
+
+    def hammer() -> None:
+        while time.monotonic() - start < 2.0:
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port_of(page), timeout=0.5)
+                conn.request("GET", "/state.json")
+                conn.getresponse().read()
+                answered[0] += 1
+            except OSError:  # waited in the kernel's queue past the timeout
+                pass
+
+    flood = [threading.Thread(target=hammer) for _ in range(4)]
+    for f in flood:
+        f.start()
+    seqs = [stream.tick()["seq"] for _ in range(10)]  # 1 s of ticks while the flood goes on
+    for f in flood:
+        f.join()
+    elapsed = time.monotonic() - start
+    assert seqs == sorted(seqs) and len(set(seqs)) == 10
+    assert live_page.REQUEST_BURST < answered[0] <= live_page.REQUEST_BURST + live_page.MAX_REQUESTS_PER_S * elapsed + 2
+    stream.close()
+
+
 def test_stop_ends_streams_and_frees_the_port(app: App) -> None:
     page = LivePage(app.snapshot, port=0, tick_s=TICK_S)
     page.start()

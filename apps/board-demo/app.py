@@ -204,24 +204,50 @@ def latency_columns(switcher: Switcher) -> Dict[str, str]:
 class PageFeed:
     """What ``--serve``'s live page shows: the inference loop records each result, the page's ticker
     takes a snapshot (twice a second, whatever the number of viewers); one lock between the two,
-    held for the time of a few appends, so viewers cannot slow inference."""
+    held for the time of a few appends, so viewers cannot slow inference.
+
+    The chart has one point per ``CHART_STEP_S`` of the app's clock (and one more wherever the head
+    count changes): the p90 of that step's inferences, so ``CHART_POINTS`` points span minutes of
+    service, or the scripted day's steps, however many images a second run. The p50 and p90 shown
+    are of the last ``RECENT`` inferences of the head count running.
+    """
+
+    CHART_STEP_S = 1.0
+    CHART_POINTS = 120
+    RECENT = 120
+    STEP_SAMPLES = 256  # timings kept for one chart point's p90: bounded whatever the inference rate
 
     def __init__(self, switcher: Switcher, accuracy: Dict[int, Optional[float]], clock: Any) -> None:
         self.switcher, self.accuracy, self.clock = switcher, accuracy, clock
         self.lock = threading.Lock()
-        self.history: deque = deque(maxlen=120)  # Points, the oldest first
+        self.history: deque = deque(maxlen=self.CHART_POINTS - 1)  # closed chart Points, the oldest first
+        self.step: Optional[Tuple[float, int, List[float]]] = None  # the open point: (t, heads, timings)
+        self.recent: deque = deque(maxlen=self.RECENT)  # (heads, ms) of the latest inferences
         self.images, self.predicted = 0, None  # type: int, Optional[str]
 
     def record(self, heads: int, ms: float, predicted: str) -> None:
+        now = self.clock()
         with self.lock:
-            self.history.append(Point(t=self.clock(), heads=heads, latency_ms=ms))
+            if self.step is not None and self.step[1] == heads and now - self.step[0] < self.CHART_STEP_S:
+                if len(self.step[2]) < self.STEP_SAMPLES:
+                    self.step[2].append(ms)
+            else:
+                if self.step is not None:
+                    self.history.append(self._point(self.step))
+                self.step = (now, heads, [ms])
+            self.recent.append((heads, ms))
             self.images, self.predicted = self.images + 1, predicted
+
+    @staticmethod
+    def _point(step: Tuple[float, int, List[float]]) -> Point:
+        return Point(t=step[0], heads=step[1], latency_ms=percentile(sorted(step[2]), 90))
 
     def snapshot(self) -> PageState:
         with self.lock:
-            history, images, predicted = list(self.history), self.images, self.predicted
+            history = [*self.history, *([self._point(self.step)] if self.step else [])]
+            images, predicted, recent = self.images, self.predicted, list(self.recent)
         heads = self.switcher.heads or (history[-1].heads if history else 0)
-        recent = sorted(p.latency_ms for p in history if p.heads == heads)
+        running = sorted(ms for h, ms in recent if h == heads)
         status = self.switcher.latency_status() or {}
         reading = self.switcher.reading
         known = lambda v: v if v is not None and math.isfinite(v) and v >= 0 else None  # noqa: E731
@@ -229,7 +255,7 @@ class PageFeed:
                     for e in self.switcher.events[-20:]]  # the last few only: a board runs for months
         return PageState(
             heads=heads, t=self.clock(), budget_ms=status.get("budget_ms"),
-            p50_ms=percentile(recent, 50) if recent else None, p90_ms=percentile(recent, 90) if recent else None,
+            p50_ms=percentile(running, 50) if running else None, p90_ms=percentile(running, 90) if running else None,
             temp_c=known(reading.thermal) if reading else None,
             battery_pct=known(reading.battery_pct) if reading else None,
             charging=reading.charging if reading else None, top1=self.accuracy.get(heads), images=images,

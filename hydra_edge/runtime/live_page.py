@@ -19,7 +19,8 @@ path that is not one of the three (404; a request target that is not a path, 400
 by sending its request slowly (the whole head within ``HEAD_TIMEOUT_S``, ``MAX_HEAD_BYTES`` at
 most) or by not reading (a send that waits ``SEND_TIMEOUT_S`` ends its connection), open more
 than ``MAX_CONNECTIONS`` connections (the next is closed unanswered) or ``MAX_STREAMS`` streams
-(503). A client that goes away mid-stream ends its own thread; garbage is answered 400. When the
+(503), or have more than ``MAX_REQUESTS_PER_S`` requests a second answered (beyond a burst of
+``REQUEST_BURST``, connections are accepted no faster: the rest wait in the kernel's queue). A client that goes away mid-stream ends its own thread; garbage is answered 400. When the
 page is served on loopback only, a request naming another host (a DNS-rebinding page in the
 user's browser) is refused too. A snapshot that raises is shown on the page as its error text,
 beside the last good state; the ticker carries on.
@@ -52,6 +53,8 @@ log = logging.getLogger("hydra_edge.live_page")
 TICK_S = 0.5  # one snapshot per tick, shared by every client
 MAX_STREAMS = 16  # concurrent /events clients; the next gets 503
 MAX_CONNECTIONS = 64  # concurrent connections of any kind; the next is closed unanswered
+MAX_REQUESTS_PER_S = 20.0  # connections accepted a second on average; more wait in the kernel's listen queue
+REQUEST_BURST = 40  # accepted at once after a quiet spell (every viewer reconnecting after a restart)
 MAX_HEAD_BYTES = 8192  # request line and headers together; more is 414 or 431
 HEAD_TIMEOUT_S = 5.0  # to receive the whole request head, however slowly it trickles in
 SEND_TIMEOUT_S = 10.0  # one send to a client that does not read
@@ -73,7 +76,8 @@ class Switch(msgspec.Struct):
 
 
 class Point(msgspec.Struct):
-    """One point of the chart: the head count running and an inference's latency at time ``t``."""
+    """One point of the chart: the head count running from time ``t`` and the latency of its inferences
+    (the board app: the p90 of those of one chart step)."""
 
     t: float
     heads: int
@@ -313,7 +317,24 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, family: int, address: Any, page: "LivePage") -> None:
         self.address_family, self.page = family, page
         self.connections = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.tokens, self.refilled = float(REQUEST_BURST), time.monotonic()
         super().__init__(address, _Handler)
+
+    def get_request(self) -> Tuple[socket.socket, Any]:
+        """Accept the next connection once the rate allows (a token bucket, on the serving thread only).
+
+        Each request costs the board's CPU a thread and a parse: a client connecting as fast as it can
+        waits in the kernel's listen queue (or is refused by the kernel once that is full) instead of
+        costing inference more than ``MAX_REQUESTS_PER_S`` requests a second.
+        """
+        now = time.monotonic()
+        self.tokens = min(float(REQUEST_BURST), self.tokens + (now - self.refilled) * MAX_REQUESTS_PER_S)
+        self.refilled = now
+        if self.tokens < 1:
+            time.sleep((1 - self.tokens) / MAX_REQUESTS_PER_S)
+            self.tokens, self.refilled = 1.0, time.monotonic()
+        self.tokens -= 1
+        return super().get_request()
 
     def server_bind(self) -> None:
         socketserver.TCPServer.server_bind(self)  # HTTPServer's looks up the host's name: slow on a board with no DNS

@@ -1,0 +1,342 @@
+"""What the live page costs the board: the real board app's inference throughput with 0 to MAX_STREAMS watchers.
+
+Converts a preset model (random weights, ONNX fp32, 3/6/12 heads) for a board profile with the
+scripted day's sysfs paths, calibrates this machine as the device (``hydra-edge calibrate --local``)
+and builds its table (the budget: the largest head count's latency + 10 %, as ``hydra-edge demo``).
+
+(a) The bound. The board app (``apps/board-demo/app.py --serve``) classifies without pause on a cool,
+charging simulated board, pinned to one core with one engine thread; its latency loop is given a
+budget no inference misses, so the head count stays the table's choice and only the clients change.
+The clients run in this process on the other cores: each condition (0, 1, 8 and ``MAX_STREAMS``
+``/events`` streams, and ``MAX_STREAMS`` streams plus threads fetching ``/state.json`` as fast as
+they can) holds for ``--window-s`` seconds, the conditions interleaved round after round. Throughput
+is the app's own count: ``images`` over ``t`` between two of its ``/state.json`` ticks. Reported per
+condition: the median images/s, and the median over rounds of its ratio to that round's 0-client
+window.
+
+(b) A screenshot. The same app replays ``hydra-edge demo``'s scripted day (``--scenario``) while
+headless Chromium watches its page; the page is captured once the day's switches are listed.
+
+Writes live_page.json, live_page.md and live_page.png (the screenshot).
+
+    .venv/bin/python bench/live_page.py --preset mini --rounds 5 --window-s 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Set
+
+import numpy as np
+from PIL import Image
+from switch_latency import calibrate_here
+
+from hydra_edge.atomic import write_bytes, write_json, write_text
+from hydra_edge.commands.demo import demo_budget, loop_budget, scenario_steps
+from hydra_edge.commands.deploy import APP
+from hydra_edge.convert.options import ConvertOptions
+from hydra_edge.convert.pipeline import convert
+from hydra_edge.lut.make import make_lut
+from hydra_edge.model.config import parse_heads, preset
+from hydra_edge.model.hydravit import HydraViT
+from hydra_edge.profiling.timing import host_cpu
+from hydra_edge.records.manifest import read_manifest
+from hydra_edge.runtime.live_page import MAX_STREAMS
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+from browser import Chromium  # noqa: E402  (the tests' DevTools driver and port helper)
+from standins import free_port  # noqa: E402
+
+# ONNX fp32 on onnxruntime, read from the sysfs paths the app's SimulatedBoard writes (a Pi's, plus a battery).
+PROFILE = """\
+name = "board-onnx"
+threads = 1
+[[artefacts]]
+format = "onnx"
+quant = "fp32"
+runtime = "onnxruntime"
+runtime_min_version = "1.17"
+[signals.files]
+temperature_mC = "/sys/class/thermal/thermal_zone0/temp"
+battery_capacity = "/sys/class/power_supply/battery/capacity"
+"""
+NO_MISS_MS = 60_000.0  # the loop's budget in (a): the head count must not change with the clients
+STREAM_COUNTS = (0, 1, 8, MAX_STREAMS)
+POLLERS = 4  # threads fetching /state.json back to back, beside MAX_STREAMS streams
+
+
+def bundle_here(work: Path, preset_name: str, heads: str, eval_images: int) -> Path:
+    """The preset with random weights converted for ``PROFILE`` (reused when it is there and unchanged)."""
+    work.mkdir(parents=True, exist_ok=True)
+    checkpoint, profile = work / f"{preset_name}_random.pt", work / "board-onnx.toml"
+    if not checkpoint.is_file():
+        HydraViT(preset(preset_name)).save(checkpoint)  # no data spec: verified on random inputs
+    write_text(profile, PROFILE)
+    out = work / f"{preset_name}_board-onnx_h{heads.replace(',', '-')}"
+    result = convert(ConvertOptions(checkpoint=checkpoint, target=str(profile), out=out, heads=heads,
+                                    eval_limit=eval_images, layout="full"), lambda *a: None)
+    if result.failed:
+        raise SystemExit(f"conversion failed: {result.failed[0]}")
+    return out
+
+
+def random_images(folder: Path, size: int, channels: int, n: int = 16) -> Path:
+    """Unlabelled random images: the model has random weights, only the timing matters."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for i in range(n):
+        pixels = rng.integers(0, 255, (size, size, channels) if channels == 3 else (size, size), dtype=np.uint8)
+        Image.fromarray(pixels).save(folder / f"{i:02d}.png")
+    return folder
+
+
+class App:
+    """The board app in its own process, pinned to ``cores``, serving its page on a free loopback port."""
+
+    def __init__(self, args: List[str], cores: Set[int], log: Path) -> None:
+        for learned in log.parent.glob("**/lut.correction.json"):
+            learned.unlink()  # a fresh board: no latency learned by an earlier run caps it
+        self.port = free_port()
+        self.log = log.open("w")
+        self.process = subprocess.Popen(
+            [sys.executable, str(APP), *args, "--threads", "1", "--plain", "--serve", f"127.0.0.1:{self.port}"],
+            stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=lambda: os.sched_setaffinity(0, cores),
+            env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+    def state(self) -> Dict[str, Any]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        try:
+            conn.request("GET", "/state.json")
+            return json.loads(conn.getresponse().read())["state"] or {}
+        finally:
+            conn.close()
+
+    def wait(self, done: Callable[[Dict[str, Any]], bool], within_s: float, what: str) -> Dict[str, Any]:
+        deadline = time.monotonic() + within_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise SystemExit(f"the app exited ({self.process.returncode}) before {what}; see {self.log.name}")
+            try:
+                state = self.state()
+                if state and done(state):
+                    return state
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise SystemExit(f"the app did not reach {what} within {within_s:g} s; see {self.log.name}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log.close()
+
+
+class Clients:
+    """``streams`` /events readers and ``pollers`` /state.json fetchers on threads, until ``stop()``."""
+
+    def __init__(self, port: int, streams: int, pollers: int) -> None:
+        self.port, self.done, self.start = port, threading.Event(), time.monotonic()
+        self.ticks, self.fetches, self.refused = 0, 0, 0
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self._stream, daemon=True) for _ in range(streams)]
+        self.threads += [threading.Thread(target=self._poll, daemon=True) for _ in range(pollers)]
+        for t in self.threads:
+            t.start()
+
+    def _count(self, name: str) -> None:
+        with self.lock:
+            setattr(self, name, getattr(self, name) + 1)
+
+    def _stream(self) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        conn.request("GET", "/events")
+        reply = conn.getresponse()
+        if reply.status != 200:
+            self._count("refused")
+            return
+        while not self.done.is_set():
+            line = reply.readline()
+            if not line:
+                return
+            if line.startswith(b"data: "):
+                self._count("ticks")
+        conn.close()
+
+    def _poll(self) -> None:
+        while not self.done.is_set():
+            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+            try:
+                conn.request("GET", "/state.json")
+                conn.getresponse().read()
+                self._count("fetches")
+            except OSError:
+                self._count("refused")
+            finally:
+                conn.close()
+
+    def stop(self) -> float:
+        """Stop every client; the fetches a second they made."""
+        self.done.set()
+        seconds = time.monotonic() - self.start
+        for t in self.threads:
+            t.join(15)
+        time.sleep(1.0)  # the server sees the streams gone at its next tick: their slots are free again
+        return self.fetches / seconds
+
+
+def throughput(app: App, seconds: float) -> float:
+    """Images a second the app classified over about ``seconds``, by its own ``images`` and clock ``t``."""
+    first = app.state()
+    time.sleep(seconds)
+    last = app.state()
+    return (last["images"] - first["images"]) / (last["t"] - first["t"])
+
+
+def bound(args: argparse.Namespace, bundle: Path, images: Path, sysfs: Path, app_cores: Set[int],
+          client_cores: Set[int]) -> Dict[str, Any]:
+    """(a): images/s per condition, interleaved over ``args.rounds`` rounds."""
+    conditions = [(n, 0) for n in STREAM_COUNTS] + [(MAX_STREAMS, POLLERS)]
+    app = App(["--bundle", str(bundle), "--images", str(images), "--sysfs-root", str(sysfs),
+               "--budget-ms", str(NO_MISS_MS)], app_cores, Path(args.work) / "app-bound.log")
+    os.sched_setaffinity(0, client_cores)
+    rows: Dict[str, List[Dict[str, Any]]] = {f"{n}+{p}": [] for n, p in conditions}
+    try:
+        start = app.wait(lambda s: s["images"] >= 50, 120, "its first 50 images")
+        heads = start["heads"]
+        time.sleep(args.warmup_s)
+        for r in range(args.rounds):
+            order = conditions[r % len(conditions):] + conditions[:r % len(conditions)]  # each first once in a while
+            for streams, pollers in order:
+                clients = Clients(app.port, streams, pollers)
+                time.sleep(1.0)  # connected and streaming
+                rate = throughput(app, args.window_s)
+                fetch_rate = clients.stop()
+                rows[f"{streams}+{pollers}"].append({"round": r, "images_per_s": round(rate, 2),
+                                                     "ticks": clients.ticks, "fetches_per_s": round(fetch_rate, 1),
+                                                     "refused": clients.refused})
+                print(f"round {r}: {streams:>2} streams + {pollers} pollers: {rate:.1f} images/s "
+                      f"({clients.ticks} ticks, {clients.fetches} fetches, {clients.refused} refused)", flush=True)
+        end = app.state()
+    finally:
+        app.stop()
+    if end["heads"] != heads:
+        raise SystemExit(f"the head count changed ({heads} -> {end['heads']}): the conditions are not comparable")
+    idle = [r["images_per_s"] for r in rows["0+0"]]
+    summary = []
+    for streams, pollers in conditions:
+        rates = [r["images_per_s"] for r in rows[f"{streams}+{pollers}"]]
+        ratios = [rate / base for rate, base in zip(rates, idle)]
+        summary.append({"streams": streams, "pollers": pollers, "median_images_per_s": round(statistics.median(rates), 2),
+                        "median_ratio_to_idle": round(statistics.median(ratios), 4),
+                        "worst_ratio_to_idle": round(min(ratios), 4),
+                        "fetches_per_s": statistics.median(r["fetches_per_s"] for r in rows[f"{streams}+{pollers}"]),
+                        "refused": sum(r["refused"] for r in rows[f"{streams}+{pollers}"])})
+    return {"heads": heads, "rounds": rows, "summary": summary}
+
+
+def screenshot(args: argparse.Namespace, bundle: Path, budget_ms: float, images: Path, app_cores: Set[int],
+               client_cores: Set[int]) -> Dict[str, Any]:
+    """(b): the page of the app replaying the demo's day, captured once the day's switches are listed."""
+    work = Path(args.work)
+    scenario = work / "scenario.json"
+    write_json(scenario, {"steps": scenario_steps(args.images_per_step)})
+    app = App(["--bundle", str(bundle), "--images", str(images), "--scenario", str(scenario),
+               "--sysfs-root", str(work / "day-sysfs"), "--budget-ms", str(budget_ms)], app_cores, work / "app-day.log")
+    browser: Optional[Chromium] = None
+    try:
+        app.wait(lambda s: s["images"] > 0, 120, "its first image")
+        os.sched_setaffinity(0, client_cores)  # the browser inherits it
+        browser = Chromium(f"http://127.0.0.1:{app.port}/", size="1100,760")
+        state = app.wait(lambda s: len(s["switches"]) >= args.switches, 600, f"{args.switches} switches")
+        time.sleep(1.0)  # a tick or two: the browser has drawn that state
+        png = browser.screenshot()
+        shown = {"heads": browser.text("heads"), "switches": browser.text("switches")}
+    finally:
+        if browser is not None:
+            browser.close()
+        app.stop()
+    write_bytes(Path(args.out) / "live_page.png", png)
+    return {"images_per_step": args.images_per_step, "switches": [s["reason"] for s in state["switches"]],
+            "browser_showed": shown}
+
+
+def markdown(report: Dict[str, Any]) -> str:
+    rows = "".join(f"| {s['streams']} | {s['pollers']} | {s['fetches_per_s']:.0f} | {s['median_images_per_s']:.1f} | "
+                   f"{s['median_ratio_to_idle']:.3f} | {s['worst_ratio_to_idle']:.3f} |\n" for s in report["summary"])
+    worst = min(s["median_ratio_to_idle"] for s in report["summary"] if s["pollers"] == 0)
+    hammer = next(s for s in report["summary"] if s["pollers"])
+    return (f"# The live page's cost to inference: {report['model']}, {report['heads']} heads, ONNX fp32\n\n"
+            f"Host: {report['host']}. The board app pinned to core {report['app_cores']} with one engine thread; "
+            f"the clients in another process on core {report['client_cores']}. {report['rounds']} rounds, the "
+            f"conditions interleaved, {report['window_s']:g} s each; images/s by the app's own count.\n\n"
+            "| /events streams | /state.json pollers | fetches/s | images/s (median) | x 0 clients (median) | "
+            "x 0 clients (worst round) |\n|---:|---:|---:|---:|---:|---:|\n" + rows +
+            f"\nWith up to {MAX_STREAMS} streams (the most the page serves) inference keeps "
+            f"{100 * worst:.1f} % of its 0-client rate or more (median over rounds); {MAX_STREAMS} streams "
+            f"and {POLLERS} threads fetching /state.json back to back ({hammer['fetches_per_s']:.0f} fetches/s) "
+            f"leave it {100 * hammer['median_ratio_to_idle']:.1f} %.\n\n"
+            f"Screenshot (live_page.png): the app replaying the demo's day, {report['day']['images_per_step']} "
+            f"images a step, captured with {len(report['day']['switches'])} switches listed.\n")
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--preset", default="mini", help="mini (milliseconds an inference) or b16 (the paper's model)")
+    p.add_argument("--heads", default="3,6,12")
+    p.add_argument("--runs", type=int, default=30, help="timed runs per artefact for the calibration")
+    p.add_argument("--rounds", type=int, default=5, help="rounds of the interleaved conditions")
+    p.add_argument("--window-s", type=float, default=5.0, help="seconds each condition is timed")
+    p.add_argument("--warmup-s", type=float, default=10.0, help="seconds the app runs before the first round")
+    p.add_argument("--images-per-step", type=int, default=300, help="images a step of the day in the screenshot")
+    p.add_argument("--switches", type=int, default=4, help="switches listed when the screenshot is taken")
+    p.add_argument("--eval-images", type=int, default=8, help="random inputs each artefact is verified on")
+    p.add_argument("--work", default=str(ROOT / "runs" / "bench-live-page"), help="checkpoint, bundle, app logs")
+    p.add_argument("--out", default=str(ROOT / "bench" / "results"), help="folder for live_page.*")
+    args = p.parse_args(argv)
+    if min(args.runs, args.rounds, args.images_per_step, args.switches) < 1 or min(args.window_s, args.warmup_s) <= 0:
+        p.error("--runs, --rounds, --images-per-step and --switches must be >= 1, --window-s and --warmup-s > 0")
+    allowed = os.sched_getaffinity(0)
+    if len(allowed) < 2:
+        p.error("needs two cores: one for the app, one for its clients")
+    app_cores, client_cores = {min(allowed)}, allowed - {min(allowed)}
+    work = Path(args.work)
+    heads = ",".join(map(str, parse_heads(args.heads, preset(args.preset).num_heads)))
+    bundle = bundle_here(work, args.preset, heads, args.eval_images)
+    calibration = calibrate_here(bundle, args.runs, 1, work)
+    budget = demo_budget(bundle, calibration)
+    make_lut(bundle, calibration, bundle, budget_ms=budget)
+    model = read_manifest(bundle).model
+    images = random_images(work / "images", model["img_size"], model["in_chans"])
+    sysfs = work / "cool-sysfs"  # on the charger, cool: the table's largest head count
+    for path, text in (("sys/class/thermal/thermal_zone0/temp", "40000"), ("sys/class/power_supply/battery/capacity",
+                                                                         "100"), ("sys/class/power_supply/battery/status",
+                                                                                  "Charging")):
+        write_text(sysfs / path, text + "\n")
+    report: Dict[str, Any] = {"model": f"{args.preset} preset, random weights", "host": host_cpu(),
+                              "app_cores": sorted(app_cores), "client_cores": sorted(client_cores),
+                              "rounds": args.rounds, "window_s": args.window_s, "pollers": POLLERS}
+    report.update(bound(args, bundle, images, sysfs, app_cores, client_cores))
+    report["day"] = screenshot(args, bundle, loop_budget(budget, calibration), images, app_cores, client_cores)
+    out = Path(args.out)
+    write_json(out / "live_page.json", report)
+    write_text(out / "live_page.md", markdown(report))
+    print(markdown(report))
+
+
+if __name__ == "__main__":
+    main()
