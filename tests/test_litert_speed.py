@@ -86,13 +86,17 @@ def test_liteRT_runs_every_op_in_xnnpack_with_k_transposed_inside_the_attention_
     assert all("(" in op for op in per_type), per_type  # XNNPACK's operators; a TFLite kernel would be "BATCH_MATMUL"
     nodes = {(op, node) for op, node, _ in op_events(artefact, images[:1], threads=1, runs=1)}
     count = {kind: sum(op.startswith(kind) for op, _ in nodes)
-             for kind in ("Convolution", "Fully Connected", "Batch Matrix Multiply", "Transpose")}
+             for kind in ("Convolution", "Fully Connected", "Batch Matrix Multiply", "Transpose", "Mean")}
     # per block: QKV, projection, fc1, fc2 and two batch matmuls, and four transposes (Q's and K's heads
     # out of QKV, V^T, heads back in: K's own transpose is inside the batch matmul), but in the last block
     # the cls token's query and its heads coming back are reshapes; the patch embedding is the one
-    # convolution (its patches one transpose), the classifier one more FC
+    # convolution (its patches one transpose), the classifier one more FC; each LayerNorm (two per block,
+    # the final one) two means, XNNPACK's "Mean Squared" one of them
     assert count == {"Convolution": 1, "Fully Connected": 4 * DEPTH + 1, "Batch Matrix Multiply": 2 * DEPTH,
-                     "Transpose": 4 * DEPTH - 2 + 1}
+                     "Transpose": 4 * DEPTH - 2 + 1, "Mean": 2 * (2 * DEPTH + 1)}
+    assert sum(op.startswith("Mean Squared") for op, _ in nodes) == 2 * DEPTH + 1
+    # the heads' transposes move int8 (quantised once, before them); the patches' moves the float image
+    assert sum(op.startswith("Transpose (ND, X8)") for op, _ in nodes) == 4 * DEPTH - 2
     # int8 x int8 with fixed scales: XNNPACK's own kernel, not LiteRT's BATCH_MATMUL (ten times slower)
     assert {op for op in per_type if "Batch Matrix Multiply" in op} == {"Batch Matrix Multiply (NC, QS8) GEMM"}
 

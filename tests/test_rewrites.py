@@ -7,25 +7,33 @@ from typing import Callable
 import pytest
 import torch
 
-from hydra_edge.convert.rewrites import (HeadsApartAttention, bmm_attention, class_token_only, heads_apart, patch_linear,
-                                         patch_rows, rewritten)
+from hydra_edge.convert.rewrites import (HeadsApartAttention, bmm_attention, centred_layer_norm, class_token_only,
+                                         heads_apart, patch_linear, patch_rows, rewritten)
 from hydra_edge.model.config import preset
 from hydra_edge.model.hydravit import HydraViT
 from hydra_edge.model.vit import VisionTransformer
 
-REWRITES = [class_token_only, bmm_attention, patch_linear, patch_rows]
+REWRITES = [class_token_only, bmm_attention, patch_linear, patch_rows, centred_layer_norm]
 
 
 @pytest.fixture(scope="module")
 def subnet() -> VisionTransformer:
-    """Subnetwork 3 of a depth-3 ViT on 3-channel 8x8 images (a patch's (C, p, p) order matters)."""
+    """Subnetwork 3 of a depth-3 ViT on 3-channel 8x8 images (a patch's (C, p, p) order matters), its
+    LayerNorms scaled and shifted as a trained model's are (a new one's are 1 and 0)."""
     torch.manual_seed(0)
-    return HydraViT(preset("digits", depth=3, in_chans=3), init_scheme="torch-default").subnetwork(3).eval()
+    subnet = HydraViT(preset("digits", depth=3, in_chans=3), init_scheme="torch-default").subnetwork(3).eval()
+    with torch.no_grad():
+        for m in subnet.modules():
+            if isinstance(m, torch.nn.LayerNorm):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.5, 0.5)
+    return subnet
 
 
 @pytest.mark.parametrize("changes", [[r] for r in REWRITES] + [[bmm_attention, heads_apart],
                                                                 [class_token_only, bmm_attention, patch_linear],
-                                                                [class_token_only, bmm_attention, heads_apart, patch_rows]],
+                                                                [class_token_only, bmm_attention, heads_apart, patch_rows,
+                                                                 centred_layer_norm]],
                          ids=[*(r.__name__ for r in REWRITES), "heads_apart", "composed", "composed for LiteRT"])
 def test_a_rewrite_keeps_every_parameter_and_the_logits(subnet: VisionTransformer,
                                                         changes: list[Callable[[VisionTransformer], None]]) -> None:

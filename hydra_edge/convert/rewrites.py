@@ -12,6 +12,7 @@ from typing import Callable
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from ..model.vit import Attention, Block, PatchEmbed, VisionTransformer
 
@@ -117,6 +118,21 @@ class PatchRowsEmbed(PatchEmbed):
         return out.permute(0, 2, 3, 1).reshape(B, -1, out.shape[1])  # (B, patches, D)
 
 
+class CentredLayerNorm(nn.LayerNorm):
+    """LayerNorm written out: centre, mean of squares, ``rsqrt``, scale and shift.
+
+    For LiteRT. litert-torch lowers ``layer_norm`` to twelve ops (two means, a squared difference,
+    ``rsqrt``, three reshapes and five element-wise ops); written out with ``keepdim`` means it is
+    eight, and XNNPACK fuses the square into the second mean. Each operator costs LiteRT about half a
+    microsecond beyond its work, and a ViT has two LayerNorms per block (docs/benchmarks.md).
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        centred = x - x.mean(dim=-1, keepdim=True)
+        scaled = centred * torch.rsqrt((centred * centred).mean(dim=-1, keepdim=True) + self.eps)
+        return scaled * self.weight + self.bias
+
+
 def rewritten(model: torch.nn.Module, *changes: Callable[[torch.nn.Module], None]) -> torch.nn.Module:
     """A copy of ``model`` with each change applied to it in turn: one copy, however many changes
     (a 12-head b16 is 350 MB in float32, and a conversion worker's memory is budgeted)."""
@@ -157,6 +173,11 @@ def heads_apart(model: torch.nn.Module) -> None:
     """Make every ``BmmAttention`` lay out Q, K and V for its own matmul (``HeadsApartAttention``);
     after ``bmm_attention`` and ``class_token_only``, whose query count it keeps."""
     _reclass(model, BmmAttention, HeadsApartAttention)
+
+
+def centred_layer_norm(model: torch.nn.Module) -> None:
+    """Make every LayerNorm the written-out form (``CentredLayerNorm``)."""
+    _reclass(model, nn.LayerNorm, CentredLayerNorm)
 
 
 def patch_linear(model: torch.nn.Module) -> None:

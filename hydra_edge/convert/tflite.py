@@ -78,20 +78,28 @@ def int8_batch_matmuls(path: Path, images: np.ndarray) -> None:
       logit SQNR that the true min/max keeps (docs/benchmarks.md).
     - Symmetric: XNNPACK's int8 batch matmul needs the right operand's zero point at 0; without it
       LiteRT's own int8 kernel runs them, much slower than float32 (docs/benchmarks.md).
+    - The transposes and reshapes that lay the heads out (``rewrites.HeadsApartAttention``, named in
+      the converter's tensor names) move int8: each operand is quantised once, before its transpose,
+      with the range it has at the matmul (a transpose keeps it), and the heads come back in int8
+      before one dequantise. The same values, a quarter of the bytes moved (docs/benchmarks.md).
     """
     from ai_edge_litert.interpreter import Interpreter
     from ai_edge_quantizer import calibrator, qtyping, quantizer, recipe_manager
     from ai_edge_quantizer.utils import qsv_utils
+
+    from .rewrites import HeadsApartAttention
 
     model = path.read_bytes()
     if not _has_op(model, "BATCH_MATMUL"):  # no attention (a single layer): nothing to calibrate or rewrite
         return
     recipe = recipe_manager.RecipeManager()
     int8 = qtyping.TensorQuantizationConfig(num_bits=8, symmetric=True)
-    recipe.add_quantization_config(  # a batch matmul's operands are activations; the weight config is required
-        regex=".*", operation_name=qtyping.TFLOperationName.BATCH_MATMUL,
-        op_config=qtyping.OpQuantizationConfig(activation_tensor_config=int8, weight_tensor_config=int8,
-                                               compute_precision=qtyping.ComputePrecision.INTEGER))
+    # a batch matmul's operands are activations; the weight config is required
+    config = qtyping.OpQuantizationConfig(activation_tensor_config=int8, weight_tensor_config=int8,
+                                          compute_precision=qtyping.ComputePrecision.INTEGER)
+    recipe.add_quantization_config(regex=".*", operation_name=qtyping.TFLOperationName.BATCH_MATMUL, op_config=config)
+    for op in (qtyping.TFLOperationName.TRANSPOSE, qtyping.TFLOperationName.RESHAPE):
+        recipe.add_quantization_config(regex=f".*{HeadsApartAttention.__name__}.*", operation_name=op, op_config=config)
     (signature, io), = Interpreter(model_content=model).get_signature_list().items()  # litert-torch: one, one input
     (name,) = io["inputs"]
     ranges = calibrator.Calibrator(model, num_threads=len(os.sched_getaffinity(0)),
@@ -113,14 +121,16 @@ def _has_op(data: bytes, op: str) -> bool:
 def for_xnnpack(model: torch.nn.Module) -> torch.nn.Module:
     """A copy of ``model`` with the same parameters and logits, written as XNNPACK runs fastest.
 
-    LiteRT's own op profile of a 3-head b16 (docs/benchmarks.md) showed the fixed costs these
-    remove: the patch convolution reading 3 channels per kernel tap (``rewrites.PatchRowsEmbed``),
-    K transposed on its own in every block (``rewrites.BmmAttention``), and the last block's work
-    on tokens the logits never read (``rewrites.class_token_only``).
+    LiteRT's own op profile of a 3-head b16 (docs/benchmarks.md, bench/op_profile_litert.py) showed
+    the fixed costs these remove: the patch convolution reading 3 channels per kernel tap
+    (``rewrites.PatchRowsEmbed``), K transposed on its own in every block (``rewrites.BmmAttention``),
+    V packed from the slow layout and the heads split through copying reshapes
+    (``rewrites.HeadsApartAttention``), LayerNorm as twelve operators (``rewrites.CentredLayerNorm``),
+    and the last block's work on tokens the logits never read (``rewrites.class_token_only``).
     """
-    from .rewrites import bmm_attention, class_token_only, heads_apart, patch_rows, rewritten
+    from .rewrites import bmm_attention, centred_layer_norm, class_token_only, heads_apart, patch_rows, rewritten
 
-    return rewritten(model, class_token_only, bmm_attention, heads_apart, patch_rows)
+    return rewritten(model, class_token_only, bmm_attention, heads_apart, patch_rows, centred_layer_norm)
 
 
 # TensorType -> numpy dtype string, for the types a converted ViT stores (schema.fbs)
