@@ -23,7 +23,7 @@ import numpy as np
 
 from hydra_edge.convert.naming import tool_versions
 from hydra_edge.errors import HydraEdgeError
-from hydra_edge.profiling.litert import op_events
+from hydra_edge.profiling.litert import op_table
 from hydra_edge.profiling.report import save_report, subplots
 from hydra_edge.profiling.timing import cpu_family, host_cpu
 
@@ -47,18 +47,10 @@ def input_shape(path: Path) -> tuple[int, ...]:
 
 
 def profile(path: Path, threads: int, runs: int) -> dict[str, Any]:
-    """Per op type: ms per inference (sum over its nodes of each node's median), share, operator count."""
+    """Per op type: ms per inference, share of the profiled total, operator count (``litert.op_table``)."""
     x = np.random.default_rng(1).standard_normal(input_shape(path), dtype=np.float32)
-    per_node: dict[tuple[str, int], list[float]] = {}
-    for op, node, ms in op_events(path, x, threads, runs):
-        per_node.setdefault((op, node), []).append(ms)
-    ops: dict[str, dict[str, Any]] = {}
-    for (op, _), times in per_node.items():
-        row = ops.setdefault(op, {"op": op, "ms": 0.0, "operators": 0})
-        row["ms"] += float(np.median(times))
-        row["operators"] += 1
-    total = sum(r["ms"] for r in ops.values())
-    rows = sorted(ops.values(), key=lambda r: -r["ms"])
+    rows = op_table(path, x, threads, runs)
+    total = sum(r["ms"] for r in rows)
     for r in rows:
         r["ms"], r["share"] = round(r["ms"], 4), round(r["ms"] / total, 4)
     return {"file": str(path), "total_ms": round(total, 4), "ops": rows}

@@ -1,13 +1,17 @@
 """The rpi int8 artefact is written as XNNPACK runs fastest, and keeps the eager model's outputs.
 
 LiteRT's own op profiler (hydra_edge.profiling.litert) reads what the runtime executed: every op
-inside XNNPACK, attention with K's transpose folded into the batch matmul and that matmul in int8
-(float32 where the profile asks); the file holds the patch convolution over patch rows with the
-weight in the model's own layout.
+inside XNNPACK, attention with K and V^T handed to the batch matmuls as rows of their output and
+those matmuls in int8 (float32 where the profile asks), the heads' transposes moving int8, each
+LayerNorm in eight operators; the file holds the patch convolution over patch rows with the weight
+in the model's own layout. bench/op_profile_litert.py lays such profiles side by side.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +31,7 @@ from hydra_edge.runtime.engines import load
 pytestmark = pytest.mark.slow  # exports and profiles .tflite artefacts
 
 DEPTH = 2
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "op_profile_litert.py"
 
 
 @pytest.fixture(scope="module")
@@ -148,3 +153,35 @@ def test_the_patch_convolution_reads_patch_rows_and_stores_the_weight_in_its_own
     values = np.asarray(model.buffers[weight.buffer].data, np.uint8).view(np.int8).reshape(weight.shape)
     scales = np.asarray(weight.quantization.scale, np.float32).reshape(-1, 1, 1, 1)
     np.testing.assert_allclose(values * scales, proj.weight.detach().numpy(), atol=float(scales.max()) * 0.5001)
+
+
+def test_the_op_profile_bench_lays_artefacts_side_by_side_and_names_the_host(artefact: Path, float_attention: Path,
+                                                                             tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    done = subprocess.run([sys.executable, str(BENCH),
+                           str(artefact), str(float_attention), "--labels", "int8", "float", "--runs", "2",
+                           "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads((out / "op_profile_litert.json").read_text())
+    assert "int8-relevant flags" in report["host"] and report["threads"] == 1
+    int8, float32 = report["profiles"]
+    assert (int8["label"], float32["label"]) == ("int8", "float")
+    for p in (int8, float32):
+        assert abs(sum(r["share"] for r in p["ops"]) - 1) < 0.01 and p["total_ms"] > 0
+    counts = {p["label"]: {r["op"]: r["operators"] for r in p["ops"]} for p in (int8, float32)}
+    assert counts["int8"]["Batch Matrix Multiply (NC, QS8) GEMM"] == counts["float"]["Batch Matrix Multiply (NC, F32) GEMM"]
+    table = (out / "op_profile_litert.md").read_text()
+    assert report["host"] in table and "| Batch Matrix Multiply (NC, QS8) GEMM |" in table
+    assert (out / "op_profile_litert.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_op_profile_bench_refuses_a_file_that_is_no_tflite_in_one_line(tmp_path: Path) -> None:
+    skeleton, out = tmp_path / "vit_h3.skeleton", tmp_path / "results"
+    skeleton.write_bytes(b"\0" * 64)
+    done = subprocess.run([sys.executable, str(BENCH),
+                           str(skeleton), "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines()[-1] == (f"error: {skeleton}: not a .tflite flatbuffer (no TFL3 identifier); a "
+                                                    "compact bundle's skeleton is not one: hydra-edge expand writes the "
+                                                    "full files")
+    assert not out.exists()

@@ -147,17 +147,21 @@ def op_events(path: Path, x: np.ndarray, threads: int, runs: int) -> list[tuple[
         lib.LiteRtDestroyEnvironment(env)
 
 
-def op_times(path: Path, x: np.ndarray, threads: int, runs: int, statistic: str = "mean") -> dict[str, float]:
-    """ms per inference spent in each op type, ``threads`` XNNPACK threads, by LiteRT's own profiler.
-
-    ``statistic="median"`` takes each node's median over the runs before summing by type: on a
-    busy host one preempted run otherwise dominates a mean.
-    """
+def op_table(path: Path, x: np.ndarray, threads: int, runs: int) -> list[dict[str, Any]]:
+    """Per op type, most time first: ms per inference (each of its operators' median over ``runs``
+    inferences, summed: on a busy host one preempted run would otherwise dominate a mean) and how
+    many operators of that type the runtime ran, ``threads`` XNNPACK threads, by LiteRT's own profiler."""
     per_node: dict[tuple[str, int], list[float]] = {}
     for op, node, ms in op_events(path, x, threads, runs):
         per_node.setdefault((op, node), []).append(ms)
-    reduce = {"mean": lambda v: sum(v) / runs, "median": lambda v: float(np.median(v))}[statistic]
-    out: dict[str, float] = {}
+    out: dict[str, dict[str, Any]] = {}
     for (op, _), times in per_node.items():
-        out[op] = out.get(op, 0.0) + reduce(times)
-    return out
+        row = out.setdefault(op, {"op": op, "ms": 0.0, "operators": 0})
+        row["ms"] += float(np.median(times))
+        row["operators"] += 1
+    return sorted(out.values(), key=lambda r: -r["ms"])
+
+
+def op_times(path: Path, x: np.ndarray, threads: int, runs: int) -> dict[str, float]:
+    """ms per inference spent in each op type (``op_table``), as the other runtimes' profilers give it."""
+    return {r["op"]: r["ms"] for r in op_table(path, x, threads, runs)}
