@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import math
 import os
 import re
 import subprocess
@@ -152,6 +151,14 @@ def fits(state: Dict[str, Any]) -> bool:
     return state["p90_ms"] is not None and state["p90_ms"] <= state["budget_ms"]
 
 
+def calm(state: Dict[str, Any], seconds: int) -> bool:
+    """12 heads, and each of the chart's last ``seconds`` one-second p90s within budget: the loop's window
+    holds no burst of the shared host's own load, so the first slow-down it sees is the test's."""
+    points = state["history"][-seconds:]
+    return (state["heads"] == 12 and len(points) == seconds
+            and all(p["heads"] == 12 and p["latency_ms"] <= state["budget_ms"] for p in points))
+
+
 def browser_shows(browser: Chromium, heads: str, within_s: float) -> List[str]:
     """What the browser's head count read, 5 times a second, until it read ``heads`` (or the time ran out)."""
     seen, deadline = [], time.monotonic() + within_s
@@ -174,7 +181,9 @@ def test_under_a_cpu_load_the_app_steps_down_to_its_budget_comes_back_and_a_brow
     unloaded = p90_of_the_tables_choice(wide_board, sysfs, app_cores, load=False)
     loaded = p90_of_the_tables_choice(wide_board, sysfs, app_cores, load=True)
     assert loaded > 2 * unloaded, f"the load barely slows 12 heads here (p90 {unloaded:.2f} -> {loaded:.2f} ms)"
-    budget = float(f"{math.sqrt(unloaded * loaded):.3g}")  # between the two: met unloaded, missed loaded
+    # between the two, two thirds of the way up on a log scale: met unloaded with the margin a shared
+    # host's noise and the browser's drawing need, missed loaded
+    budget = float(f"{unloaded ** (1 / 3) * loaded ** (2 / 3):.3g}")
 
     port, load, browser = free_port(), [], None
     out = tmp_path / "app.out"
@@ -192,16 +201,17 @@ def test_under_a_cpu_load_the_app_steps_down_to_its_budget_comes_back_and_a_brow
         assert browser_shows(browser, "12", 30)[-1] == "12"
         # unloaded, the table's choice fits (a burst of the shared host's own load may have cost heads for a
         # while: the loop gives them back, and this waits for it)
-        settled = wait_for(port, app, lambda s: s["heads"] == 12 and fits(s), 20, "12 heads within budget")
+        settled = wait_for(port, app, lambda s: fits(s) and calm(s, round(WINDOW_S) + 1), 30,
+                           "12 heads within budget")
         assert settled["budget_ms"] == budget
 
         load, started = start_load(app_cores), time.monotonic()
         down = wait_for(port, app, lambda s: s["heads"] == 3 and fits(s), DOWN_WITHIN_S,
                         f"3 heads within the {budget} ms budget after the load started")
-        down_after = time.monotonic() - started
         # the app's clock is this one (CLOCK_MONOTONIC): its step down came after the load started
         step = down["switches"][-1]
         assert step["from_heads"] == 12 and step["reason"].startswith("latency p90") and step["t"] > started, step
+        down_after = step["t"] - started
         seen = browser_shows(browser, "3", 5)
         assert seen[-1] == "3", seen
 
@@ -228,4 +238,4 @@ def test_under_a_cpu_load_the_app_steps_down_to_its_budget_comes_back_and_a_brow
     assert any(line.startswith("switch 12 -> 3 heads [state") for line in lines), lines  # the heat, not the load
     assert "over budget" in switches and "back under budget" in switches, switches  # the page says why
     print(f"budget {budget} ms (12 heads p90 {unloaded:.2f} ms unloaded, {loaded:.2f} ms loaded); "
-          f"3 heads within budget {down_after:.1f} s after the load started, 12 again {back_after:.1f} s after it stopped")
+          f"3 heads {down_after:.1f} s after the load started, 12 again {back_after:.1f} s after it stopped")
