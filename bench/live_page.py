@@ -260,7 +260,8 @@ def bound(args: argparse.Namespace, bundle: Path, images: Path, sysfs: Path, app
     for streams, pollers in conditions:
         rates = [r["images_per_s"] for r in rows[f"{streams}+{pollers}"]]
         ratios = [rate / base for rate, base in zip(rates, idle)]
-        summary.append({"streams": streams, "pollers": pollers, "median_images_per_s": round(statistics.median(rates), 2),
+        summary.append({"streams": streams, "pollers": pollers,
+                        "median_images_per_s": round(statistics.median(rates), 2),
                         "median_ratio_to_idle": round(statistics.median(ratios), 4),
                         "worst_ratio_to_idle": round(min(ratios), 4),
                         "median_other_threads_core_share": round(statistics.median(
@@ -361,9 +362,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     model = read_manifest(bundle).model
     images = random_images(work / "images", model["img_size"], model["in_chans"])
     sysfs = work / "cool-sysfs"  # on the charger, cool: the table's largest head count
-    for path, text in (("sys/class/thermal/thermal_zone0/temp", "40000"), ("sys/class/power_supply/battery/capacity",
-                                                                         "100"), ("sys/class/power_supply/battery/status",
-                                                                                  "Charging")):
+    for path, text in (("sys/class/thermal/thermal_zone0/temp", "40000"),
+                       ("sys/class/power_supply/battery/capacity", "100"),
+                       ("sys/class/power_supply/battery/status", "Charging")):
         write_text(sysfs / path, text + "\n")
     report: Dict[str, Any] = {"model": f"{args.preset} preset, random weights", "host": host_cpu(),
                               "app_cores": sorted(app_cores), "client_cores": sorted(client_cores),

@@ -270,10 +270,12 @@ def test_max_images_below_one_is_refused_in_one_line(tmp_path: Path) -> None:
         "app.py: error: argument --max-images: -3 is not a whole number from 1 to 1000000000")
 
 
-@pytest.mark.parametrize("flag, value", [("--loop-window-s", "0"), ("--loop-sustain-s", "-1"), ("--loop-dwell-s", "nan")])
+@pytest.mark.parametrize("flag, value", [("--loop-window-s", "0"), ("--loop-sustain-s", "-1"),
+                                         ("--loop-dwell-s", "nan")])
 def test_a_loop_timing_that_is_not_a_positive_number_is_one_line(flag: str, value: str, tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, str(APP), "--bundle", str(tmp_path), "--images", str(tmp_path), flag, value],
-                          capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+                          capture_output=True, text=True, timeout=60,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1] == (
         f"app.py: error: argument {flag}: {value} is not a number above 0 and at most 86400")
 

@@ -20,10 +20,11 @@ by sending its request slowly (the whole head within ``HEAD_TIMEOUT_S``, ``MAX_H
 most) or by not reading (a send that waits ``SEND_TIMEOUT_S`` ends its connection), open more
 than ``MAX_CONNECTIONS`` connections (the next is closed unanswered) or ``MAX_STREAMS`` streams
 (503), or have more than ``MAX_REQUESTS_PER_S`` requests a second answered (beyond a burst of
-``REQUEST_BURST``, connections are accepted no faster: the rest wait in the kernel's queue). A client that goes away mid-stream ends its own thread; garbage is answered 400. When the
-page is served on loopback only, a request naming another host (a DNS-rebinding page in the
-user's browser) is refused too. A snapshot that raises is shown on the page as its error text,
-beside the last good state; the ticker carries on.
+``REQUEST_BURST``, connections are accepted no faster: the rest wait in the kernel's queue). A
+client that goes away mid-stream ends its own thread; garbage is answered 400. When the page is
+served on loopback only, a request naming another host (a DNS-rebinding page in the user's
+browser) is refused too. A snapshot that raises is shown on the page as its error text, beside
+the last good state; the ticker carries on.
 
 Python 3.9 syntax, like the rest of the device side: boards may run an older Python.
 """
