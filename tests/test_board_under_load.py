@@ -220,6 +220,7 @@ def test_under_a_cpu_load_the_app_steps_down_to_its_budget_comes_back_and_a_brow
         wait_for(port, app, lambda s: s["heads"] == 12, BACK_WITHIN_S, "12 heads again after the load stopped")
         back_after = time.monotonic() - stopped
         assert browser_shows(browser, "12", 5)[-1] == "12"
+        wait_for(port, app, lambda s: fits(s) and calm(s, 2), 10, "12 heads kept: the probe fitted")
 
         board.apply(day[4])  # the scripted day goes on: heavy use, very hot
         assert browser_shows(browser, "3", 5)[-1] == "3"
