@@ -28,8 +28,8 @@ from __future__ import annotations
 import argparse
 import itertools
 import logging
-import statistics
 import math
+import statistics
 import sys
 import threading
 import time
@@ -41,14 +41,14 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from hydra_edge.atomic import read_json, write_json
-from hydra_edge.errors import HydraEdgeError
 from hydra_edge.bounds import MAX_CAMERA, MAX_IMAGES, MAX_THREADS, POLL_S, number_arg
+from hydra_edge.errors import HydraEdgeError
 from hydra_edge.records.manifest import read_manifest
 from hydra_edge.runtime.chatter import native_output_to
 from hydra_edge.runtime.engines import check_runtimes, runtimes_of
 from hydra_edge.runtime.latency import percentile
 from hydra_edge.runtime.latency_governor import LoopSettings
-from hydra_edge.runtime.live_page import LivePage, PageState, Point, Switch, parse_address
+from hydra_edge.runtime.live_page import URL_LINE, LivePage, PageState, Point, Switch, parse_address
 from hydra_edge.runtime.preprocess import IMAGE_SUFFIXES, load_image
 from hydra_edge.runtime.switcher import Switcher
 
@@ -319,7 +319,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
 
     try:
         if page is not None:  # a port in use is one line here, before any inference
-            display.line(f"live page: {page.start()}")
+            display.line(f"{URL_LINE}{page.start()}")
         if not board:
             switcher.start()
         for step in steps:  # Ctrl-C ends the run; the summary and the log below still follow

@@ -27,11 +27,12 @@ import click
 
 from ..atomic import write_json, write_text
 from ..errors import HydraEdgeError
+from ..runtime.live_page import URL_LINE
 from ..shipped import package_path
 from .base import Number, command
 from .calibrate import RUNS
 from .convert import JOBS
-from .deploy import APP, PAGE_LINE
+from .deploy import APP
 from .train import EPOCHS
 
 if TYPE_CHECKING:
@@ -205,8 +206,8 @@ def play(command: list[str], on_page: Callable[[str], None]) -> None:
                 error = line.removeprefix("Error: ").strip()
                 continue
             click.echo(line, nl=False)
-            if line.startswith(PAGE_LINE):
-                on_page(line.removeprefix(PAGE_LINE).strip())
+            if line.startswith(URL_LINE):
+                on_page(line.removeprefix(URL_LINE).strip())
         proc.wait()
     except KeyboardInterrupt:
         try:
@@ -226,7 +227,7 @@ def hold_page(state: PageState, host: str, url: str, allow_remote: bool) -> None
     from ..runtime.live_page import LivePage
 
     with LivePage(lambda: state, host, urlsplit(url).port or 0, allow_remote=allow_remote) as page:
-        click.echo(f"{PAGE_LINE}{page.url} holds the day's end; Ctrl-C stops it")
+        click.echo(f"{URL_LINE}{page.url} holds the day's end; Ctrl-C stops it")
         try:
             while True:
                 time.sleep(3600)

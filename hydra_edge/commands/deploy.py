@@ -21,6 +21,7 @@ from ..bounds import MAX_CAMERA, MAX_IMAGES
 from ..errors import HydraEdgeError
 from ..measure.device import device_python, ensure_python, package_files, push_files, runtime_requirements
 from ..records.manifest import MANIFEST, bundle_files, read_manifest
+from ..runtime.live_page import URL_LINE
 from ..runtime.lut import read_table
 from ..runtime.preprocess import IMAGE_SUFFIXES
 from ..shipped import shipped
@@ -30,14 +31,13 @@ from .base import Number, command
 
 APP = shipped("board-demo", "app.py")
 APP_DIR = "app"  # under the device's hydra-edge dir
-PAGE_LINE = "live page: "  # how the board app's output names its page's URL, once the page serves
 PORT = Number(1, 65535, integer=True)
 
 
 def page_line(transport: Transport, local_port: int, board_port: int) -> str:
     """The live page as a browser on this machine opens it: the forward's local end (the board's own
     port when the board is this machine)."""
-    url = f"{PAGE_LINE}http://{LOOPBACK}:{local_port}/"
+    url = f"{URL_LINE}http://{LOOPBACK}:{local_port}/"
     if isinstance(transport, LocalTransport):
         return url
     return f"{url} (open it in a browser here; {transport.device_id}'s port {board_port}, forwarded while the app runs)"
@@ -97,7 +97,7 @@ def deploy_to(transport: Transport, bundle: Path, lut: Path, images: Path | None
     last = error = ""
     with transport.stream(merged, env=env, check=False) as lines:
         for line in lines:
-            if page is not None and line.startswith(PAGE_LINE):
+            if page is not None and line.startswith(URL_LINE):
                 line = page
             click.echo(line)
             last = line.strip() or last

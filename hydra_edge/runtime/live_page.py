@@ -61,6 +61,7 @@ HEAD_TIMEOUT_S = 5.0  # to receive the whole request head, however slowly it tri
 SEND_TIMEOUT_S = 10.0  # one send to a client that does not read
 KEEPALIVE_S = 15.0  # a stream with no new tick (a snapshot that hangs) sends a comment this often
 MAX_ERROR_CHARS = 500
+URL_LINE = "live page: "  # how the board app says where its page serves; deploy and demo read it
 
 
 class LivePageError(HydraEdgeError):
