@@ -218,7 +218,7 @@ def summary(report: dict[str, Any]) -> list[str]:
 
 def markdown(report: dict[str, Any]) -> str:
     fc = report["fc"]["shape"]
-    lines = [f"# int8 efficiency: each artefact against its runtime's FC rate\n",
+    lines = ["# int8 efficiency: each artefact against its runtime's FC rate\n",
              f"Host: {report['host']}; {report['cpu_family']}.\n",
              f"FC rate: one fully-connected layer {fc} (tokens x in x out; batch b: b x tokens) exported with each "
              f"artefact kind's recipe. Medians of {report['runs']} single inferences after 3 warm-up runs, every FC layer, "

@@ -62,7 +62,7 @@ def markdown(report: dict[str, Any]) -> str:
     order = [r["op"] for p in profiles for r in p["ops"]]
     ops = list(dict.fromkeys(order))
     cells = {(p["label"], r["op"]): r for p in profiles for r in p["ops"]}
-    lines = [f"# LiteRT op profile\n", f"Host: {report['host']}; {report['cpu_family']}.\n",
+    lines = ["# LiteRT op profile\n", f"Host: {report['host']}; {report['cpu_family']}.\n",
              f"LiteRT's own profiler (XNNPACK's operators by name), {report['threads']} thread(s), batch as exported; "
              f"each operator's median over {report['runs']} profiled inferences after one warm-up, summed by op type. "
              f"ms: per inference; share: of the profiled total; n: operators of that type.\n",

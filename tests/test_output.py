@@ -85,7 +85,7 @@ def test_convert_keeps_library_output_in_the_artefact_log(checkpoint: Path, tmp_
     assert f"{ARTEFACT}.tflite: done" in terminal
     assert f"converter output: {bundle / 'logs'}" in terminal.splitlines()
     log = (bundle / "logs" / f"{ARTEFACT}.log").read_text()
-    assert log.startswith(f"# hydra-edge ") and f"{ARTEFACT}.tflite" in log.splitlines()[0]
+    assert log.startswith("# hydra-edge ") and f"{ARTEFACT}.tflite" in log.splitlines()[0]
     for chatter in CHATTER:
         assert re.search(chatter, log), f"{chatter!r} not in the log:\n{log}"
 
