@@ -238,5 +238,6 @@ def test_under_a_cpu_load_the_app_steps_down_to_its_budget_comes_back_and_a_brow
     assert any("3 -> 12 heads [latency back under budget" in line for line in lines), lines
     assert any(line.startswith("switch 12 -> 3 heads [state") for line in lines), lines  # the heat, not the load
     assert "over budget" in switches and "back under budget" in switches, switches  # the page says why
+    assert re.search(r"12 \u2192 3 heads, state[^(\n]*\(battery [\d]+%, thermal 8\d\.\d\)", switches), switches  # and on what
     print(f"budget {budget} ms (12 heads p90 {unloaded:.2f} ms unloaded, {loaded:.2f} ms loaded); "
           f"3 heads {down_after:.1f} s after the load started, 12 again {back_after:.1f} s after it stopped")

@@ -50,7 +50,7 @@ from hydra_edge.runtime.latency import percentile
 from hydra_edge.runtime.latency_governor import LoopSettings
 from hydra_edge.runtime.live_page import URL_LINE, LivePage, PageState, Point, Switch, parse_address
 from hydra_edge.runtime.preprocess import IMAGE_SUFFIXES, load_image
-from hydra_edge.runtime.switcher import Switcher
+from hydra_edge.runtime.switcher import Switcher, SwitchEvent
 
 MAX_BUDGET_MS = 60_000.0  # the loop ignores a timing over a minute as absurd: a larger budget could never be missed
 MAX_LOOP_S = 86_400.0  # the loop's windows and dwell: a day is longer than any board waits to react
@@ -181,11 +181,23 @@ class Display:
             self.live.stop()
 
 
+def state_text(battery_pct: float, charging: bool, thermal: float) -> str:
+    """The table's inputs as a person reads them: what a switch for the device's state was made on."""
+    battery = "unknown" if math.isnan(battery_pct) else "n/a" if battery_pct < 0 else f"{battery_pct:.0f}%"
+    return f"battery {battery}" + (" charging" if charging else "") + f", thermal {thermal:.1f}"
+
+
+def page_reason(event: SwitchEvent) -> str:
+    """A switch's reason on the page: one made for the device's state also says which state it was."""
+    r = event.reading
+    return f"{event.reason} ({state_text(r.battery_pct, r.charging, r.thermal)})" \
+        if event.reason.startswith("state") and r is not None else event.reason
+
+
 def describe(event: Dict[str, Any], accuracy: Dict[int, Optional[float]], stats: Stats) -> str:
     reading = event["reading"] or {}
-    battery = reading.get("battery_pct", -1)
-    state = ("battery " + ("n/a" if battery < 0 else f"{battery:.0f}%") +
-             (" charging" if reading.get("charging") else "") + f", thermal {reading.get('thermal', float('nan')):.1f}")
+    state = state_text(reading.get("battery_pct", -1), bool(reading.get("charging")),
+                       reading.get("thermal", float("nan")))
     was = stats.summary(event["from"]) if event["from"] is not None else {}
     bought = f"{accuracy.get(event['to']) or float('nan'):.1f}% held-out top-1"
     after = f" (ran {event['from']} heads at {was['median_ms']:.2f} ms)" if was.get("median_ms") else ""
@@ -251,7 +263,7 @@ class PageFeed:
         status = self.switcher.latency_status() or {}
         reading = self.switcher.reading
         known = lambda v: v if v is not None and math.isfinite(v) and v >= 0 else None  # noqa: E731
-        switches = [Switch(t=e.time, from_heads=e.from_heads, to_heads=e.to_heads, reason=e.reason)
+        switches = [Switch(t=e.time, from_heads=e.from_heads, to_heads=e.to_heads, reason=page_reason(e))
                     for e in self.switcher.events[-20:]]  # the last few only: a board runs for months
         return PageState(
             heads=heads, t=self.clock(), budget_ms=status.get("budget_ms"),
