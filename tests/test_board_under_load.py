@@ -35,6 +35,7 @@ from hydra_edge.convert import pipeline
 from hydra_edge.convert.options import ConvertOptions
 from hydra_edge.model.config import preset
 from hydra_edge.model.hydravit import HydraViT
+from hydra_edge.records.manifest import read_manifest
 from hydra_edge.runtime.latency import percentile
 from hydra_edge.runtime.switcher import Switcher
 
@@ -225,6 +226,9 @@ def test_under_a_cpu_load_the_app_steps_down_to_its_budget_comes_back_and_a_brow
         board.apply(day[4])  # the scripted day goes on: heavy use, very hot
         assert browser_shows(browser, "3", 5)[-1] == "3"
         switches = browser.text("switches") or ""
+        assert browser.text("live") == "live" and browser.text("predicted") in read_manifest(wide_board["bundle"]).classes
+        shot = browser.screenshot()
+        assert shot.startswith(b"\x89PNG") and len(shot) > 10_000  # a page drawn, not a blank one
     finally:
         stop(load)
         if browser is not None:
