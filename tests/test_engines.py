@@ -32,7 +32,7 @@ CASES = [
 @pytest.fixture(scope="module")
 def subnet() -> torch.nn.Module:
     torch.manual_seed(0)
-    return HydraViT(preset("digits", depth=2, heads=(3, 6))).subnetwork(3)
+    return HydraViT(preset("digits", depth=1, heads=(3, 6))).subnetwork(3)
 
 
 @pytest.fixture(scope="module")

@@ -131,9 +131,11 @@ def test_the_installed_package_converts_calibrates_and_deploys_from_an_empty_fol
 
 def test_the_installed_demo_runs_from_an_empty_folder(installed: tuple[Path, Path], tmp_path: Path) -> None:
     _, script = installed
-    out = hydra_edge(script, tmp_path, "demo", "--epochs", 1, "--heads", "3,12", "--runs", 3, "--images", 2,
-                     "--jobs", 1)
+    # the jetson board (ONNX fp16): the rpi profile's path through the installed package is the test above's
+    out = hydra_edge(script, tmp_path, "demo", "--target", "jetson", "--epochs", 1, "--heads", "3,12", "--runs", 3,
+                     "--images", 2, "--jobs", 1)
     assert "Where everything is:" in out
     assert [p.name for p in tmp_path.iterdir()] == ["hydra-edge-demo"]
     events = json.loads((tmp_path / "hydra-edge-demo" / "app" / "events.json").read_text())["events"]
-    assert events[0]["reason"] == "start"
+    # the Jetson's thermal zone path (under /sys/devices/virtual/) is read: the day's first step, 45 degrees
+    assert events[0]["reason"] == "start" and events[0]["reading"]["thermal"] == 45.0, events[0]

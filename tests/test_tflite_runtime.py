@@ -44,7 +44,7 @@ def tflite_runtime_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def rpi_artefact(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The rpi target's int8-dynamic artefact of a small subnetwork, as ``hydra-edge convert`` writes it."""
     torch.manual_seed(0)
-    subnet = HydraViT(preset("digits", depth=2, heads=(3, 6))).subnetwork(3)
+    subnet = HydraViT(preset("digits", depth=1, heads=(3, 6))).subnetwork(3)
     images = np.random.default_rng(1).standard_normal((2, 1, 8, 8), dtype=np.float32)
     path = tmp_path_factory.mktemp("rpi") / "m.tflite"
     exporter("tflite").export(subnet, torch.from_numpy(images[:1]), "int8-dynamic", {}, images, path,
@@ -80,7 +80,7 @@ def variant_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     skeleton and a recipe, rebuilt on the device from the 6-head one."""
     root = tmp_path_factory.mktemp("rpi-tflite-runtime")
     torch.manual_seed(0)
-    HydraViT(preset("digits", depth=2, heads=(3, 6))).save(root / "m.pt")
+    HydraViT(preset("digits", depth=1, heads=(3, 6))).save(root / "m.pt")
     result = CliRunner().invoke(main, ["convert", "-c", str(root / "m.pt"), "-t", "rpi-tflite-runtime",
                                        "--heads", "3,6", "-o", str(root / "bundle"), "--eval-limit", "16"])
     assert result.exit_code == 0, result.output

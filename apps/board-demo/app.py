@@ -111,13 +111,16 @@ def camera_images(index: int, img_size: int, in_chans: int) -> Iterator[Sample]:
 
 
 class SimulatedBoard:
-    """A scripted battery and CPU temperature written into a sysfs tree, on a simulated clock."""
+    """A scripted battery and CPU temperature written into a sysfs tree, on a simulated clock.
+
+    The thermal zone is written where profiles name it: ``/sys/class/thermal/`` (the Pi's) and the
+    ``/sys/devices/virtual/thermal/`` folder a board's kernel links it to (the Jetson's)."""
 
     def __init__(self, root: Path, steps: List[Dict[str, Any]]) -> None:
         self.root, self.steps, self.now = root, steps, 0.0
-        self.zone = root / "sys/class/thermal/thermal_zone0"
+        self.zones = [root / "sys/class/thermal/thermal_zone0", root / "sys/devices/virtual/thermal/thermal_zone0"]
         self.battery = root / "sys/class/power_supply/battery"
-        for folder, kind in ((self.zone, "cpu-thermal"), (self.battery, "Battery")):
+        for folder, kind in [(zone, "cpu-thermal") for zone in self.zones] + [(self.battery, "Battery")]:
             folder.mkdir(parents=True, exist_ok=True)
             (folder / "type").write_text(kind + "\n")
 
@@ -125,7 +128,8 @@ class SimulatedBoard:
         return self.now
 
     def apply(self, step: Dict[str, Any]) -> None:
-        (self.zone / "temp").write_text(f"{int(step['temp_c'] * 1000)}\n")
+        for zone in self.zones:
+            (zone / "temp").write_text(f"{int(step['temp_c'] * 1000)}\n")
         (self.battery / "capacity").write_text(f"{int(step['battery_pct'])}\n")
         (self.battery / "status").write_text(step.get("status", "Discharging") + "\n")
 
