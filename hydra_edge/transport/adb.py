@@ -8,11 +8,12 @@ adb server, so a test or a second user can own theirs; ``ANDROID_SERIAL`` is hon
 from __future__ import annotations
 
 import os
+import re
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Mapping
 
-from .base import ErrorRule, Launch, Transport, device_dir, match_error, port_in_use, remote_command
+from .base import ErrorRule, Launch, Transport, device_dir, match_error, remote_command
 from .errors import (
     ConnectionLostError,
     DeviceNotFoundError,
@@ -23,6 +24,8 @@ from .errors import (
 
 DEFAULT_BASE_DIR = "/data/local/tmp/hydra-edge"  # the one place a shell user may write and exec
 INSTALL_HINT = "install the Android platform tools (apt-get install adb)"
+# What the adb server says when a forward's local port is taken (by anyone, or by a forward --no-rebind keeps)
+FORWARD_BIND_FAILED = re.compile(r"cannot bind|cannot rebind|already in use", re.IGNORECASE)
 
 ADB_RULES = (
     ErrorRule(r"unauthorized", DeviceUnauthorizedError,
@@ -115,12 +118,8 @@ class AdbTransport(Transport):
         argv = ["adb", "forward", "--no-rebind", local, f"tcp:{remote_port}"]
         rc, out, err = self._run_client(self._adb(*argv[1:]), argv, timeout=60)
         if rc != 0:
-            said = out.decode(errors="replace") + err
-            if "cannot bind" in said or "cannot rebind" in said or "already in use" in said.lower():
-                raise port_in_use(local_port)
-            lines = said.strip().splitlines()
-            raise self._client_error(rc, said) or TransportError(
-                f"`adb forward` of port {remote_port} on {self.device_id} failed: {lines[-1] if lines else rc}")
+            raise self._forward_failed(rc, out.decode(errors="replace") + err, FORWARD_BIND_FAILED, local_port,
+                                       remote_port, "the adb")
         try:
             yield
         finally:

@@ -429,6 +429,17 @@ class Transport(ABC):
         """Make the forward ``forward`` describes (its ports checked); undo it on leaving."""
         raise TransportError(f"{self.device_id} cannot forward a port")
 
+    def _forward_failed(self, returncode: int, said: str, bind_failed: re.Pattern[str], local_port: int,
+                        remote_port: int, client: str) -> TransportError:
+        """The one line for a forward's client that failed: the local port taken (its own words for it,
+        ``bind_failed``), the client's known errors, else its last line."""
+        if bind_failed.search(said):
+            return port_in_use(local_port)
+        lines = said.strip().splitlines()
+        return self._client_error(returncode, said) or TransportError(
+            f"{client} forward of port {remote_port} on {self.device_id} ended with exit {returncode}: "
+            f"{lines[-1] if lines else 'no error text'}")
+
     @contextmanager
     def _hold_client(self, launch: Launch, ready: str, timeout: float,
                      failed: Callable[[int, str], TransportError]) -> Iterator[None]:

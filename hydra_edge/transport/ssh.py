@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Iterator, Mapping
 
-from .base import LOOPBACK, ErrorRule, Launch, Transport, device_dir, match_error, port_in_use, remote_command
+from .base import LOOPBACK, ErrorRule, Launch, Transport, device_dir, match_error, remote_command
 from .errors import (
     AuthenticationError,
     ConnectionLostError,
@@ -34,9 +34,9 @@ from .errors import (
 SSH_EXIT_ERROR = 255  # ssh's own failures; a remote command's exit code passes through otherwise
 MASTER_IDLE_S = 120  # a master left behind by a crashed run exits on its own after this
 FORWARD_START_S = 60.0  # logging in and binding the local end of ``ssh -N -L``, beyond the connect timeout
-# What ssh says when the local end of a forward cannot be bound (ExitOnForwardFailure makes it exit).
-# ssh -v, once every -L is set up (ssh 9.2 says "Local forwarding listening" before it binds: too early)
+# What ssh -v says once every -L is set up (ssh 9.2 says "Local forwarding listening" before it binds: too early)
 FORWARD_READY = "Entering interactive session."
+# What ssh says when the local end of a forward cannot be bound (ExitOnForwardFailure makes it exit)
 FORWARD_BIND_FAILED = re.compile(r"Address already in use|cannot listen to port|Could not request local forwarding")
 
 SSH_RULES = (
@@ -225,12 +225,7 @@ class SshTransport(Transport):
 
         def failed(returncode: int, stderr: str) -> TransportError:
             said = "\n".join(line for line in stderr.splitlines() if not line.startswith("debug"))
-            if FORWARD_BIND_FAILED.search(said):
-                return port_in_use(local_port)
-            lines = said.strip().splitlines()
-            return self._client_error(returncode, said) or TransportError(
-                f"the ssh forward of port {remote_port} on {self.device_id} ended with exit {returncode}: "
-                f"{lines[-1] if lines else 'no error text'}")
+            return self._forward_failed(returncode, said, FORWARD_BIND_FAILED, local_port, remote_port, "the ssh")
 
         launch = Launch(argv, install_hint="install openssh-client (apt-get install openssh-client)")
         with self._hold_client(launch, FORWARD_READY, self._connect_timeout + FORWARD_START_S, failed):
