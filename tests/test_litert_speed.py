@@ -9,7 +9,10 @@ in the model's own layout. bench/op_profile_litert.py lays such profiles side by
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +27,7 @@ from hydra_edge.convert.tflite import export, for_xnnpack, tensor_map
 from hydra_edge.errors import HydraEdgeError
 from hydra_edge.model.config import preset
 from hydra_edge.model.hydravit import HydraViT
+from hydra_edge.model.sizes import subnet_size
 from hydra_edge.model.vit import PatchEmbed
 from hydra_edge.profiling.litert import op_events, op_times
 from hydra_edge.runtime.engines import load
@@ -184,4 +188,68 @@ def test_the_op_profile_bench_refuses_a_file_that_is_no_tflite_in_one_line(tmp_p
     assert done.stderr.strip().splitlines()[-1] == (f"error: {skeleton}: not a .tflite flatbuffer (no TFL3 identifier); a "
                                                     "compact bundle's skeleton is not one: hydra-edge expand writes the "
                                                     "full files")
+    assert not out.exists()
+
+
+KIT = Path(__file__).resolve().parents[1] / "bench" / "int8_efficiency_kit.py"
+
+
+def _no_torch(tmp_path: Path) -> dict[str, str]:
+    """An environment in which ``import torch`` fails: what a host with only numpy and ai-edge-litert has."""
+    blocker = tmp_path / "blocker"
+    blocker.mkdir()
+    (blocker / "torch.py").write_text("raise ImportError('this host has no torch')\n")
+    return {**os.environ, "PYTHONPATH": f"{blocker}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+
+
+@pytest.fixture(scope="module")
+def kit(artefact: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A kit of the 3-head artefact, once hollow (its int8 weights refilled there) and once whole."""
+    out = tmp_path_factory.mktemp("kit")
+    done = subprocess.run([sys.executable, str(KIT), "pack", "--out", str(out), "--preset", "digits",
+                           "--set", f"depth={DEPTH}", "--set", "in_chans=3", "--fc", "4x64x64", "--hollow-bytes", "512",
+                           "--whole", "control", f"after:3={artefact}", f"control:3={artefact}"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return out
+
+
+def test_a_kit_carries_the_weights_as_spreads_and_times_where_there_is_no_torch(kit: Path, artefact: Path,
+                                                                              tmp_path: Path) -> None:
+    index = json.loads((kit / "index.json").read_text())
+    items = {i["series"]: i for i in index["items"]}
+    assert items["after"]["spans"] and not items["control"]["spans"]  # the weights left out travel as spreads
+    assert items["control"]["sha256"] == items["after"]["source_sha256"] == hashlib.sha256(artefact.read_bytes()).hexdigest()
+    assert items["after"]["sha256"] != items["after"]["source_sha256"]  # refilled: other values, the same layout
+    sizes = {name: (kit / i["file"]).stat().st_size for name, i in items.items()}
+    assert sizes["after"] < sizes["control"]
+    assert items["after"]["gmacs"] == items["control"]["gmacs"] == pytest.approx(
+        subnet_size(preset("digits", depth=DEPTH, in_chans=3), 3).gmacs)
+    out = tmp_path / "results"
+    done = subprocess.run([sys.executable, str(KIT), "time", str(kit), "--out", str(out), "--runs", "2", "--repeats", "2",
+                           "--profile", "after k=3"], capture_output=True, text=True, timeout=300, env=_no_torch(tmp_path))
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads((out / "int8_efficiency_kit.json").read_text())
+    assert "int8-relevant flags" in report["host"]
+    rows = {(r["series"], r["repeat"]) for r in report["rows"]}
+    assert rows == {(s, rep) for s in ("after", "control") for rep in (0, 1)}
+    assert all(r["efficiency"] > 0 and r["fc_gmac_per_s"] > 0 for r in report["rows"])
+    assert "Batch Matrix Multiply (NC, QS8) GEMM" in {o["op"] for o in report["profiles"]["after k=3"]["ops"]}
+    assert report["host"] in (out / "int8_efficiency_kit.md").read_text()
+    assert (out / "int8_efficiency_kit.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_damaged_kit_is_refused_in_one_line(kit: Path, tmp_path: Path) -> None:
+    damaged = tmp_path / "kit"
+    shutil.copytree(kit, damaged)
+    index = json.loads((damaged / "index.json").read_text())
+    after = next(i for i in index["items"] if i["series"] == "after")
+    after["spans"][0][2] *= 2  # another spread: other bytes than the ones packed
+    (damaged / "index.json").write_text(json.dumps(index))
+    out = tmp_path / "results"
+    done = subprocess.run([sys.executable, str(KIT), "time", str(damaged), "--out", str(out), "--runs", "1"],
+                          capture_output=True, text=True, timeout=300, env=_no_torch(tmp_path))
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines()[-1] == (f"error: {damaged / after['file']}: rebuilt bytes do not match the "
+                                                    "index's sha256; pack the kit again")
     assert not out.exists()
