@@ -30,6 +30,7 @@ import argparse
 import hashlib
 import json
 import lzma
+import shutil
 import sys
 import tempfile
 import textwrap
@@ -95,10 +96,34 @@ def pack(args: argparse.Namespace) -> None:
     from hydra_edge.model.sizes import subnet_size
     from hydra_edge.profiling.recipes import export_with_recipe
 
-    cfg = preset(args.preset, **dict(args.set))
+    labels = [(series, heads) for series, heads, _ in args.items]
+    if len(set(labels)) != len(labels) or "fc" in {series for series, _ in labels}:
+        raise HydraEdgeError("each SERIES:HEADS once, and no series named fc (the FC layer's own name)")
+    missing = set(args.whole) - {series for series, _ in labels}
+    if missing:
+        raise HydraEdgeError(f"--whole {sorted(missing)}: no such series among the artefacts given")
+    for _, _, path in args.items:
+        if not path.is_file():
+            raise HydraEdgeError(f"{path}: no such file")
+        with path.open("rb") as f:
+            if f.read(8)[4:8] != b"TFL3":
+                raise HydraEdgeError(f"{path}: not a .tflite flatbuffer (no TFL3 identifier); give .tflite artefacts")
+    shape = args.fc.split("x")
+    if len(shape) != 3 or not all(n.isdigit() and int(n) > 0 for n in shape):
+        raise HydraEdgeError(f"--fc {args.fc!r}: give TOKENSxINxOUT, e.g. 197x3072x3072")
+    tokens, width_in, width_out = (int(n) for n in shape)
+    try:
+        cfg = preset(args.preset, **dict(args.set))
+    except TypeError as e:  # a --set key the config does not have
+        raise HydraEdgeError(f"--set: {e}") from None
+    for _, heads, _ in args.items:
+        cfg.check_heads(heads)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    tokens, width_in, width_out = (int(n) for n in args.fc.split("x"))
+    if out.exists():
+        raise HydraEdgeError(f"{out}: exists; give a new folder for the kit")
+    partial = out.with_name(f".{out.name}.partial")  # renamed into place once whole: no half-written kit
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
     torch.manual_seed(0)
     fc = torch.nn.Linear(width_in, width_out).eval()
     x = np.random.default_rng(0).standard_normal((1, tokens, width_in), dtype=np.float32)
@@ -114,18 +139,17 @@ def pack(args: argparse.Namespace) -> None:
         for series, heads, path, gmacs, gmacs_run in entries:
             data = path.read_bytes()
             whole = series in args.whole
-            if data[4:8] != b"TFL3":
-                raise HydraEdgeError(f"{path}: not a .tflite flatbuffer (no TFL3 identifier); give .tflite artefacts")
             body, spans = (data, []) if whole else hollowed(data, args.hollow_bytes)
             timed = data if whole else refill(body, spans)
             name = f"{series}_h{heads}.tflite.xz".replace(" ", "_")
-            (out / name).write_bytes(lzma.compress(body, preset=1))
+            (partial / name).write_bytes(lzma.compress(body, preset=1))
             index["items"].append({"series": series, "heads": heads, "gmacs": gmacs, "gmacs_run": gmacs_run,
                                    "file": name, "source": f"FC layer {args.fc}" if series == "fc" else str(path), "source_sha256": _sha256(data),
                                    "sha256": _sha256(timed), "spans": spans})
             print(f"{name}: {len(data) / 2**20:.1f} MiB, {len(spans)} buffers refilled there, "
-                  f"{(out / name).stat().st_size / 2**20:.2f} MiB packed", flush=True)
-    (out / INDEX).write_text(json.dumps(index, indent=1))
+                  f"{(partial / name).stat().st_size / 2**20:.2f} MiB packed", flush=True)
+    (partial / INDEX).write_text(json.dumps(index, indent=1))
+    partial.rename(out)
 
 
 def _label(item: dict[str, Any]) -> str:

@@ -205,7 +205,7 @@ def _no_torch(tmp_path: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def kit(artefact: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A kit of the 3-head artefact, once hollow (its int8 weights refilled there) and once whole."""
-    out = tmp_path_factory.mktemp("kit")
+    out = tmp_path_factory.mktemp("kit") / "kit"
     done = subprocess.run([sys.executable, str(KIT), "pack", "--out", str(out), "--preset", "digits",
                            "--set", f"depth={DEPTH}", "--set", "in_chans=3", "--fc", "4x64x64", "--hollow-bytes", "512",
                            "--whole", "control", f"after:3={artefact}", f"control:3={artefact}"],
@@ -253,3 +253,14 @@ def test_a_damaged_kit_is_refused_in_one_line(kit: Path, tmp_path: Path) -> None
     assert done.stderr.strip().splitlines()[-1] == (f"error: {damaged / after['file']}: rebuilt bytes do not match the "
                                                     "index's sha256; pack the kit again")
     assert not out.exists()
+
+
+def test_a_kit_of_a_file_that_is_no_tflite_is_refused_in_one_line(tmp_path: Path) -> None:
+    skeleton, out = tmp_path / "vit_h3.skeleton", tmp_path / "kit"
+    skeleton.write_bytes(b"\0" * 64)
+    done = subprocess.run([sys.executable, str(KIT), "pack", "--out", str(out), f"after:3={skeleton}"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines()[-1] == (f"error: {skeleton}: not a .tflite flatbuffer (no TFL3 identifier); "
+                                                    "give .tflite artefacts")
+    assert not out.exists() and list(tmp_path.iterdir()) == [skeleton]
