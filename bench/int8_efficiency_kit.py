@@ -156,14 +156,24 @@ def _label(item: dict[str, Any]) -> str:
     return "fc" if item["series"] == "fc" else f"{item['series']} k={item['heads']}"
 
 
-def unpack(kit: Path, work: Path) -> list[dict[str, Any]]:
-    """Every file of the kit rebuilt under ``work`` and checked against its sha256; the index's items."""
-    index = json.loads((kit / INDEX).read_text())
-    for item in index["items"]:
-        data = refill(lzma.decompress((kit / item["file"]).read_bytes()), item["spans"])
+def unpack(kit: Path, work: Path) -> dict[str, Any]:
+    """The kit's index, every file rebuilt under ``work`` and checked against its sha256 (item["path"])."""
+    try:
+        index = json.loads((kit / INDEX).read_text())
+        items = index["items"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise HydraEdgeError(f"{kit / INDEX}: not a kit's index ({e}); write the kit with this script's pack") from None
+    for item in items:
+        name = str(item["file"])
+        if Path(name).name != name or name.startswith("."):  # a name from the index never leaves the kit folder
+            raise HydraEdgeError(f"{kit / INDEX}: file {name!r} is not a name in the kit folder; pack the kit again")
+        try:
+            data = refill(lzma.decompress((kit / name).read_bytes()), item["spans"])
+        except (OSError, lzma.LZMAError, ValueError, TypeError) as e:
+            raise HydraEdgeError(f"{kit / name}: cannot be rebuilt ({e}); pack the kit again") from None
         if _sha256(data) != item["sha256"]:
-            raise HydraEdgeError(f"{kit / item['file']}: rebuilt bytes do not match the index's sha256; pack the kit again")
-        item["path"] = work / item["file"].removesuffix(".xz")
+            raise HydraEdgeError(f"{kit / name}: rebuilt bytes do not match the index's sha256; pack the kit again")
+        item["path"] = work / name.removesuffix(".xz")
         item["path"].write_bytes(data)
     return index
 

@@ -197,7 +197,7 @@ KIT = Path(__file__).resolve().parents[1] / "bench" / "int8_efficiency_kit.py"
 def _no_torch(tmp_path: Path) -> dict[str, str]:
     """An environment in which ``import torch`` fails: what a host with only numpy and ai-edge-litert has."""
     blocker = tmp_path / "blocker"
-    blocker.mkdir()
+    blocker.mkdir(exist_ok=True)
     (blocker / "torch.py").write_text("raise ImportError('this host has no torch')\n")
     return {**os.environ, "PYTHONPATH": f"{blocker}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
 
@@ -253,6 +253,17 @@ def test_a_damaged_kit_is_refused_in_one_line(kit: Path, tmp_path: Path) -> None
     assert done.stderr.strip().splitlines()[-1] == (f"error: {damaged / after['file']}: rebuilt bytes do not match the "
                                                     "index's sha256; pack the kit again")
     assert not out.exists()
+    index["items"][0]["file"] = "../outside.tflite.xz"  # a name that would leave the kit folder
+    (damaged / "index.json").write_text(json.dumps(index))
+    done = subprocess.run([sys.executable, str(KIT), "time", str(damaged), "--out", str(out), "--runs", "1"],
+                          capture_output=True, text=True, timeout=300, env=_no_torch(tmp_path))
+    assert done.returncode != 0 and not out.exists()
+    assert done.stderr.strip().splitlines()[-1] == (f"error: {damaged / 'index.json'}: file '../outside.tflite.xz' is not "
+                                                    "a name in the kit folder; pack the kit again")
+    done = subprocess.run([sys.executable, str(KIT), "time", str(tmp_path / "nothing"), "--out", str(out)],
+                          capture_output=True, text=True, timeout=300, env=_no_torch(tmp_path))
+    assert done.returncode != 0 and not out.exists()
+    assert done.stderr.strip().splitlines()[-1].startswith(f"error: {tmp_path / 'nothing' / 'index.json'}: not a kit's index")
 
 
 def test_a_kit_of_a_file_that_is_no_tflite_is_refused_in_one_line(tmp_path: Path) -> None:
