@@ -19,13 +19,19 @@ def test_subnetwork_equals_sliced_forward_for_every_small_head_count(digits_mode
             assert (digits_model(x, heads=k) - dense(x)).abs().max() <= 1e-5
 
 
+@pytest.fixture(scope="module")
+def b16_model() -> HydraViT:
+    """One b16 with random weights (86 M parameters: built once for every head count tested)."""
+    torch.manual_seed(0)
+    return HydraViT.from_preset("b16")
+
+
 @pytest.mark.parametrize("k", [3, 7, 12])
-def test_b16_subnetworks_equal_sliced_forward(k):
+def test_b16_subnetworks_equal_sliced_forward(b16_model, k):
     torch.manual_seed(k)
-    model = HydraViT.from_preset("b16")
     x = torch.randn(1, 3, 224, 224)
     with torch.no_grad():
-        assert (model(x, heads=k) - model.subnetwork(k)(x)).abs().max() <= 1e-5
+        assert (b16_model(x, heads=k) - b16_model.subnetwork(k)(x)).abs().max() <= 1e-5
 
 
 def test_subnetworks_have_deit_shapes():
