@@ -20,7 +20,8 @@ steady figures.
     .venv/bin/python bench/int8_efficiency_kit.py pack --out kit --whole control \\
         after:3=full/vit_h3_tflite_int8-dynamic.tflite after:12=full/vit_h12_tflite_int8-dynamic.tflite \\
         control:3=full/vit_h3_tflite_int8-dynamic.tflite
-    taskset -c 2 python3 bench/int8_efficiency_kit.py time kit --out results --profile "after k=3"
+    # there, from a checkout (hydra-edge need not be installed: PYTHONPATH=. finds it)
+    PYTHONPATH=. taskset -c 2 python3 bench/int8_efficiency_kit.py time kit --out results --profile "after k=3"
     .venv/bin/python bench/int8_efficiency_kit.py render results/int8_efficiency_kit.json --out bench/results/x
 """
 
@@ -30,6 +31,7 @@ import argparse
 import hashlib
 import json
 import lzma
+import re
 import shutil
 import sys
 import tempfile
@@ -39,12 +41,9 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run as a script from a checkout on a host where hydra-edge is not installed
-
-from hydra_edge.errors import HydraEdgeError  # noqa: E402
-from hydra_edge.profiling.report import save_report, subplots  # noqa: E402
-from hydra_edge.profiling.timing import cpu_family, host_cpu, paired_ms  # noqa: E402
+from hydra_edge.errors import HydraEdgeError
+from hydra_edge.profiling.report import save_report, subplots
+from hydra_edge.profiling.timing import cpu_family, host_cpu, paired_ms
 
 INDEX = "index.json"
 HOLLOW_BYTES = 64 * 1024  # default: int8 buffers at least this large travel as (offset, length, std), the weight matrices
@@ -84,9 +83,12 @@ def _item(text: str) -> tuple[str, int, Path]:
     try:
         name, path = text.split("=", 1)
         series, heads = name.rsplit(":", 1)
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9 _.-]*", series):  # it names the kit's files
+            raise ValueError(series)
         return series, int(heads), Path(path)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not SERIES:HEADS=PATH, e.g. after:3=full/vit_h3.tflite") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is not SERIES:HEADS=PATH (SERIES: letters, digits, ' ', '_', '.', "
+                                         "'-'), e.g. after:3=full/vit_h3.tflite") from None
 
 
 def pack(args: argparse.Namespace) -> None:
@@ -144,7 +146,8 @@ def pack(args: argparse.Namespace) -> None:
             name = f"{series}_h{heads}.tflite.xz".replace(" ", "_")
             (partial / name).write_bytes(lzma.compress(body, preset=1))
             index["items"].append({"series": series, "heads": heads, "gmacs": gmacs, "gmacs_run": gmacs_run,
-                                   "file": name, "source": f"FC layer {args.fc}" if series == "fc" else str(path), "source_sha256": _sha256(data),
+                                   "file": name, "source": f"FC layer {args.fc}" if series == "fc" else str(path),
+                                   "source_sha256": _sha256(data),
                                    "sha256": _sha256(timed), "spans": spans})
             print(f"{name}: {len(data) / 2**20:.1f} MiB, {len(spans)} buffers refilled there, "
                   f"{(partial / name).stat().st_size / 2**20:.2f} MiB packed", flush=True)
@@ -227,7 +230,8 @@ def time_kit(args: argparse.Namespace) -> dict[str, Any]:
     for i in items:
         i.pop("path", None)
     return {"host": host_cpu(), "cpu_family": cpu_family(), "fc": index["fc"], "runs": args.runs,
-            "repeats": args.repeats, "profile_repeats": args.repeats, "threads": args.threads, "items": items, "rows": rows, "profiles": profiles,
+            "repeats": args.repeats, "profile_repeats": args.repeats, "threads": args.threads, "items": items,
+            "rows": rows, "profiles": profiles,
             "tools": _versions()}
 
 
@@ -301,7 +305,8 @@ def markdown(report: dict[str, Any]) -> str:
         ops = list(dict.fromkeys(o["op"] for p in profiles.values() for o in p["ops"]))
         cells = {(name, o["op"]): o for name, p in profiles.items() for o in p["ops"]}
         lines += ["", f"LiteRT's own op profile, 1 thread: each operator's median over the runs, summed by op type, "
-                  f"the median of {report['profile_repeats']} profile(s) (ms per inference, the profiles' range, share, operators):\n",
+                  f"the median of {report['profile_repeats']} profile(s) (ms per inference, the profiles' range, share, "
+                  "operators):\n",
                   "| op | " + " | ".join(f"{n} ms | range | share | n" for n in profiles) + " |",
                   "|---" * (1 + 4 * len(profiles)) + "|"]
         for op in ops:
