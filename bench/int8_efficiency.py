@@ -4,7 +4,8 @@ The limit: the int8 MAC rate each runtime reaches on one large fully-connected l
 times (3072 x 3072) by default, exported by the project's own exporters with the artefacts' recipe
 (LiteRT and ExecuTorch: PT2E dynamic-range int8 per channel; onnxruntime: static QDQ on MatMul/Gemm
 with the jetson profile's options). An artefact's efficiency = its subnetwork's MACs / its latency /
-that rate. FC layers, artefacts (from ``--bundles``, converted beforehand) and eager fp32 torch of
+that rate (the FC layer is exported only for the kinds of artefact given). FC layers, artefacts (from
+``--bundles``, converted beforehand) and eager fp32 torch of
 the same subnetworks are timed in the same run, single inferences interleaved (each once the one
 before has left no thread spinning), medians, at each
 batch size and thread count; each runtime's own profiler breaks the smallest and largest head
@@ -44,8 +45,10 @@ PROFILERS = {"tflite": "hydra_edge.profiling.litert", "executorch": "hydra_edge.
              "onnx": "hydra_edge.profiling.onnxruntime"}
 
 
-def fc_artefacts(tokens: int, width_in: int, width_out: int, work: Path) -> tuple[dict[str, Path], torch.nn.Module, np.ndarray]:
-    """One ``Linear(width_in, width_out)`` fed (1, tokens, width_in), exported per recipe; with the module and an input.
+def fc_artefacts(tokens: int, width_in: int, width_out: int, work: Path, kinds: set[tuple[str, str]]
+                 ) -> tuple[dict[str, Path], torch.nn.Module, np.ndarray]:
+    """One ``Linear(width_in, width_out)`` fed (1, tokens, width_in), exported with each recipe of ``kinds``
+    (format, quant: the artefacts given); with the module and an input.
 
     An FC layer over ``batch x tokens`` rows is the batch's FC layer: the batch-8 rate is this with 8x the tokens.
     """
@@ -55,7 +58,7 @@ def fc_artefacts(tokens: int, width_in: int, width_out: int, work: Path) -> tupl
     paths = {f"{fmt} {quant}": export_with_recipe(fc, x, fmt, quant, target, (tokens, width_in),
                                                   work / f"fc{tokens}_{fmt}_{quant}{FORMATS[fmt].suffix}",
                                                   f"FC {tokens}x{width_in}x{width_out}")
-             for fmt, quant, target in RECIPES}
+             for fmt, quant, target in RECIPES if (fmt, quant) in kinds}
     return paths, fc, x
 
 
@@ -111,7 +114,8 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     refused: list[str] = []  # programs a runtime would not run (a bundle's rows are then left out at that batch)
     with tempfile.TemporaryDirectory(prefix="hydra-fc-") as tmp:
         for batch in args.batch:
-            fc_paths, fc, fc_x = fc_artefacts(tokens * batch, width_in, width_out, Path(tmp))
+            fc_paths, fc, fc_x = fc_artefacts(tokens * batch, width_in, width_out, Path(tmp),
+                                              {(r["format"], r["quant"]) for r in rows})
             programs = _programs(rows, models, batch, Path(tmp))
             measured[batch] = [r for r, *_ in programs]
             for t in args.threads:
@@ -166,7 +170,7 @@ def _report(args: argparse.Namespace, fc_macs: int, measured: dict[int, list[dic
     """Rates, efficiencies and ratios from the medians (ms) of every timed program, per batch and thread count."""
     rates = [{"runtime": name, "batch": b, "threads": t, "ms": round(ms[f"fc {name}"], 4),
               "gmac_per_s": round(b * fc_macs / (ms[f"fc {name}"] / 1e3) / 1e9, 3)}
-             for (b, t), ms in timed.items() for name in ["torch fp32", *(f"{f} {q}" for f, q, _ in RECIPES)]]
+             for (b, t), ms in timed.items() for name in ["torch fp32", *(f"{f} {q}" for f, q, _ in RECIPES if f"fc {f} {q}" in ms)]]
     rate = {(r["runtime"], r["batch"], r["threads"]): r["gmac_per_s"] for r in rates}
     artefacts = []
     for (b, t), ms in timed.items():
