@@ -32,6 +32,7 @@ from hydra_edge.formats import FORMATS
 from hydra_edge.model.checkpoint import load_checkpoint
 from hydra_edge.model.config import HydraConfig
 from hydra_edge.model.sizes import subnet_size
+from hydra_edge.profiling.arguments import FC_SHAPE, fc_shape, positive_list
 from hydra_edge.profiling.recipes import RECIPES, Stacked, export_with_recipe
 from hydra_edge.profiling.report import save_report, subplots
 from hydra_edge.profiling.timing import cpu_family, host_cpu, paired_ms
@@ -170,7 +171,8 @@ def _report(args: argparse.Namespace, fc_macs: int, measured: dict[int, list[dic
     """Rates, efficiencies and ratios from the medians (ms) of every timed program, per batch and thread count."""
     rates = [{"runtime": name, "batch": b, "threads": t, "ms": round(ms[f"fc {name}"], 4),
               "gmac_per_s": round(b * fc_macs / (ms[f"fc {name}"] / 1e3) / 1e9, 3)}
-             for (b, t), ms in timed.items() for name in ["torch fp32", *(f"{f} {q}" for f, q, _ in RECIPES if f"fc {f} {q}" in ms)]]
+             for (b, t), ms in timed.items()
+             for name in ["torch fp32", *(f"{f} {q}" for f, q, _ in RECIPES if f"fc {f} {q}" in ms)]]
     rate = {(r["runtime"], r["batch"], r["threads"]): r["gmac_per_s"] for r in rates}
     artefacts = []
     for (b, t), ms in timed.items():
@@ -276,28 +278,12 @@ def plot(report: dict[str, Any]) -> Any:
     return fig
 
 
-def _positive_list(text: str) -> list[int]:
-    """``1,8``: positive integers, checked before minutes of export."""
-    parts = text.split(",")
-    if not all(p.strip().isdigit() and int(p) > 0 for p in parts):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a list of positive integers, e.g. 1,8")
-    return sorted({int(p) for p in parts})
-
-
-def _fc_shape(text: str) -> str:
-    """``TOKENSxINxOUT``, three positive integers (checked, so a typo fails before minutes of export)."""
-    parts = text.split("x")
-    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
-        raise argparse.ArgumentTypeError(f"{text!r} is not TOKENSxINxOUT, e.g. 197x3072x3072")
-    return text
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--bundles", nargs="+", required=True, help="converted bundle folders (with manifest.json)")
-    p.add_argument("--fc", default="197x3072x3072", type=_fc_shape, help="FC layer tokens x in x out")
-    p.add_argument("--threads", default="1,2", type=_positive_list, help="thread counts, e.g. 1,2")
-    p.add_argument("--batch", default="1,8", type=_positive_list, help="batch sizes, e.g. 1,8")
+    p.add_argument("--fc", default=FC_SHAPE, type=fc_shape, help="FC layer tokens x in x out")
+    p.add_argument("--threads", default="1,2", type=positive_list, help="thread counts, e.g. 1,2")
+    p.add_argument("--batch", default="1,8", type=positive_list, help="batch sizes, e.g. 1,8")
     p.add_argument("--runs", type=int, default=15)
     p.add_argument("--out", default=str(RESULTS))
     args = p.parse_args()

@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from hydra_edge.errors import HydraEdgeError
+from hydra_edge.profiling.arguments import FC_SHAPE, fc_shape, positive_list
 from hydra_edge.profiling.report import save_report, subplots
 from hydra_edge.profiling.timing import cpu_family, host_cpu, paired_ms
 
@@ -92,11 +93,10 @@ def _item(text: str) -> tuple[str, int, Path]:
 
 
 def pack(args: argparse.Namespace) -> None:
-    import torch
+    from int8_efficiency import fc_artefacts
 
     from hydra_edge.model.config import preset
     from hydra_edge.model.sizes import subnet_size
-    from hydra_edge.profiling.recipes import export_with_recipe
 
     labels = [(series, heads) for series, heads, _ in args.items]
     if len(set(labels)) != len(labels) or "fc" in {series for series, _ in labels}:
@@ -110,10 +110,7 @@ def pack(args: argparse.Namespace) -> None:
         with path.open("rb") as f:
             if f.read(8)[4:8] != b"TFL3":
                 raise HydraEdgeError(f"{path}: not a .tflite flatbuffer (no TFL3 identifier); give .tflite artefacts")
-    shape = args.fc.split("x")
-    if len(shape) != 3 or not all(n.isdigit() and int(n) > 0 for n in shape):
-        raise HydraEdgeError(f"--fc {args.fc!r}: give TOKENSxINxOUT, e.g. 197x3072x3072")
-    tokens, width_in, width_out = (int(n) for n in shape)
+    tokens, width_in, width_out = (int(n) for n in args.fc.split("x"))
     try:
         cfg = preset(args.preset, **dict(args.set))
     except TypeError as e:  # a --set key the config does not have
@@ -126,13 +123,9 @@ def pack(args: argparse.Namespace) -> None:
     partial = out.with_name(f".{out.name}.partial")  # renamed into place once whole: no half-written kit
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    torch.manual_seed(0)
-    fc = torch.nn.Linear(width_in, width_out).eval()
-    x = np.random.default_rng(0).standard_normal((1, tokens, width_in), dtype=np.float32)
     with tempfile.TemporaryDirectory(prefix="hydra-kit-") as tmp:
-        fc_path = export_with_recipe(fc, x, "tflite", "int8-dynamic", "rpi", (tokens, width_in),
-                                     Path(tmp) / "fc.tflite", f"FC {args.fc}")
-        entries = [("fc", 0, fc_path, 0.0, 0.0)]  # its source is named by its shape below
+        fc_paths, _, _ = fc_artefacts(tokens, width_in, width_out, Path(tmp), {("tflite", "int8-dynamic")})
+        entries = [("fc", 0, fc_paths["tflite int8-dynamic"], 0.0, 0.0)]  # its source is named by its shape below
         for series, heads, path in args.items:
             size = subnet_size(cfg, heads)
             entries.append((series, heads, path, size.gmacs, size.exported_macs / 1e9))
@@ -348,13 +341,6 @@ def _override(text: str) -> tuple[str, int]:
     return key, int(value)
 
 
-def _positive_list(text: str) -> list[int]:
-    parts = text.split(",")
-    if not all(p.strip().isdigit() and int(p) > 0 for p in parts):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a list of positive integers, e.g. 1,4")
-    return sorted({int(p) for p in parts})
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -366,12 +352,12 @@ def main() -> None:
                    help="a preset field the artefacts' model overrode, e.g. depth=2 (repeatable)")
     k.add_argument("--hollow-bytes", type=int, default=HOLLOW_BYTES,
                    help="int8 weight buffers at least this large travel hollow (refilled there)")
-    k.add_argument("--fc", default="197x3072x3072", help="FC layer tokens x in x out")
+    k.add_argument("--fc", default=FC_SHAPE, type=fc_shape, help="FC layer tokens x in x out")
     k.add_argument("--whole", action="append", default=[], help="a series that travels byte for byte (repeatable)")
     t = sub.add_parser("time", help="time a kit (numpy and ai-edge-litert only)")
     t.add_argument("kit")
     t.add_argument("--out", required=True)
-    t.add_argument("--threads", default="1", type=_positive_list)
+    t.add_argument("--threads", default="1", type=positive_list)
     t.add_argument("--runs", type=int, default=21)
     t.add_argument("--repeats", type=int, default=3)
     r = sub.add_parser("render", help="write the .md and .png again from a results .json (e.g. one fetched from a host)")

@@ -8,6 +8,7 @@
   stacked along channels (``Stacked``);
 - ``bundles``: a full bundle of random weights and its compacted copy (``full_and_compact``);
 - ``report``: how every bench ends, ``<name>.json``, ``.md`` and ``.png`` and the table printed.
+- ``arguments``: the command-line values the int8 benches share (``positive_list``, ``fc_shape``).
 
 Nothing here is imported by the rest of ``hydra_edge``; the runtimes and matplotlib are imported
 inside the functions that use them.
