@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_calibrate import torch_free_python
 
 from hydra_edge.convert.attention import attention_matmuls
 from hydra_edge.convert.targets import load_target
@@ -194,14 +194,6 @@ def test_the_op_profile_bench_refuses_a_file_that_is_no_tflite_in_one_line(tmp_p
 KIT = Path(__file__).resolve().parents[1] / "bench" / "int8_efficiency_kit.py"
 
 
-def _no_torch(tmp_path: Path) -> dict[str, str]:
-    """An environment in which ``import torch`` fails: what a host with only numpy and ai-edge-litert has."""
-    blocker = tmp_path / "blocker"
-    blocker.mkdir(exist_ok=True)
-    (blocker / "torch.py").write_text("raise ImportError('this host has no torch')\n")
-    return {**os.environ, "PYTHONPATH": f"{blocker}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-
-
 @pytest.fixture(scope="module")
 def kit(artefact: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A kit of the 3-head artefact, once hollow (its int8 weights refilled there) and once whole."""
@@ -225,9 +217,9 @@ def test_a_kit_carries_the_weights_as_spreads_and_times_where_there_is_no_torch(
     assert sizes["after"] < sizes["control"]
     assert items["after"]["gmacs"] == items["control"]["gmacs"] == pytest.approx(
         subnet_size(preset("digits", depth=DEPTH, in_chans=3), 3).gmacs)
-    out = tmp_path / "results"
-    done = subprocess.run([sys.executable, str(KIT), "time", str(kit), "--out", str(out), "--runs", "2", "--repeats", "2",
-                           "--profile", "after k=3"], capture_output=True, text=True, timeout=300, env=_no_torch(tmp_path))
+    out, python = tmp_path / "results", str(torch_free_python(tmp_path / "py"))
+    done = subprocess.run([python, str(KIT), "time", str(kit), "--out", str(out), "--runs", "2", "--repeats", "2",
+                           "--profile", "after k=3"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads((out / "int8_efficiency_kit.json").read_text())
     assert "int8-relevant flags" in report["host"]
@@ -246,22 +238,22 @@ def test_a_damaged_kit_is_refused_in_one_line(kit: Path, tmp_path: Path) -> None
     after = next(i for i in index["items"] if i["series"] == "after")
     after["spans"][0][2] *= 2  # another spread: other bytes than the ones packed
     (damaged / "index.json").write_text(json.dumps(index))
-    out = tmp_path / "results"
-    done = subprocess.run([sys.executable, str(KIT), "time", str(damaged), "--out", str(out), "--runs", "1"],
-                          capture_output=True, text=True, timeout=300, env=_no_torch(tmp_path))
+    out, python = tmp_path / "results", str(torch_free_python(tmp_path / "py"))
+    done = subprocess.run([python, str(KIT), "time", str(damaged), "--out", str(out), "--runs", "1"],
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode != 0
     assert done.stderr.strip().splitlines()[-1] == (f"error: {damaged / after['file']}: rebuilt bytes do not match the "
                                                     "index's sha256; pack the kit again")
     assert not out.exists()
     index["items"][0]["file"] = "../outside.tflite.xz"  # a name that would leave the kit folder
     (damaged / "index.json").write_text(json.dumps(index))
-    done = subprocess.run([sys.executable, str(KIT), "time", str(damaged), "--out", str(out), "--runs", "1"],
-                          capture_output=True, text=True, timeout=300, env=_no_torch(tmp_path))
+    done = subprocess.run([python, str(KIT), "time", str(damaged), "--out", str(out), "--runs", "1"],
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode != 0 and not out.exists()
     assert done.stderr.strip().splitlines()[-1] == (f"error: {damaged / 'index.json'}: file '../outside.tflite.xz' is not "
                                                     "a name in the kit folder; pack the kit again")
-    done = subprocess.run([sys.executable, str(KIT), "time", str(tmp_path / "nothing"), "--out", str(out)],
-                          capture_output=True, text=True, timeout=300, env=_no_torch(tmp_path))
+    done = subprocess.run([python, str(KIT), "time", str(tmp_path / "nothing"), "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode != 0 and not out.exists()
     assert done.stderr.strip().splitlines()[-1].startswith(f"error: {tmp_path / 'nothing' / 'index.json'}: not a kit's index")
 
