@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from hydra_edge.convert.naming import tool_versions
 from hydra_edge.errors import HydraEdgeError
 from hydra_edge.profiling.arguments import FC_SHAPE, fc_shape, positive_list
 from hydra_edge.profiling.report import save_report, subplots
@@ -71,11 +72,9 @@ def hollowed(data: bytes, least: int = HOLLOW_BYTES) -> tuple[bytes, list[list[f
 
     out, spans = bytearray(data), []
     for t in tensor_map(data):
-        length = int(np.prod(t.shape)) * t.dtype.itemsize
-        if t.dtype == np.int8 and t.rows_of is None and length >= least:
-            values = np.frombuffer(data, np.int8, length, t.offset)
-            spans.append([t.offset, length, round(float(values.std()), 4)])
-            out[t.offset:t.offset + length] = bytes(length)
+        if t.dtype == np.int8 and t.rows_of is None and t.nbytes >= least:
+            spans.append([t.offset, t.nbytes, round(float(t.array(data).std()), 4)])
+            out[t.offset:t.offset + t.nbytes] = bytes(t.nbytes)
     return bytes(out), spans
 
 
@@ -183,6 +182,11 @@ def time_kit(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="hydra-kit-") as tmp:
         index = unpack(Path(args.kit), Path(tmp))
         items = index["items"]
+        chosen = {name: next((i for i in items if _label(i) == name), None) for name in args.profile}
+        for name, item in chosen.items():
+            if item is None:
+                raise HydraEdgeError(f"--profile {name!r}: no such artefact in the kit; "
+                                     f"choose from {[_label(i) for i in items]}")
         fc = next(i for i in items if i["series"] == "fc")
         inputs = {_label(i): np.random.default_rng(1).standard_normal(input_shape(i["path"]), dtype=np.float32)
                   for i in items}
@@ -208,12 +212,6 @@ def time_kit(args: argparse.Namespace) -> dict[str, Any]:
                                  "over_largest_macs": round(i["gmacs"] / largest["gmacs"], 3),
                                  "largest_heads": largest["heads"]})
                 del engines, fns
-        chosen = {}
-        for name in args.profile:
-            chosen[name] = next((i for i in items if _label(i) == name), None)
-            if chosen[name] is None:
-                raise HydraEdgeError(f"--profile {name!r}: no such artefact in the kit; "
-                                     f"choose from {[_label(i) for i in items]}")
         tables: dict[str, list[list[dict[str, Any]]]] = {name: [] for name in chosen}
         for rep in range(args.repeats):  # interleaved, so that every artefact's profiles see the same host
             for name, item in chosen.items():
@@ -223,9 +221,8 @@ def time_kit(args: argparse.Namespace) -> dict[str, Any]:
     for i in items:
         i.pop("path", None)
     return {"host": host_cpu(), "cpu_family": cpu_family(), "fc": index["fc"], "runs": args.runs,
-            "repeats": args.repeats, "profile_repeats": args.repeats, "threads": args.threads, "items": items,
-            "rows": rows, "profiles": profiles,
-            "tools": _versions()}
+            "repeats": args.repeats, "threads": args.threads, "items": items, "rows": rows, "profiles": profiles,
+            "tools": tool_versions(("ai-edge-litert", "numpy"))}
 
 
 def _profile(repeats: list[list[dict[str, Any]]]) -> dict[str, Any]:
@@ -243,12 +240,6 @@ def _profile(repeats: list[list[dict[str, Any]]]) -> dict[str, Any]:
             "share": round(float(np.median(v)) / total, 4), "operators": operators[op]} for op, v in per_op.items()]
     return {"total_ms": round(total, 4), "repeat_totals_ms": [round(t, 4) for t in totals],
             "ops": sorted(ops, key=lambda o: -o["ms"])}
-
-
-def _versions() -> dict[str, str]:
-    import importlib.metadata as md
-
-    return {name: md.version(name) for name in ("ai-edge-litert", "numpy")}
 
 
 def medians(report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -297,9 +288,10 @@ def markdown(report: dict[str, Any]) -> str:
     if profiles:
         ops = list(dict.fromkeys(o["op"] for p in profiles.values() for o in p["ops"]))
         cells = {(name, o["op"]): o for name, p in profiles.items() for o in p["ops"]}
+        counts = sorted({len(p["repeat_totals_ms"]) for p in profiles.values()})
         lines += ["", f"LiteRT's own op profile, 1 thread: each operator's median over the runs, summed by op type, "
-                  f"the median of {report['profile_repeats']} profile(s) (ms per inference, the profiles' range, share, "
-                  "operators):\n",
+                  f"the median of {'/'.join(map(str, counts))} profile(s) (ms per inference, the profiles' range, "
+                  "share, operators):\n",
                   "| op | " + " | ".join(f"{n} ms | range | share | n" for n in profiles) + " |",
                   "|---" * (1 + 4 * len(profiles)) + "|"]
         for op in ops:
@@ -360,10 +352,11 @@ def main() -> None:
     t.add_argument("--threads", default="1", type=positive_list)
     t.add_argument("--runs", type=int, default=21)
     t.add_argument("--repeats", type=int, default=3)
+    t.add_argument("--profile", action="append", default=[],
+                   help="a label (\"SERIES k=HEADS\") to profile by op type (repeatable)")
     r = sub.add_parser("render", help="write the .md and .png again from a results .json (e.g. one fetched from a host)")
     r.add_argument("results", type=Path)
     r.add_argument("--out", required=True)
-    t.add_argument("--profile", action="append", default=[], help="a label (\"SERIES k=HEADS\") to profile by op type (repeatable)")
     args = p.parse_args()
     try:
         if args.command == "pack":
