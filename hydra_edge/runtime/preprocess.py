@@ -10,11 +10,15 @@ normalised with mean = std = 0.5, colour models with ImageNet's statistics, as b
 from __future__ import annotations
 
 import math
+import os
+import stat
+import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, BinaryIO, Sequence, Tuple, Union
 
 import numpy as np
 
+from ..atomic import NotARegularFile
 from ..errors import HydraEdgeError
 
 if TYPE_CHECKING:
@@ -23,6 +27,11 @@ if TYPE_CHECKING:
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".webp", ".ppm", ".gif", ".tif", ".tiff"}
 CROP_PCT = 0.9  # the crop is this fraction of the resized image's shorter side
+# What a file with one of those suffixes may hold, by its content (a phone's .jpg is often an MPO).
+FORMATS = ("PNG", "JPEG", "MPO", "BMP", "WEBP", "PPM", "GIF", "TIFF")
+# Pillow's own warning threshold (a quarter of a gigabyte of 24-bit pixels): an 89-megapixel photo reads, a
+# 30000 x 30000 PNG of under 1 MB (900 megapixels, gigabytes once decoded) is refused from its header.
+MAX_PIXELS = 89_478_485
 
 
 def normalisation(in_chans: int) -> Tuple[Sequence[float], Sequence[float]]:
@@ -61,11 +70,80 @@ def transform(im: "Image.Image", img_size: int, in_chans: int) -> np.ndarray:
 
 
 def load_image(path: Union[str, Path], img_size: int, in_chans: int) -> np.ndarray:
-    """Read an image file with Pillow and apply ``transform``: (C, H, W) float32."""
+    """Read an image file (``read_image``) and apply ``transform``: (C, H, W) float32."""
+    return transform(read_image(path), img_size, in_chans)
+
+
+def read_image(path: Union[str, Path]) -> "Image.Image":
+    """The decoded pixels of an image file, or a ``HydraEdgeError`` of one line naming it: the one reader of
+    image files (training, evaluation, conversion's held-out set, the board app).
+
+    Why so guarded: an image file is data from anywhere (a phone, a scrape, a colleague's disk), and Pillow's
+    decoders answer damage with OSError mostly but also ValueError, SyntaxError, EOFError, struct.error,
+    IndexError, DecompressionBombError and more (``tests/test_image_input.py``'s fuzz test finds them), so any
+    exception while Pillow opens and decodes a file is that file's fault, said in one line. Only the file is
+    read: it is opened without blocking and refused unless it is a regular file (a FIFO named ``x.png``
+    would block a plain open forever), only ``FORMATS`` are tried (never a PostScript file with a ``.png``
+    name, which Pillow hands to Ghostscript), and an image over ``MAX_PIXELS`` is refused from its header,
+    before its pixels are decoded.
+    """
     from PIL import Image
 
+    # Pillow warns (two lines on stderr) between MAX_PIXELS and twice that; such images are refused here in
+    # one line, so its warning would only repeat it. Added at every read: test runners reset the filters.
+    warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
     try:
-        with Image.open(path) as im:
-            return transform(im, img_size, in_chans)
-    except OSError as e:
-        raise HydraEdgeError(f"cannot read image {path}: {e}; remove or replace it") from None
+        with _regular_file(path) as f, Image.open(f, formats=FORMATS) as im:
+            width, height = im.size
+            if width * height > MAX_PIXELS:
+                raise _TooManyPixels(f"{width}x{height} pixels is")
+            im.load()
+    except _TooManyPixels as e:
+        raise HydraEdgeError(_too_many_pixels(path, str(e))) from None
+    except Image.DecompressionBombError:  # Pillow's own limit (twice ours), checked before ours can be
+        raise HydraEdgeError(_too_many_pixels(path, "its size is")) from None
+    except Exception as e:  # noqa: BLE001 -- any failure to decode is the file's (see above)
+        raise HydraEdgeError(f"cannot read image {path}: {_why(e)}") from None
+    return im
+
+
+class _TooManyPixels(Exception):
+    """Raised inside ``read_image`` to leave Pillow's context managers before the message is written."""
+
+
+def _too_many_pixels(path: Union[str, Path], size: str) -> str:
+    return (f"cannot read image {path}: {size} more than {MAX_PIXELS:,} pixels (decoding it would take "
+            "gigabytes: a decompression bomb looks like this); scale it down or remove it")
+
+
+def _why(e: Exception) -> str:
+    """Why Pillow could not read a file, and the fix, on one line of at most a few hundred characters."""
+    from PIL import UnidentifiedImageError
+
+    if isinstance(e, UnidentifiedImageError):
+        return f"not a {', '.join(FORMATS[:-1])} or {FORMATS[-1]} image; remove it or convert it to one"
+    if isinstance(e, OSError):  # missing, unreadable, a FIFO, truncated
+        why, fix = str(e) or type(e).__name__, "replace it with a good copy or remove it"
+    else:
+        why, fix = f"damaged ({type(e).__name__}: {e})", "replace it with a good copy or remove it"
+    why = " ".join(why.split())
+    return f"{why[:300]}{'...' if len(why) > 300 else ''}; {fix}"
+
+
+def _regular_file(path: Union[str, Path]) -> BinaryIO:
+    """``path`` opened for reading if it is a regular file; ``NotARegularFile`` (an OSError) if not.
+
+    The open never blocks (``O_NONBLOCK``): a FIFO where an image belongs would block a plain open until
+    something wrote to it, and a board app or a training scan would hang on it.
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+                 | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
+            raise NotARegularFile(f"{path} is {kind}")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise

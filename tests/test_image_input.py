@@ -1,0 +1,101 @@
+"""Bad image files are one line each, wherever images are read, and never a traceback or a blank image.
+
+Training (``train.data``), evaluation and conversion's held-out set (the same ``ImageFolder``) and the board
+app (``apps/board-demo/app.py``) all read through ``runtime.preprocess.read_image``. Every file here is made
+by the test with Pillow or by hand (PNG chunks), or is one of scikit-image's bundled images; nothing is
+downloaded.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import struct
+import sys
+import warnings
+import zlib
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from PIL import Image
+
+from hydra_edge.cli import main
+from hydra_edge.model.config import preset
+from hydra_edge.runtime.preprocess import MAX_PIXELS
+from hydra_edge.train.data import load_data
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def board_app() -> ModuleType:
+    """The board app as a module: its folder reader is what a board runs on ``--images``."""
+    spec = importlib.util.spec_from_file_location("board_demo_app", ROOT / "apps" / "board-demo" / "app.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def classes(root: Path, counts: dict[str, int] | None = None) -> Path:
+    """Class folders of small 8-bit images, each class its own shade."""
+    rng = np.random.default_rng(0)
+    for c, (name, n) in enumerate((counts or {"cat": 6, "dog": 6}).items()):
+        (root / name).mkdir(parents=True, exist_ok=True)
+        for i in range(n):
+            pixels = np.full((12, 10), 60 * c, np.uint8) + rng.integers(0, 30, (12, 10), dtype=np.uint8)
+            Image.fromarray(pixels, "L").save(root / name / f"{i}.png")
+    return root
+
+
+def png_chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+def bilevel_png(width: int, height: int, before_pixels: bytes = b"") -> bytes:
+    """A complete, valid 1-bit PNG of ``width`` x ``height`` white pixels, written row by row (a 30000 x 30000
+    one is 110 KB: what makes a decompression bomb); ``before_pixels``: chunks placed before its IDAT."""
+    row = b"\x00" + b"\xff" * ((width + 7) // 8)
+    z = zlib.compressobj(9)
+    pixels = b"".join(z.compress(row) for _ in range(height)) + z.flush()
+    header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", header) + before_pixels + png_chunk(b"IDAT", pixels)
+            + png_chunk(b"IEND", b""))
+
+
+def skipped(records: list[logging.LogRecord], name: str) -> list[str]:
+    return [r.getMessage() for r in records if name in r.getMessage()]
+
+
+def train_cli(data: Path, out: Path) -> tuple[int, str]:
+    """``hydra-edge train`` for one epoch of the digits preset: (exit code, output)."""
+    result = CliRunner().invoke(main, ["train", "--data", str(data), "--preset", "digits", "--epochs", "1",
+                                       "--out", str(out)])
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    return result.exit_code, result.output
+
+
+# --- 1. decompression bombs: too many pixels ----------------------------------------------------------------
+
+
+def test_an_image_of_too_many_pixels_is_one_line_in_training_and_on_the_board(tmp_path, caplog):
+    data = classes(tmp_path / "data")
+    (data / "cat" / "bomb.png").write_bytes(bilevel_png(30_000, 30_000))  # 900 Mpx: past Pillow's own error
+    (data / "dog" / "big.png").write_bytes(bilevel_png(10_000, 10_000))  # 100 Mpx: Pillow only warns
+    assert (data / "cat" / "bomb.png").stat().st_size < 200_000
+    with warnings.catch_warnings(record=True) as shown, caplog.at_level(logging.WARNING):
+        warnings.simplefilter("always")
+        split = load_data(str(data), preset("digits", num_classes=2))
+        samples = board_app().folder_images(data, 8, 1, ["cat", "dog"])
+        code, output = train_cli(data, tmp_path / "run")
+    assert len(split.train) + len(split.val) == 12 and len(samples) == 12
+    assert code == 0 and "Traceback" not in output, output
+    for name, size in (("bomb.png", "its size is"), ("big.png", "10000x10000 pixels is")):
+        lines = skipped(caplog.records, name)
+        assert len(lines) == 3, lines  # once by load_data, once by the board app, once by train
+        assert all(f"{size} more than {MAX_PIXELS:,} pixels" in line and "\n" not in line for line in lines)
+        assert all(line.startswith("warning: skipped cannot read image ") for line in lines)
+    assert not shown, [str(w.message) for w in shown]  # Pillow's own two-line warning is not shown as well
