@@ -66,6 +66,13 @@ def bilevel_png(width: int, height: int, before_pixels: bytes = b"") -> bytes:
             + png_chunk(b"IEND", b""))
 
 
+def text_bomb_png(inflated: int = 50_000_000) -> bytes:
+    """An 8 x 8 PNG whose zTXt chunk (compressed text, before the pixels) inflates to ``inflated`` bytes:
+    about 50 KB on disk for 50 MB of text."""
+    text = b"Comment\x00\x00" + zlib.compress(b"a" * inflated, 9)
+    return bilevel_png(8, 8, before_pixels=png_chunk(b"zTXt", text))
+
+
 def skipped(records: list[logging.LogRecord], name: str) -> list[str]:
     return [r.getMessage() for r in records if name in r.getMessage()]
 
@@ -99,3 +106,20 @@ def test_an_image_of_too_many_pixels_is_one_line_in_training_and_on_the_board(tm
         assert all(f"{size} more than {MAX_PIXELS:,} pixels" in line and "\n" not in line for line in lines)
         assert all(line.startswith("warning: skipped cannot read image ") for line in lines)
     assert not shown, [str(w.message) for w in shown]  # Pillow's own two-line warning is not shown as well
+
+
+# --- 2. metadata that inflates past Pillow's limit --------------------------------------------------------
+
+
+def test_a_png_whose_text_inflates_to_50_mb_is_one_line_in_training_and_on_the_board(tmp_path, caplog):
+    data = classes(tmp_path / "data")
+    (data / "cat" / "text.png").write_bytes(text_bomb_png())
+    assert (data / "cat" / "text.png").stat().st_size < 60_000
+    with caplog.at_level(logging.WARNING):
+        split = load_data(str(data), preset("digits", num_classes=2))
+        samples = board_app().folder_images(data, 8, 1, ["cat", "dog"])
+        code, output = train_cli(data, tmp_path / "run")
+    assert len(split.train) + len(split.val) == 12 and len(samples) == 12
+    assert code == 0 and "Traceback" not in output, output
+    lines = skipped(caplog.records, "text.png")
+    assert len(lines) == 3 and all("metadata" in line and "\n" not in line for line in lines), lines

@@ -122,7 +122,10 @@ def _why(e: Exception) -> str:
 
     if isinstance(e, UnidentifiedImageError):
         return f"not a {', '.join(FORMATS[:-1])} or {FORMATS[-1]} image; remove it or convert it to one"
-    if isinstance(e, OSError):  # missing, unreadable, a FIFO, truncated
+    if isinstance(e, ValueError) and "decompressed data too large" in str(e).lower():
+        why = "its metadata (a compressed PNG text chunk) inflates past the 1 MB Pillow allows"
+        fix = "save it again without metadata, or remove it"
+    elif isinstance(e, OSError):  # missing, unreadable, a FIFO, truncated
         why, fix = str(e) or type(e).__name__, "replace it with a good copy or remove it"
     else:
         why, fix = f"damaged ({type(e).__name__}: {e})", "replace it with a good copy or remove it"
