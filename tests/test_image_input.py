@@ -24,20 +24,25 @@ from PIL import Image
 
 from hydra_edge.cli import main
 from hydra_edge.model.config import preset
-from hydra_edge.runtime.preprocess import MAX_PIXELS
+from hydra_edge.runtime.preprocess import MAX_PIXELS, load_image
 from hydra_edge.train.data import load_data
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def board_app() -> ModuleType:
-    """The board app as a module: its folder reader is what a board runs on ``--images``."""
-    spec = importlib.util.spec_from_file_location("board_demo_app", ROOT / "apps" / "board-demo" / "app.py")
+def script(path: Path, name: str) -> ModuleType:
+    """A script of the repository (the board app, a bench) imported as a module."""
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
+
+
+def board_app() -> ModuleType:
+    """The board app as a module: its folder reader is what a board runs on ``--images``."""
+    return script(ROOT / "apps" / "board-demo" / "app.py", "board_demo_app")
 
 
 def classes(root: Path, counts: dict[str, int] | None = None) -> Path:
@@ -123,3 +128,21 @@ def test_a_png_whose_text_inflates_to_50_mb_is_one_line_in_training_and_on_the_b
     assert code == 0 and "Traceback" not in output, output
     lines = skipped(caplog.records, "text.png")
     assert len(lines) == 3 and all("metadata" in line and "\n" not in line for line in lines), lines
+
+
+# --- 3. byte-mutated files of every format ------------------------------------------------------------------
+
+
+def test_byte_mutated_images_are_an_image_or_one_line(tmp_path):
+    """A bounded slice of bench/image_fuzz.py (fixed seed): 2100 mutated files, 100 of each seed file."""
+    fuzz = script(ROOT / "bench" / "image_fuzz.py", "image_fuzz")
+    for name, data in fuzz.seed_files().items():  # each seed, unmutated, is an image: the fuzz reads real files
+        (tmp_path / name).write_bytes(data)
+        outcome, detail, shown, _ = fuzz.read_one(lambda p: load_image(p, 16, 3), tmp_path / name, 2.0)
+        assert (outcome, shown) == ("image", 0), (name, detail)
+    results = fuzz.fuzz(2100, seed=0, work=tmp_path, slow_s=2.0)
+    failures = {name: r.failures for name, r in results.items() if r.counts["failure"]}
+    assert not failures, failures
+    assert sum(r.counts["image"] for r in results.values()) > 200  # mutations that still decode are read
+    assert all(r.counts["refused"] for r in results.values())  # and every format has its refusals
+    assert sum(r.warnings for r in results.values()) == 0  # no Python warning on top of the one line

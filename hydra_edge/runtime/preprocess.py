@@ -27,8 +27,8 @@ if TYPE_CHECKING:
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".webp", ".ppm", ".gif", ".tif", ".tiff"}
 CROP_PCT = 0.9  # the crop is this fraction of the resized image's shorter side
-# What a file with one of those suffixes may hold, by its content (a phone's .jpg is often an MPO).
-FORMATS = ("PNG", "JPEG", "MPO", "BMP", "WEBP", "PPM", "GIF", "TIFF")
+# What a file with one of those suffixes may hold, by its content (JPEG includes a phone's MPO).
+FORMATS = ("PNG", "JPEG", "BMP", "WEBP", "PPM", "GIF", "TIFF")
 # Pillow's own warning threshold (a quarter of a gigabyte of 24-bit pixels): an 89-megapixel photo reads, a
 # 30000 x 30000 PNG of under 1 MB (900 megapixels, gigabytes once decoded) is refused from its header.
 MAX_PIXELS = 89_478_485
@@ -89,9 +89,12 @@ def read_image(path: Union[str, Path]) -> "Image.Image":
     """
     from PIL import Image
 
-    # Pillow warns (two lines on stderr) between MAX_PIXELS and twice that; such images are refused here in
-    # one line, so its warning would only repeat it. Added at every read: test runners reset the filters.
+    # Pillow warns (two lines on stderr each) between MAX_PIXELS and twice that, where the image is refused
+    # here in one line anyway, and about every damaged TIFF tag or EXIF field it skips, many a file, where the
+    # pixels still read or the file is one line. Added at every read: test runners reset the filters.
     warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"PIL\.")
+    Image.init()  # every plugin: a list of formats stops Image.open from loading TIFF's and WebP's itself
     try:
         with _regular_file(path) as f, Image.open(f, formats=FORMATS) as im:
             width, height = im.size
