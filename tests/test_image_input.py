@@ -146,3 +146,62 @@ def test_byte_mutated_images_are_an_image_or_one_line(tmp_path):
     assert sum(r.counts["image"] for r in results.values()) > 200  # mutations that still decode are read
     assert all(r.counts["refused"] for r in results.values())  # and every format has its refusals
     assert sum(r.warnings for r in results.values()) == 0  # no Python warning on top of the one line
+
+
+# --- 4. more than 8 bits a pixel ----------------------------------------------------------------------------
+
+
+def photo_grey() -> np.ndarray:
+    """scikit-learn's sample photo, grey, 8 bits: (64, 96) uint8."""
+    from sklearn.datasets import load_sample_image
+
+    return np.asarray(Image.fromarray(load_sample_image("china.jpg")).convert("L").resize((96, 64)))
+
+
+def deep_files(folder: Path) -> dict[str, Path]:
+    """The photo as 16-bit PNG and TIFF, 32-bit integer TIFF and float TIFF (0..1), each by its real range."""
+    grey = photo_grey()
+    files = {"8-bit.png": Image.fromarray(grey), "16-bit.png": Image.fromarray(grey.astype(np.uint16) * 257),
+             "16-bit.tif": Image.fromarray(grey.astype(np.uint16) * 257),
+             "32-bit.tif": Image.fromarray(grey.astype(np.int32) * 257),
+             "float.tif": Image.fromarray(grey.astype(np.float32) / 255)}
+    for name, im in files.items():
+        im.save(folder / name)
+    return {name: folder / name for name in files}
+
+
+@pytest.mark.parametrize("in_chans", [1, 3])
+def test_16_bit_32_bit_and_float_images_are_read_by_their_range_never_blank(tmp_path, in_chans):
+    files = deep_files(tmp_path)
+    assert {n: Image.open(p).mode for n, p in files.items()} == {
+        "8-bit.png": "L", "16-bit.png": "I;16", "16-bit.tif": "I;16", "32-bit.tif": "I", "float.tif": "F"}
+    reference = load_image(files["8-bit.png"], 32, in_chans)
+    assert reference.std() > 0.1  # a photo, not a flat image
+    for name, path in files.items():
+        assert np.array_equal(load_image(path, 32, in_chans), reference), name
+
+
+BAD_DEPTHS = {
+    "32-bit beyond 16 bits": (np.arange(64 * 96, dtype=np.int32).reshape(64, 96) * 1000,
+                              "32-bit integer pixels run from 0 to 6143000"),
+    "negative 32-bit": (np.arange(64 * 96, dtype=np.int32).reshape(64, 96) - 100,
+                        "32-bit integer pixels run from -100 to 6043"),
+    "float beyond 0..1": (np.linspace(0, 1000, 64 * 96, dtype=np.float32).reshape(64, 96),
+                          "floating-point pixels run from 0 to 1000"),
+    "float with NaN": (np.where(np.eye(64, 96) > 0, np.nan, 0.5).astype(np.float32),
+                       "floating-point pixels include NaN or infinity"),
+    "CIELab": (Image.frombytes("LAB", (96, 64), bytes(range(256)) * 72), "cannot turn its LAB pixels into grey"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_DEPTHS))
+def test_pixels_without_an_agreed_range_are_one_line_in_training_and_on_the_board(tmp_path, caplog, case):
+    pixels, why = BAD_DEPTHS[case]
+    data = classes(tmp_path / "data")
+    (pixels if isinstance(pixels, Image.Image) else Image.fromarray(pixels)).save(data / "cat" / "deep.tif")
+    with caplog.at_level(logging.WARNING):
+        split = load_data(str(data), preset("digits", num_classes=2))
+        samples = board_app().folder_images(data, 8, 1, ["cat", "dog"])
+    assert len(split.train) + len(split.val) == 12 and len(samples) == 12
+    lines = skipped(caplog.records, "deep.tif")
+    assert len(lines) == 2 and all(why in line and "save it as an 8- or 16-bit " in line for line in lines), lines

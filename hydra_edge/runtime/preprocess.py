@@ -32,6 +32,8 @@ FORMATS = ("PNG", "JPEG", "BMP", "WEBP", "PPM", "GIF", "TIFF")
 # Pillow's own warning threshold (a quarter of a gigabyte of 24-bit pixels): an 89-megapixel photo reads, a
 # 30000 x 30000 PNG of under 1 MB (900 megapixels, gigabytes once decoded) is refused from its header.
 MAX_PIXELS = 89_478_485
+# The 8-bit modes Pillow converts to both L and RGB (alpha dropped); ``eight_bit`` maps the others onto L.
+_CONVERTIBLE = frozenset({"1", "L", "LA", "P", "PA", "RGB", "RGBA", "RGBa", "RGBX", "CMYK", "YCbCr", "HSV"})
 
 
 def normalisation(in_chans: int) -> Tuple[Sequence[float], Sequence[float]]:
@@ -54,13 +56,14 @@ def resize_size(img_size: int) -> int:
 def transform(im: "Image.Image", img_size: int, in_chans: int) -> np.ndarray:
     """The evaluation transform on a decoded image: (C, H, W) float32, ready for the model.
 
-    Colour modes become RGB (alpha dropped, as PIL's ``convert`` does for timm's loader) or L.
+    Colour modes become RGB (alpha dropped, as PIL's ``convert`` does for timm's loader) or L; 16-bit,
+    32-bit and float pixels are first made 8-bit by their range (``eight_bit``), never clipped.
     Sizes and the crop's corner are computed as torchvision's ``Resize(int)`` and ``CenterCrop``
     do, so the pixels are those of the official evaluation.
     """
     from PIL import Image
 
-    im = im.convert("L" if in_chans == 1 else "RGB")
+    im = eight_bit(im).convert("L" if in_chans == 1 else "RGB")
     size, (w, h) = resize_size(img_size), im.size
     if min(w, h) != size:  # the longer side scaled by the same factor, truncated
         im = im.resize((size, int(size * h / w)) if w <= h else (int(size * w / h), size), Image.BICUBIC)
@@ -107,7 +110,49 @@ def read_image(path: Union[str, Path]) -> "Image.Image":
         raise HydraEdgeError(_too_many_pixels(path, "its size is")) from None
     except Exception as e:  # noqa: BLE001 -- any failure to decode is the file's (see above)
         raise HydraEdgeError(f"cannot read image {path}: {_why(e)}") from None
-    return im
+    try:
+        return eight_bit(im)
+    except HydraEdgeError as e:
+        raise HydraEdgeError(f"cannot read image {path}: {e}") from None
+
+
+def eight_bit(im: "Image.Image") -> "Image.Image":
+    """``im`` with 8-bit pixels that ``transform`` can convert, by the range its values stand for; else a
+    ``HydraEdgeError`` saying why and what to do.
+
+    Why: Pillow's ``convert("L")`` clips 16-bit, 32-bit and float pixels to 0..255, so a 16-bit photo
+    becomes all white and a float one in 0..1 all black, and training would learn from blank images
+    without a word. 16-bit pixels stand for 0..65535, as every viewer shows them; 32-bit integer pixels
+    within 0..65535 are 16-bit ones (Pillow gives a signed 16-bit TIFF that mode); float pixels stand for
+    0..1, as scikit-image and float TIFF writers mean them. Other 32-bit or float pixels (depth maps, HDR,
+    counts) have no agreed white, and a guess would be a different picture: they are refused.
+    """
+    from PIL import Image
+
+    if im.mode.startswith("I;16"):  # I;16, I;16B, I;16L, I;16N: unsigned 16-bit, either byte order
+        scaled = np.asarray(im, np.float64) / 257.0
+    elif im.mode in ("I", "F"):
+        pixels = np.asarray(im, np.float64)
+        hint = "scale it to 8 or 16 bits (0..65535) as it should look, and save it as an 8- or 16-bit image"
+        if not np.isfinite(pixels).all():
+            raise HydraEdgeError(f"its floating-point pixels include NaN or infinity; {hint}")
+        low, high = float(pixels.min()), float(pixels.max())
+        if im.mode == "I":
+            if low < 0 or high > 65535:
+                raise HydraEdgeError(f"its 32-bit integer pixels run from {low:.0f} to {high:.0f}, beyond 16 bits, "
+                                     f"with no agreed white; {hint}")
+            scaled = pixels / 257.0
+        else:
+            if low < 0 or high > 1:
+                raise HydraEdgeError(f"its floating-point pixels run from {low:g} to {high:g}, outside the 0..1 "
+                                     f"float images stand for; {hint}")
+            scaled = pixels * 255.0
+    elif im.mode in _CONVERTIBLE:
+        return im
+    else:  # LAB (a CIELab TIFF), La: Pillow cannot make L or RGB of them
+        raise HydraEdgeError(f"Pillow cannot turn its {im.mode} pixels into grey or RGB ones; "
+                             "save it as an 8- or 16-bit grey or RGB image")
+    return Image.fromarray(np.round(scaled).astype(np.uint8), "L")
 
 
 class _TooManyPixels(Exception):
