@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Install hydra-edge into ./.venv on a fresh machine (Python 3.11, pip, gcc). Safe to re-run: it
-# skips what is already done. torch 2.13.0 (CPU) goes in FIRST: executorch and litert-torch would
-# otherwise resolve a multi-GB CUDA build of a newer torch (see docs/dependencies.md).
+# skips what is already done. torch 2.13.0 goes in FIRST: executorch and litert-torch would otherwise
+# resolve a newer torch they were not built against (see docs/dependencies.md). From PyPI, 2.13.0 on
+# x86_64 is the CUDA build (about 2.7 GB of nvidia-* wheels), which runs on a CPU; set TORCH_INDEX_URL
+# to PyTorch's CPU index where it can be reached for the 200 MB CPU build instead.
 set -euo pipefail
 cd "$(dirname "$0")"
 

@@ -529,6 +529,24 @@ def test_a_temperature_that_will_not_read_is_an_error_with_its_reason(tmp_path: 
     assert state.errors["thermal"].startswith("thermal_zone0: ")
 
 
+LENIENT = ["45_000\n", "\uff14\uff15\uff10\uff10\uff10\n", "4.5e4\n", "-0\n", "45000.0\n", "+45000\n", "045000\n",
+           "0x afc8\n", "45000 mC\n", "45000\n45000\n"]
+
+
+@pytest.mark.parametrize("text", LENIENT)
+def test_a_sensor_file_that_is_not_a_plain_ascii_integer_is_a_failed_read(board: Path, text: str):
+    """The kernel writes a sensor as a plain ASCII integer (``%d``): Python's float() also takes 45_000,
+    full-width digits, 4.5e4 and -0, which would read a garbled file as a cool board and buy heads."""
+    spoil(board / TZ / "thermal_zone0/temp", text)
+    (zone, *_) = read_thermal_zones(str(board))
+    assert zone.temp_c is None and "not a plain integer" in zone.error, zone
+    spoil(board / PS / "BAT0/capacity", text.replace("45", "4").replace("\uff15", ""))
+    state = read_state({"battery": "sysfs"}, root=str(board))
+    assert state.battery_capacity is None and "not a plain integer" in state.errors["battery"], state.errors
+    spoil(board / TZ / "thermal_zone0/temp", "-5000\n")  # a plain integer below zero is a reading
+    assert read_thermal_zones(str(board))[0].temp_c == -5.0
+
+
 def test_one_zone_that_will_not_read_is_no_error_while_others_read(board: Path):
     spoil(board / TZ / "thermal_zone0/temp", "garbage\n")
     state = read_state({"thermal": "sysfs"}, root=str(board))

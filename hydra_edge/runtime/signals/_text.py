@@ -16,6 +16,12 @@ from ...atomic import read_limited
 # A signed decimal with optional exponent; units that follow (``mW``, ``'C``, ``MB``) are left out.
 NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 
+# What the kernel writes for a sensor attribute (``%d``): ASCII digits, a minus sign before a non-zero
+# value, no leading zero. Python's float() and int() also take 45_000, full-width digits, 4.5e4, -0 and
+# +45000; a file that holds one of those is garbled (or written by something else), so it is a failed
+# read, which the fail-safe rules hold and then treat as the worst band, never a cool, full board.
+KERNEL_INTEGER = re.compile(r"0|-?[1-9][0-9]*", re.ASCII)
+
 # ``key: value`` on its own line: dumpsys battery/thermalservice, /proc/cpuinfo.
 COLON_LINES = re.compile(r"^[ \t]*([^:\n]+?)[ \t]*:[ \t]*(.*?)[ \t]*$", re.MULTILINE)
 # ``key=value`` tokens inside a line: vcgencmd, benchmark_model's ``count=.. avg=..``.
@@ -61,19 +67,16 @@ def read_number(path: Union[str, Path], scale: float, valid: Tuple[float, float]
     """A sysfs attribute holding one number, times ``scale``: (value, None) or (None, why not).
 
     Why not: the file is missing or will not read (EACCES, EIO, a directory), is empty, is not
-    exactly one finite number, or gives a value outside ``valid`` (1e9 m°C is a broken driver,
+    exactly one ``KERNEL_INTEGER``, or gives a value outside ``valid`` (1e9 m°C is a broken driver,
     not a hot board).
     """
     try:
         text = read_file(path)
     except OSError as e:
         return None, f"{type(e).__name__}: {e}"
-    try:
-        value = float(text) * scale
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value):
-        return None, f"{path} reads {text[:40]!r}, not a number"
+    if not KERNEL_INTEGER.fullmatch(text):
+        return None, f"{path} reads {text[:40]!r}, not a number: a sensor file holds a plain integer"
+    value = int(text) * scale
     error = range_error(value, valid, unit)
     return (None, f"{path}: {error}") if error else (value, None)
 

@@ -232,8 +232,12 @@ def _dumpsys_thermal(root: str, run: Runner, table: Mapping[str, Any]) -> Dict[s
     if thermal is None:
         return {"error": _no_output(argv) if not text else
                 "dumpsys thermalservice has neither a status nor a temperature"}
-    return {"thermal_zones": thermal.temperatures_c, "android_thermal_status": thermal.status,
-            "error": None if thermal.status is not None else "dumpsys thermalservice has no Thermal Status"}
+    # A status outside NONE..SHUTDOWN is garbage, as an absurd temperature is: no reading (held, then
+    # the hottest band), never a band of its own (-1 would otherwise count as cooler than NONE).
+    status = thermal.status if thermal_status_name(thermal.status) is not None else None
+    error = None if status is not None else "dumpsys thermalservice has no Thermal Status" if thermal.status is None \
+        else f"dumpsys thermalservice Thermal Status {thermal.status} is not one of NONE..SHUTDOWN"
+    return {"thermal_zones": thermal.temperatures_c, "android_thermal_status": status, "error": error}
 
 
 def _dumpsys_battery(root: str, run: Runner, table: Mapping[str, Any]) -> Dict[str, Any]:
