@@ -75,7 +75,7 @@ def read_number(path: Union[str, Path], scale: float, valid: Tuple[float, float]
     except OSError as e:
         return None, f"{type(e).__name__}: {e}"
     if not KERNEL_INTEGER.fullmatch(text):
-        return None, f"{path} reads {text[:40]!r}, not a number: a sensor file holds a plain integer"
+        return None, f"{path} reads {text[:40]!r}, not a number (not a plain integer, as the kernel writes)"
     value = int(text) * scale
     error = range_error(value, valid, unit)
     return (None, f"{path}: {error}") if error else (value, None)
