@@ -1,0 +1,213 @@
+package org.hydraedge.core
+
+import java.io.File
+import java.util.concurrent.Executor
+
+/**
+ * One poll of an Android phone's signals, as the app reads them (no Android classes here, so the
+ * library runs and is tested on a plain JVM):
+ *
+ * * [thermalStatus]: `PowerManager.getCurrentThermalStatus()` (API 29), 0 NONE .. 6 SHUTDOWN; null
+ *   when it cannot be read (older API, a failing service).
+ * * [thermalHeadroom]: `PowerManager.getThermalHeadroom(s)` (API 30); NaN when unsupported or polled
+ *   too often. Shown, never selected on: the table was built on thermal status bands (as a board's
+ *   `dumpsys thermalservice` gives them), so a headroom, NaN or not, never moves the head count.
+ * * [batteryLevel]: `BatteryManager.BATTERY_PROPERTY_CAPACITY` in %, null when unreadable
+ *   (Integer.MIN_VALUE from the API means unreadable too: pass it, it is outside 0..100).
+ * * [batteryStatus]: `BatteryManager.BATTERY_STATUS_*` (2 CHARGING, 5 FULL, ...), null if unknown.
+ *   Only CHARGING counts as charging, as the board reads `dumpsys battery`.
+ */
+data class AndroidReading(
+    val thermalStatus: Int?,
+    val thermalHeadroom: Double = Double.NaN,
+    val batteryLevel: Int?,
+    val batteryStatus: Int?,
+) {
+    /** The thermal status as the switcher takes it: null (unreadable) unless one of NONE..SHUTDOWN. */
+    val validThermalStatus: Int? get() = thermalStatus?.takeIf { it in 0 until Lut.ANDROID_THERMAL_STATUSES.size }
+
+    /** Why the thermal status gave no reading, or null when it did. */
+    val thermalError: String? get() = when {
+        thermalStatus == null -> "no thermal status"
+        validThermalStatus == null -> "thermal status $thermalStatus is not one of NONE..SHUTDOWN"
+        else -> null
+    }
+
+    /** The battery level as the switcher takes it: null (unknown) unless 0..100 %. */
+    val validBatteryLevel: Int? get() = batteryLevel?.takeIf { it in 0..100 }
+
+    val charging: Boolean get() = batteryStatus == BATTERY_STATUS_CHARGING
+
+    companion object {
+        const val BATTERY_STATUS_CHARGING = 2
+    }
+}
+
+/** The selection's inputs after the fail-safe rules (a held reading, or the assumed worst). */
+data class Reading(val batteryPct: Double, val charging: Boolean, val thermal: Double)
+
+/**
+ * One change of head count: when, at which poll, why, and on what reading. [reason] reads as on a
+ * board: "start", "state", "fallback: ...", a failing sensor after a colon ("state: thermal unknown
+ * since 31 s"), the latency loop's own reasons ("latency p90 ...", "probe of ...") after "; ".
+ */
+data class SwitchEvent(val time: Double, val poll: Int, val fromHeads: Int?, val toHeads: Int, val reason: String, val reading: Reading?)
+
+/**
+ * The on-phone switcher: hydra_edge.runtime.switcher.Switcher's decisions for an Android app.
+ *
+ * The app calls [poll] with its signals every second or so (and [observe] with each single-image
+ * inference's time in ms when the latency loop is on), and runs [heads]. The table picks a head
+ * count with bands, hysteresis and dwell; the fail-safe rules hold a failed signal's last reading
+ * for stale_after_s and then assume the worst band, and let the head count rise only on a reading
+ * that has persisted raise_after_s; the latency loop only caps. Loading and running the model is
+ * the app's: this class decides, and says why in [events].
+ *
+ * [open] reads lut.json (checked against the bundle's manifest); a lut.json that cannot be used is
+ * one line in the first event's reason, and the bundle's smallest head count runs.
+ */
+class Switcher(
+    val table: Table,
+    val settings: SignalSettings,
+    private val clock: () -> Double,
+    /** Why the table is the one-cell fallback (lut.json unusable), or null. */
+    val fallback: String? = null,
+    val loop: LatencyLoop? = null,
+    private val log: Logger = Logger.NONE,
+    /** Where corrections are written: the app's background executor; by default inline. */
+    private val saver: Executor = Executor { it.run() },
+) {
+    val events: MutableList<SwitchEvent> = ArrayList()
+    var polls = 0
+        private set
+    var heads: Int? = null
+        private set
+    private var ceiling: Int? = null
+    private var ceilingAt = Double.NEGATIVE_INFINITY
+    var reading: Reading? = null
+        private set
+    private val lock = Any()
+
+    private val unknownThermal = settings.assumedHot ?: Double.NaN
+    private val assume = if (settings.assumedHot == null) "the hottest band" else "${describeThermal(settings.assumedHot)} (assumed_hot)"
+    private val thermal = Hold("thermal", ::describeThermal, unknownThermal, assume, settings, log)
+    private val battery = Hold<Pair<Double, Boolean>>("battery", { b -> "${Py.f(b.first, 0)} %${if (b.second) " charging" else ""}" },
+        Double.NaN to false, "the lowest battery band", settings, log)
+    private val raiseGate = RaiseGate(settings.raiseAfterS)
+
+    private class Input<T>(val value: T, val note: String?, val held: Boolean)
+
+    private fun describeThermal(t: Double): String =
+        if (table.thermalSource == "android") "thermal status ${Py.g(t)} (${Lut.ANDROID_THERMAL_STATUSES.getOrNull(t.toInt()).takeIf { t.toInt() >= 0 } ?: "None"})"
+        else "${Py.f(t, 1)} °C"
+
+    /** Read the signals once and switch if the table says so; returns the head count now running. */
+    fun poll(state: AndroidReading): Int = synchronized(lock) {
+        polls += 1
+        val now = clock()
+        val th = thermalInput(state, now)
+        val bat = batteryInput(state, now)
+        val (batteryPct, charging) = bat.value
+        val reading = Reading(batteryPct, charging, th.value)
+        var ceil = table.select(batteryPct, charging, th.value, ceiling ?: 0, now - ceilingAt)
+        val current = ceiling
+        if (current != null) { // more heads only on a reading that has persisted
+            val order = table.heads
+            val fresh = !(th.held || bat.held)
+            ceil = order[raiseGate.gate(order.indexOf(current), order.indexOf(ceil), now, fresh)]
+        }
+        val stateChanged = ceil != ceiling
+        if (stateChanged) { ceiling = ceil; ceilingAt = now }
+        this.reading = reading
+        var latency: String? = null
+        if (loop != null) {
+            loop.budget(batteryPct, charging)
+            latency = judgeLatency(now)
+        }
+        val h = limited()
+        if (h != heads) {
+            var reason = if (heads == null) "start" else if (stateChanged) "state" else ""
+            if (fallback != null && heads == null) reason = "fallback: $fallback"
+            if (reason.isNotEmpty()) {
+                val notes = listOfNotNull(th.note, bat.note).toMutableList()
+                if (h < ceil && latency == null) notes.add("held at $h heads by the latency loop")
+                if (notes.isNotEmpty()) reason = "$reason: ${notes.joinToString(", ")}"
+            }
+            switch(h, listOf(reason, latency ?: "").filter { it.isNotEmpty() }.joinToString("; "), reading, now)
+        }
+        h
+    }
+
+    /** Feed one single-image inference's latency (ms) of [ranHeads] to the latency loop; switch if it says so. */
+    fun observe(ranHeads: Int, ms: Double) {
+        val l = loop ?: return
+        synchronized(lock) {
+            val now = clock()
+            l.governor.observe(ranHeads, ms, now)
+            if (ceiling == null) return
+            val reason = judgeLatency(now)
+            val h = limited()
+            if (h != heads) switch(h, reason ?: "latency", reading, now)
+        }
+    }
+
+    /** The last [n] switches' reasons, the newest last: what a display says the phone is doing and why. */
+    fun reasons(n: Int = 5): List<String> = synchronized(lock) { events.takeLast(n).map { it.reason } }
+
+    private fun thermalInput(state: AndroidReading, now: Double): Input<Double> {
+        val t = table.androidThermalInput(state.validThermalStatus)
+        val why = state.thermalError ?: "no sensor gave a reading"
+        val (value, note) = thermal.update(if (t.isNaN()) null else t, why, now)
+        return Input(value, note, thermal.held)
+    }
+
+    private fun batteryInput(state: AndroidReading, now: Double): Input<Pair<Double, Boolean>> {
+        val level = state.validBatteryLevel
+        val (value, note) = if (level == null) battery.update(null, if (state.batteryLevel == null) "no battery level" else
+            "battery level ${state.batteryLevel} % is outside 0..100 %", now)
+            else battery.update(level.toDouble() to state.charging, null, now)
+        return Input(value, note, battery.held)
+    }
+
+    private fun limited(): Int = if (loop == null) ceiling!! else loop.governor.limit(ceiling!!)
+
+    private fun judgeLatency(now: Double): String? {
+        val l = loop!!
+        val reason = l.governor.step(limited(), ceiling!!, l.budgetNow, now)
+        val data = l.snapshot()
+        if (data != null) saver.execute { l.save(data) } // an inference never waits for the disk
+        return reason
+    }
+
+    private fun switch(to: Int, reason: String, reading: Reading?, now: Double) {
+        val event = SwitchEvent(now, polls, heads, to, reason, reading)
+        events.add(event)
+        log.log("INFO", "heads ${heads ?: "None"} -> $to ($reason) at poll $polls: $reading")
+        heads = to
+    }
+
+    companion object {
+        /**
+         * The switcher for a bundle folder: lut.json (or [lut]) read once and checked against the
+         * manifest; with [loop], the latency loop and its saved correction beside lut.json. A lut.json
+         * that cannot be used: the bundle's smallest head count, and why, in the first event.
+         */
+        fun open(bundle: File, settings: SignalSettings = SignalSettings(), clock: () -> Double,
+                 lut: File = File(bundle, "lut.json"), loop: LoopSettings? = null,
+                 wallClock: () -> Double = { System.currentTimeMillis() / 1e3 }, log: Logger = Logger.NONE,
+                 saver: Executor = Executor { it.run() }): Switcher {
+            return try {
+                val table = Lut.read(lut, bundle)
+                val latency = if (loop != null) LatencyLoop(lut, table, loop, wallClock, log) else null
+                Switcher(table, settings, clock, null, latency, log, saver)
+            } catch (e: LutException) {
+                val artefacts = Manifest.read(bundle).artefacts
+                if (artefacts.isEmpty()) throw BundleException("${File(bundle, Manifest.FILE).path} lists no artefacts (its convert stopped " +
+                    "before the first); re-run hydra-edge convert for this bundle")
+                val table = Table.fallback(artefacts.minByOrNull { it.heads }!!)
+                log.log("WARNING", "${e.message}; running the smallest head count (${table.heads[0]})")
+                Switcher(table, settings, clock, e.message, null, log, saver)
+            }
+        }
+    }
+}

@@ -1,0 +1,147 @@
+package org.hydraedge.core
+
+import org.json.JSONArray
+import org.json.JSONObject
+import java.io.File
+
+/**
+ * Replays a shared trace (the parity test's scripted phone) through this library and prints, per
+ * poll and per inference, the head count and the reason of the switch it made (null: none) as JSON
+ * lines. tests/test_android_parity.py runs the same trace through Python's own switcher and
+ * compares the two line by line; this is the harness, not the logic, so it only mirrors the
+ * Python side's fake clock, fake timer and fake phone.
+ *
+ * Usage: `java -cp <jar:deps> org.hydraedge.core.TraceReplay trace.json bundle-folder`
+ */
+object TraceReplay {
+    private class State(trace: JSONObject, val bundle: File) {
+        var clock = trace.optDouble("clock", 1000.0)
+        var wall = trace.optDouble("wall", 1.75e9)
+        val signals = trace.optJSONObject("signals") ?: JSONObject()
+        val loop = trace.optJSONObject("loop")
+        val out = StringBuilder()
+        var sw: Switcher = open()
+
+        fun open(): Switcher = Switcher.open(
+            bundle,
+            SignalSettings(signals.optDouble("stale_after_s", 30.0), signals.optDouble("raise_after_s", 10.0),
+                if (signals.isNull("assumed_hot")) null else signals.getDouble("assumed_hot")),
+            clock = { clock },
+            loop = loop?.let { settings(it) },
+            wallClock = { wall })
+
+        fun emit(op: String, heads: Int?, before: Int) {
+            val reason = if (sw.events.size > before) sw.events.last().reason else null
+            out.append(JSONObject().put("op", op).put("heads", heads ?: JSONObject.NULL).put("reason", reason ?: JSONObject.NULL)).append('\n')
+        }
+    }
+
+    private fun settings(o: JSONObject) = LoopSettings(
+        budgetMs = if (o.has("budget_ms")) o.getDouble("budget_ms") else null,
+        windowS = o.optDouble("window_s", 5.0), sustainS = o.optDouble("sustain_s", 10.0), dwellS = o.optDouble("dwell_s", 30.0),
+        probeInferences = o.optInt("probe_inferences", 20), maxSwitchesPerMinute = o.optInt("max_switches_per_minute", 4),
+        minSamples = o.optInt("min_samples", 5), maxSamples = o.optInt("max_samples", 256),
+        absurdMs = o.optDouble("absurd_ms", 60_000.0), expireS = o.optDouble("expire_s", 3600.0))
+
+    /** The phone's reading a trace step scripts: null fields are unreadable signals, a null headroom NaN. */
+    fun reading(o: JSONObject) = AndroidReading(
+        thermalStatus = if (o.isNull("status")) null else o.getInt("status"),
+        thermalHeadroom = if (o.isNull("headroom")) Double.NaN else o.getDouble("headroom"),
+        batteryLevel = if (o.isNull("level")) null else o.getInt("level"),
+        batteryStatus = if (o.isNull("battery_status")) null else o.getInt("battery_status"))
+
+    /** A scripted latency: a number, or "nan", "inf", "-inf" (JSON has no spelling for them). */
+    private fun latency(v: Any): Double = when (v) {
+        is String -> when (v) { "nan" -> Double.NaN; "inf" -> Double.POSITIVE_INFINITY; "-inf" -> Double.NEGATIVE_INFINITY; else -> v.toDouble() }
+        is Number -> v.toDouble()
+        else -> throw IllegalArgumentException("latency $v")
+    }
+
+    /** One timed single-image inference of the running head count, as the Python harness's fake timer times it. */
+    private fun infer(s: State, ms: Double, advance: Boolean) {
+        val heads = s.sw.heads ?: s.sw.poll(AndroidReading(null, Double.NaN, null, null))
+        val before = s.sw.events.size
+        val elapsedS = ms / 1e3 - 0.0
+        if (advance) s.clock += ms / 1e3
+        s.sw.observe(heads, elapsedS * 1e3)
+        s.emit("infer", s.sw.heads, before)
+    }
+
+    private fun spoil(s: State, how: String) {
+        val path = s.sw.loop?.path ?: Correction.pathFor(File(s.bundle, "lut.json"))
+        val text = if (path.isFile) path.readText() else ""
+        fun edit(change: (JSONObject) -> Unit) {
+            val doc = JSONObject(text)
+            change(doc)
+            path.writeText(doc.toString())
+        }
+        when (how) {
+            "damaged" -> path.writeText("{not json")
+            "truncated" -> path.writeText(text.substring(0, text.length / 2))
+            "foreign_lut" -> edit { it.put("lut_sha256", "0".repeat(64)) }
+            "foreign_manifest" -> edit { it.put("manifest_sha256", "f".repeat(64)) }
+            "future" -> edit { it.put("saved_at", s.wall + 60) }
+            "unknown_heads" -> edit { it.getJSONArray("learned").getJSONObject(0).put("heads", 7) }
+            "negative_p90" -> edit { it.getJSONArray("learned").getJSONObject(0).put("p90_ms", -1.0) }
+            "unknown_field" -> edit { it.put("extra", 1) }
+            "folder" -> { path.delete(); path.mkdir() }
+            "delete" -> { if (path.isDirectory) path.delete() else path.delete() }
+            else -> throw IllegalArgumentException("spoil $how")
+        }
+    }
+
+    private fun run(s: State, steps: JSONArray) {
+        for (i in 0 until steps.length()) {
+            val step = steps.getJSONObject(i)
+            if (step.has("t")) s.clock = step.getDouble("t")
+            if (step.has("dt")) s.clock += step.getDouble("dt")
+            if (step.has("wall_dt")) s.wall += step.getDouble("wall_dt")
+            when {
+                step.has("repeat") -> repeat(step.getInt("repeat")) { run(s, step.getJSONArray("steps")) }
+                step.has("poll") -> {
+                    val before = s.sw.events.size
+                    val heads = s.sw.poll(reading(step.getJSONObject("poll")))
+                    s.emit("poll", heads, before)
+                }
+                step.has("infer") -> infer(s, latency(step.get("infer")), advance = false)
+                step.has("serve") -> serve(s, step.getJSONObject("serve"))
+                step.has("restart") -> { s.sw = s.open(); s.emit("restart", null, s.sw.events.size) }
+                step.has("spoil_correction") -> spoil(s, step.getString("spoil_correction"))
+            }
+        }
+    }
+
+    /** Inferences at rate_hz, each taking its head count's calibrated time x factor, and a poll every poll_every_s. */
+    private fun serve(s: State, o: JSONObject) {
+        val reading = reading(o.getJSONObject("reading"))
+        val rate = o.optDouble("rate_hz", 10.0)
+        val every = o.optDouble("poll_every_s", 1.0)
+        val factor = o.optDouble("factor", 1.0)
+        val ms = o.optJSONObject("ms")
+        val end = s.clock + o.getDouble("seconds")
+        var nextPoll = s.clock
+        while (s.clock < end) {
+            if (s.clock >= nextPoll) {
+                val before = s.sw.events.size
+                val heads = s.sw.poll(reading)
+                s.emit("poll", heads, before)
+                nextPoll += every
+            }
+            val frame = s.clock
+            val heads = s.sw.heads!!
+            val took = if (ms != null && ms.has(heads.toString())) ms.getDouble(heads.toString()) else s.sw.table.candidate(heads).latencyMs * factor
+            infer(s, took, advance = true)
+            s.clock = Math.max(s.clock, frame + 1.0 / rate)
+        }
+    }
+
+    @JvmStatic
+    fun main(args: Array<String>) {
+        require(args.size == 2) { "usage: TraceReplay trace.json bundle-folder" }
+        val trace = JSONObject(File(args[0]).readText())
+        val s = State(trace, File(args[1]))
+        run(s, trace.getJSONArray("steps"))
+        System.out.print(s.out)
+        System.out.flush()
+    }
+}
