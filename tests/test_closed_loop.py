@@ -379,6 +379,23 @@ def test_a_correction_that_cannot_be_trusted_is_one_warning_and_the_tables_choic
     assert str(path) in caplog.records[0].getMessage()
 
 
+@pytest.mark.parametrize("spoil", ["another table", "another bundle", "both"])
+def test_a_correction_from_elsewhere_names_the_sha256_that_differs(
+        rig: Rig, spoil: str, caplog: pytest.LogCaptureFixture) -> None:
+    doc = learned_correction(rig)
+    changes = {"another table": {"lut_sha256": "0" * 64}, "another bundle": {"manifest_sha256": "f" * 64},
+               "both": {"lut_sha256": "0" * 64, "manifest_sha256": "f" * 64}}[spoil]
+    correction_path(rig.lut).write_text(json.dumps({**doc, **changes}))
+    with caplog.at_level(logging.WARNING, logger="hydra_edge.switcher"), rig.switcher():
+        pass
+    (message,) = [r.getMessage() for r in caplog.records]
+    named = {"lut.json": f"lut.json sha256 {'0' * 12}, this table's {doc['lut_sha256'][:12]}",
+             "manifest": f"manifest.json sha256 {'f' * 12}, this bundle's {doc['manifest_sha256'][:12]}"}
+    expected = {"another table": ["lut.json"], "another bundle": ["manifest"], "both": ["manifest", "lut.json"]}[spoil]
+    assert all(named[k] in message for k in expected) and not any(named[k] in message for k in named if k not in expected)
+    assert message.count("sha256") == len(expected), message
+
+
 def test_a_correction_that_cannot_be_written_is_one_warning_and_the_loop_goes_on(
         rig: Rig, caplog: pytest.LogCaptureFixture) -> None:
     correction_path(rig.lut).mkdir()  # nothing can be renamed over a folder

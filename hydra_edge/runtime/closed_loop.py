@@ -82,9 +82,13 @@ class LatencyLoop:
             return None
         age = self.wall_clock() - doc.saved_at
         why = None
-        if (doc.manifest_sha256, doc.lut_sha256) != (self.manifest_sha256, self.lut_sha256):
-            why = (f"learned against another bundle or table (lut.json sha256 {doc.lut_sha256[:12]}, this table's "
-                   f"{self.lut_sha256[:12]})")
+        others = [f"{what} ({name} sha256 {theirs[:12]}, this {mine_is} {ours[:12]})"
+                  for what, name, mine_is, theirs, ours in (
+                      ("another bundle", "manifest.json", "bundle's", doc.manifest_sha256, self.manifest_sha256),
+                      ("another table", "lut.json", "table's", doc.lut_sha256, self.lut_sha256))
+                  if theirs != ours]  # only what differs: the same sha256 twice would send one looking in vain
+        if others:
+            why = f"learned against {' and '.join(others)}"
         elif age < 0:
             why = f"dated {-age:.0f} s in the future (was the clock set back?)"
         elif any(entry.heads not in calibrated for entry in doc.learned):
