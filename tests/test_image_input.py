@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 import struct
 import sys
 import warnings
@@ -23,9 +24,10 @@ from click.testing import CliRunner
 from PIL import Image
 
 from hydra_edge.cli import main
+from hydra_edge.errors import HydraEdgeError
 from hydra_edge.model.config import preset
 from hydra_edge.runtime.preprocess import MAX_PIXELS, load_image
-from hydra_edge.train.data import load_data
+from hydra_edge.train.data import data_classes, load_data
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -205,3 +207,19 @@ def test_pixels_without_an_agreed_range_are_one_line_in_training_and_on_the_boar
     assert len(split.train) + len(split.val) == 12 and len(samples) == 12
     lines = skipped(caplog.records, "deep.tif")
     assert len(lines) == 2 and all(why in line and "save it as an 8- or 16-bit " in line for line in lines), lines
+
+
+# --- 6. a class folder whose name is not UTF-8 -------------------------------------------------------------
+
+
+def test_a_class_folder_whose_name_is_not_utf8_is_refused_in_one_line_before_training(tmp_path):
+    """Such a name trains, then cannot be written into a bundle's manifest (JSON is UTF-8): refused at once."""
+    data = classes(tmp_path / "data")
+    os.rename(data / "dog", os.fsencode(data) + b"/caf\xe9")  # Latin-1 bytes, as an old card or zip leaves them
+    with pytest.raises(HydraEdgeError, match=r"class folder .*data/caf\\xe9's name is not UTF-8 text"):
+        data_classes(str(data))
+    result = CliRunner().invoke(main, ["train", "--data", str(data), "--preset", "digits", "--epochs", "1",
+                                       "--out", str(tmp_path / "run")])
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 1 and len(lines) == 1 and lines[0].startswith("Error: class folder "), result.output
+    assert "caf\\xe9" in lines[0] and "rename it" in lines[0] and not (tmp_path / "run").exists()

@@ -248,12 +248,18 @@ def class_list(classes: Sequence[str], limit: int = 5) -> str:
 
 
 def _names(root: Path) -> list[str]:
-    """The sub-folders of ``root``, sorted, hidden ones left out; no two that are one name once case,
-    Unicode form (NFKC) and surrounding spaces are ignored: a case-insensitive file system (a phone's
-    card, macOS, Windows) would merge them, and so would a person reading the labels."""
+    """The sub-folders of ``root``, sorted, hidden ones left out; each name UTF-8 text; no two that are one
+    name once case, Unicode form (NFKC) and surrounding spaces are ignored: a case-insensitive file system
+    (a phone's card, macOS, Windows) would merge them, and so would a person reading the labels."""
     names = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
     seen: dict[str, str] = {}
     for name in names:
+        try:  # a class name goes into checkpoints and manifest.json (UTF-8): fail here, not after training
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = os.fsencode(root / name).decode("utf-8", "backslashreplace")  # the bytes, printable
+            raise HydraEdgeError(f"class folder {shown}'s name is not UTF-8 text (an old card, zip or tool wrote "
+                                 "it in another encoding), so no model file can hold it; rename it") from None
         key = unicodedata.normalize("NFKC", name).casefold().strip()
         if not key:
             raise HydraEdgeError(f"class folder {str(root / name)!r} has no name but spaces; rename it")
