@@ -223,3 +223,55 @@ def test_a_class_folder_whose_name_is_not_utf8_is_refused_in_one_line_before_tra
     lines = result.output.strip().splitlines()
     assert result.exit_code == 1 and len(lines) == 1 and lines[0].startswith("Error: class folder "), result.output
     assert "caf\\xe9" in lines[0] and "rename it" in lines[0] and not (tmp_path / "run").exists()
+
+
+# --- 5. links, FIFOs and other entries that are no image file inside the folder -----------------------------
+
+
+def odd_entries(data: Path, outside: Path) -> None:
+    """In ``data/cat``: links out of ``data`` (a folder, an image, a device), a link inside it, a FIFO, a dangling
+    link, a link loop, a link back to the data folder, and a text file."""
+    classes(outside, {"icons": 3})
+    cat = data / "cat"
+    (cat / "icons").symlink_to(outside / "icons")
+    (cat / "linked.png").symlink_to(outside / "icons" / "0.png")
+    (cat / "null.png").symlink_to("/dev/null")
+    (cat / "inside.png").symlink_to(data / "dog" / "0.png")  # inside the folder: read
+    os.mkfifo(cat / "fifo.png")
+    (cat / "dangling.png").symlink_to(cat / "gone.png")
+    (cat / "loop.png").symlink_to(cat / "loop.png")
+    (cat / "again").symlink_to(data)
+    (cat / "notes.txt").write_text("not an image")
+
+
+SKIPPED = ("warning: skipped 8 entries under {}: 3 links leading outside it, 2 links back into a folder being read "
+           "(a loop), 1 dangling link, 1 FIFO, socket or device, 1 file without an image suffix (only regular image "
+           "files inside the folder are read")
+
+
+def test_links_out_of_the_folder_fifos_and_loops_are_skipped_and_counted_in_one_line(tmp_path, caplog):
+    data = classes(tmp_path / "data")
+    odd_entries(data, tmp_path / "elsewhere")
+    with caplog.at_level(logging.WARNING):
+        split = load_data(str(data), preset("digits", num_classes=2))
+        samples = board_app().folder_images(data, 8, 1, ["cat", "dog"])
+    files = sorted(str(path) for path, _ in split.train.files + split.val.files)
+    assert len(files) == 13 and str(data / "cat" / "inside.png") in files and not any("icons" in f for f in files)
+    assert len(samples) == 13
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 2 and all("\n" not in m for m in messages), messages  # one for training, one on the board
+    for message in messages:
+        assert message.startswith(SKIPPED.format(data)), message
+
+
+def test_a_class_folder_linked_from_outside_the_data_folder_is_refused_in_one_line(tmp_path):
+    data = classes(tmp_path / "data")
+    classes(tmp_path / "system", {"icons": 3})
+    (data / "icons").symlink_to(tmp_path / "system" / "icons")
+    with pytest.raises(HydraEdgeError, match=r"class folder .*data/icons links to .*system/icons, outside "
+                                             r".*data; copy or move its images into the folder"):
+        data_classes(str(data))
+    result = CliRunner().invoke(main, ["train", "--data", str(data), "--preset", "digits", "--epochs", "1",
+                                       "--out", str(tmp_path / "run")])
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 1 and len(lines) == 1 and "links to" in lines[0] and not (tmp_path / "run").exists()

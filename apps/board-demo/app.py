@@ -49,7 +49,7 @@ from hydra_edge.runtime.engines import check_runtimes, runtimes_of
 from hydra_edge.runtime.latency import percentile
 from hydra_edge.runtime.latency_governor import LoopSettings
 from hydra_edge.runtime.live_page import URL_LINE, LivePage, PageState, Point, Switch, parse_address
-from hydra_edge.runtime.preprocess import IMAGE_SUFFIXES, load_image
+from hydra_edge.runtime.preprocess import image_files, load_image, skipped_line
 from hydra_edge.runtime.switcher import Switcher, SwitchEvent
 
 MAX_BUDGET_MS = 60_000.0  # the loop ignores a timing over a minute as absurd: a larger budget could never be missed
@@ -60,14 +60,17 @@ Sample = Tuple[np.ndarray, Optional[int]]  # (C, H, W) image, label if known
 def folder_images(folder: Path, img_size: int, in_chans: int, classes: Optional[List[str]]) -> List[Sample]:
     """Every readable image under ``folder``; the first sub-folder below it names the class (one of ``classes``).
 
-    An image that cannot be read (truncated, not an image) costs one warning, not the run.
+    An image that cannot be read (truncated, not an image) costs one warning, not the run; what is no image
+    file inside the folder (a link out of it, a FIFO, a loop: ``image_files``) one warning for all.
     """
     if not folder.is_dir():
         raise HydraEdgeError(f"image folder {folder} does not exist; give a folder of images")
     samples = []
-    for f in sorted(folder.rglob("*")):
-        if f.suffix.lower() not in IMAGE_SUFFIXES:
-            continue
+    files, skipped = image_files(folder)
+    line = skipped_line(folder, skipped)
+    if line:
+        logging.warning("%s", line)
+    for f in files:
         parts = f.relative_to(folder).parts
         label = None
         if len(parts) > 1 and classes is not None:

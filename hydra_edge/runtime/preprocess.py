@@ -9,12 +9,14 @@ normalised with mean = std = 0.5, colour models with ImageNet's statistics, as b
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import stat
 import warnings
+from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, BinaryIO, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -198,3 +200,84 @@ def _regular_file(path: Union[str, Path]) -> BinaryIO:
     except BaseException:
         os.close(fd)
         raise
+
+
+# What ``image_files`` skips, each kind as (one, several), in the order the summary names them.
+_SKIPPED = {
+    "out": ("link leading outside it", "links leading outside it"),
+    "loop": ("link back into a folder being read (a loop)", "links back into a folder being read (a loop)"),
+    "dangling": ("dangling link", "dangling links"),
+    "special": ("FIFO, socket or device", "FIFOs, sockets or devices"),
+    "unlisted": ("folder that cannot be listed", "folders that cannot be listed"),
+    "unreadable": ("entry that cannot be read", "entries that cannot be read"),
+    "suffix": ("file without an image suffix", "files without an image suffix"),
+}
+
+
+def image_files(folder: Path, inside: Optional[Path] = None) -> Tuple[List[Path], "Counter[str]"]:
+    """The files with an image suffix below ``folder``, sorted, as paths under ``folder``, and what was
+    skipped, by kind (``skipped_line`` says it in one line). Hidden names (.ipynb_checkpoints, macOS's
+    ._photo.jpg companions) are left out without a word.
+
+    Only what lies inside ``inside`` (default ``folder``) once links are followed is read: a class
+    folder or image linked from elsewhere (a system icon folder) is not the user's training data, and a
+    link back up (``cat/again -> ..``) would read every class again under this one. FIFOs, sockets and
+    devices are never opened (a FIFO blocks a reader), and a dangling link or a link loop is no file.
+    Links inside the folder are followed: a data set may link its own images.
+    """
+    bound = (inside or folder).resolve()
+    files: List[Path] = []
+    skipped: "Counter[str]" = Counter()
+    reading: List[Path] = []  # the resolved folders on the way down: a link to one of them is a loop
+
+    def walk(directory: Path) -> None:
+        reading.append(directory.resolve())
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError:
+            skipped["unlisted"] += 1
+            entries = []
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            path = Path(entry.path)
+            kind = _entry_kind(path, bound, reading)
+            if kind == "folder":
+                walk(path)
+            elif kind == "file" and path.suffix.lower() in IMAGE_SUFFIXES:
+                files.append(path)
+            else:
+                skipped["suffix" if kind == "file" else kind] += 1
+        reading.pop()
+
+    walk(folder)
+    return files, skipped
+
+
+def _entry_kind(path: Path, bound: Path, reading: Sequence[Path]) -> str:
+    """``folder``, ``file`` or a key of ``_SKIPPED`` for one entry of a folder, following links."""
+    try:
+        if path.is_symlink():
+            target = path.resolve(strict=True)  # a loop: RuntimeError before Python 3.13, ELOOP after
+            if not target.is_relative_to(bound):
+                return "out"
+            if any(folder.is_relative_to(target) for folder in reading):  # itself or a folder above it
+                return "loop"
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "dangling"
+    except RuntimeError:
+        return "loop"
+    except OSError as e:
+        return "loop" if e.errno == errno.ELOOP else "unreadable"
+    return "folder" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode) else "special"
+
+
+def skipped_line(folder: Path, skipped: "Counter[str]") -> Optional[str]:
+    """One warning for everything ``image_files`` skipped under ``folder``, or None when it skipped nothing."""
+    if not skipped:
+        return None
+    parts = [f"{n} {_SKIPPED[kind][n != 1]}" for kind in _SKIPPED for n in [skipped[kind]] if n]
+    total = sum(skipped.values())
+    return (f"warning: skipped {total} {'entry' if total == 1 else 'entries'} under {folder}: {', '.join(parts)} "
+            "(only regular image files inside the folder are read; copy images in rather than linking them)")

@@ -16,6 +16,7 @@ import logging
 import math
 import os
 import unicodedata
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -27,7 +28,7 @@ from torch.utils.data import Dataset, TensorDataset
 
 from ..errors import HydraEdgeError
 from ..model.config import HydraConfig
-from ..runtime.preprocess import IMAGE_SUFFIXES, load_image, normalisation
+from ..runtime.preprocess import IMAGE_SUFFIXES, image_files, load_image, normalisation, skipped_line
 
 _log = logging.getLogger(__name__)  # the warnings reach stderr even when nothing configured logging
 DIGITS_CLASSES = [str(d) for d in range(10)]
@@ -125,11 +126,6 @@ class ImageFolder(Dataset):
         return torch.from_numpy(load_image(path, self.size, self.cfg.in_chans)), label
 
 
-def _hidden(path: Path, root: Path) -> bool:
-    """Below ``root``, a name starting with a dot: .ipynb_checkpoints, macOS's ._photo.jpg companions."""
-    return any(part.startswith(".") for part in path.relative_to(root).parts)
-
-
 def _readable(files: list[Path], cfg: HydraConfig) -> list[Path]:
     """The files the device's reader decodes; one warning for each it cannot (truncated, not an image).
 
@@ -150,10 +146,12 @@ def _readable(files: list[Path], cfg: HydraConfig) -> list[Path]:
     return [f for f, error in zip(files, errors) if error is None]
 
 
-def _scan(root: Path, cfg: HydraConfig, classes: list[str]) -> list[tuple[Path, int]]:
-    """(image, label) pairs under ``root/<class>/``, readable ones only. ``root`` may lack a class (a
-    held-out split), never have another."""
-    extra = [c for c in _names(root) if c not in classes]
+def _scan(root: Path, cfg: HydraConfig, classes: list[str], bound: Path,
+          skipped: Counter[str]) -> list[tuple[Path, int]]:
+    """(image, label) pairs under ``root/<class>/``, readable ones only; what is no image file inside
+    ``bound`` (the data folder) is added to ``skipped`` (``runtime.preprocess.image_files``). ``root``
+    may lack a class (a held-out split), never have another."""
+    extra = [c for c in _names(root, bound) if c not in classes]
     if extra:
         raise HydraEdgeError(f"{root / extra[0]} is not a class of the training images (they have "
                              f"{class_list(classes)}); rename it to one of them or add it to train/ as well")
@@ -162,8 +160,8 @@ def _scan(root: Path, cfg: HydraConfig, classes: list[str]) -> list[tuple[Path, 
         folder = root / name
         if not folder.is_dir():
             continue
-        images = [f for f in sorted(folder.rglob("*"))
-                  if f.suffix.lower() in IMAGE_SUFFIXES and not _hidden(f, folder) and f.is_file()]
+        images, skipped_here = image_files(folder, bound)
+        skipped.update(skipped_here)
         readable = _readable(images, cfg)
         if not readable:
             raise HydraEdgeError(f"class folder {folder} holds no readable images "
@@ -174,14 +172,15 @@ def _scan(root: Path, cfg: HydraConfig, classes: list[str]) -> list[tuple[Path, 
 
 def _image_folder(cfg: HydraConfig, spec: DataSpec, expected: Sequence[str] | None) -> DataSplits:
     root = _folder(spec.source)
+    skipped: Counter[str] = Counter()
     if _presplit(root):
-        classes = class_folders(root / "train")
+        classes = class_folders(root / "train", root)
         check_classes(root, classes, cfg, expected)  # before any image is decoded
-        train, val = _scan(root / "train", cfg, classes), _scan(root / "val", cfg, classes)
+        train, val = _scan(root / "train", cfg, classes, root, skipped), _scan(root / "val", cfg, classes, root, skipped)
     else:
         classes = class_folders(root)
         check_classes(root, classes, cfg, expected)
-        files = _scan(root, cfg, classes)
+        files = _scan(root, cfg, classes, root, skipped)
         labels = np.array([label for _, label in files])
         try:
             tr, va = _stratified_split(labels, spec)
@@ -190,6 +189,9 @@ def _image_folder(cfg: HydraConfig, spec: DataSpec, expected: Sequence[str] | No
             raise HydraEdgeError(f"{root}: class {fewest!r} has too few images to split off "
                                  f"{spec.val_fraction:.0%} for validation; add images or use train/ and val/ folders") from None
         train, val = [files[i] for i in tr], [files[i] for i in va]
+    line = skipped_line(root, skipped)
+    if line:
+        _log.warning("%s", line)
     return DataSplits(ImageFolder(train, cfg), ImageFolder(val, cfg), classes, spec)
 
 
@@ -217,7 +219,7 @@ def data_classes(source: str) -> list[str]:
     if source in BUILT_IN:
         return list(DIGITS_CLASSES)
     root = _folder(source)
-    return class_folders(root / "train" if _presplit(root) else root)
+    return class_folders(root / "train" if _presplit(root) else root, root)
 
 
 def check_classes(source: object, found: Sequence[str], cfg: HydraConfig, expected: Sequence[str] | None = None) -> None:
@@ -232,9 +234,9 @@ def check_classes(source: object, found: Sequence[str], cfg: HydraConfig, expect
                              f"{expected[i]!r} in the model; {hint}")
 
 
-def class_folders(root: Path) -> list[str]:
-    """The class names under ``root``: its sub-folders (``_names``), two or more."""
-    names = _names(root)
+def class_folders(root: Path, bound: Path | None = None) -> list[str]:
+    """The class names under ``root``: its sub-folders (``_names``, inside ``bound``), two or more."""
+    names = _names(root, bound)
     if len(names) < 2:
         have = f"one class folder ({names[0]!r})" if names else "no class folders"
         raise HydraEdgeError(f"{root} has {have}; a classifier needs two classes or more: "
@@ -247,8 +249,10 @@ def class_list(classes: Sequence[str], limit: int = 5) -> str:
     return ", ".join(map(repr, classes[:limit])) + (", ..." if len(classes) > limit else "")
 
 
-def _names(root: Path) -> list[str]:
-    """The sub-folders of ``root``, sorted, hidden ones left out; each name UTF-8 text; no two that are one
+def _names(root: Path, bound: Path | None = None) -> list[str]:
+    """The sub-folders of ``root``, sorted, hidden ones left out; each inside ``bound`` (default ``root``)
+    once links are followed, as ``image_files`` reads only inside it: a class folder linked from
+    elsewhere is refused rather than dropped, which would change the classes; each name UTF-8 text; no two that are one
     name once case, Unicode form (NFKC) and surrounding spaces are ignored: a case-insensitive file system
     (a phone's card, macOS, Windows) would merge them, and so would a person reading the labels."""
     names = sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
@@ -260,6 +264,10 @@ def _names(root: Path) -> list[str]:
             shown = os.fsencode(root / name).decode("utf-8", "backslashreplace")  # the bytes, printable
             raise HydraEdgeError(f"class folder {shown}'s name is not UTF-8 text (an old card, zip or tool wrote "
                                  "it in another encoding), so no model file can hold it; rename it") from None
+        target, inside = (root / name).resolve(), (bound or root).resolve()
+        if not target.is_relative_to(inside):
+            raise HydraEdgeError(f"class folder {root / name} links to {target}, outside {bound or root}; copy or "
+                                 "move its images into the folder (only what is inside it is read)")
         key = unicodedata.normalize("NFKC", name).casefold().strip()
         if not key:
             raise HydraEdgeError(f"class folder {str(root / name)!r} has no name but spaces; rename it")
