@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from .commands.android_app import android_app
 from .commands.base import CONTEXT, Group
 from .commands.calibrate import calibrate
 from .commands.convert import convert
@@ -26,7 +27,7 @@ def main() -> None:
     """
 
 
-for command in (info, train, evaluate, convert, expand_command, targets, calibrate, lut, deploy, demo):
+for command in (info, train, evaluate, convert, expand_command, targets, calibrate, lut, deploy, android_app, demo):
     main.add_command(command)
 
 
