@@ -36,3 +36,14 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q -e ".[test]"
   echo "$want" > "$stamp"
 fi
+
+# The Android switcher library (apps/android-demo/core) builds with Maven: fetch its plugins and
+# dependencies once, tests included (surefire's JUnit provider is fetched only when tests run), so
+# tests/test_android_parity.py builds it offline (-o). Done again only when pom.xml changes.
+command -v mvn >/dev/null 2>&1 || { [ "$(id -u)" -eq 0 ] && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven >/dev/null; } \
+  || echo "install.sh: missing maven; run: sudo apt-get install maven" >&2
+core_pom=apps/android-demo/core/pom.xml
+core_stamp="$HOME/.m2/repository/.hydra-edge-core-$(sha256sum "$core_pom" | cut -c1-16)"
+if command -v mvn >/dev/null 2>&1 && [ ! -e "$core_stamp" ]; then
+  mvn -q -B -f "$core_pom" package dependency:go-offline >/dev/null && touch "$core_stamp"
+fi

@@ -334,7 +334,8 @@ object Records {
         val root = try {
             StrictJson.parse(StrictJson.utf8(data))
         } catch (e: StrictJson.SyntaxError) {
-            throw error("$where: not valid JSON (${e.message}); $hint", "$")
+            val at = e.path
+            throw if (at != null) error("$where: $at: ${e.message}; $hint", at) else error("$where: not valid JSON (${e.message}); $hint", "$")
         }
         if (root !is JSONObject) throw error("$where: $: expected `object`; $hint", "$")
         val got = root.opt("schema")

@@ -40,7 +40,16 @@ object StrictJson {
     /** msgspec refuses deeper nesting than this; so do we, rather than overflow the stack. */
     const val MAX_DEPTH = 512
 
-    class SyntaxError(message: String) : Exception(message)
+    /**
+     * Earlier values of a repeated key, per object (by identity): msgspec checks every occurrence as
+     * it decodes and keeps the last, so an invalid first occurrence is refused even when a valid one
+     * follows. org.json keeps only the last; [Fields] checks these too.
+     */
+    internal val earlier: MutableMap<JSONObject, MutableMap<String, MutableList<Any>>> =
+        java.util.Collections.synchronizedMap(java.util.WeakHashMap())
+
+    /** [path]: the field a non-finite or out-of-range number is at (as Python names it), else null. */
+    class SyntaxError(message: String, val path: String? = null) : Exception(message)
 
     /** UTF-8 bytes as text; invalid UTF-8 is refused (msgspec refuses it too). */
     fun utf8(data: ByteArray): String {
@@ -56,7 +65,24 @@ object StrictJson {
 
     /** Parse a whole document: a JSONObject, JSONArray, String, Long, BigInteger, Double, Boolean or JSONObject.NULL. */
     fun parse(text: String): Any {
-        val p = Parser(text)
+        try {
+            return parseWith(text, false)
+        } catch (e: SyntaxError) {
+            // Python's writer spells NaN and Infinity; its reader then names the field that holds one
+            // (records.codec._non_finite). Found by a second, lenient parse: the last one, as Python's
+            // depth-first search from the end finds it.
+            val lenient = Parser(text, true)
+            try { lenient.ws(); lenient.value(0); lenient.ws() } catch (_: SyntaxError) { throw e }
+            if (lenient.i == text.length && lenient.nonFinite.isNotEmpty()) {
+                val (path, word) = lenient.nonFinite.last()
+                throw SyntaxError("$word is not a finite number", path)
+            }
+            throw e
+        }
+    }
+
+    private fun parseWith(text: String, lenient: Boolean): Any {
+        val p = Parser(text, lenient)
         p.ws()
         val value = p.value(0)
         p.ws()
@@ -64,8 +90,12 @@ object StrictJson {
         return value
     }
 
-    private class Parser(val s: String) {
+    private class Parser(val s: String, val lenient: Boolean) {
         var i = 0
+        val path = ArrayList<String>()
+        val nonFinite = ArrayList<Pair<String, String>>()
+
+        fun where(): String = "$" + path.joinToString("")
 
         fun ws() {
             while (i < s.length && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r')) i++
@@ -83,7 +113,16 @@ object StrictJson {
                 't' -> literal("true", true)
                 'f' -> literal("false", false)
                 'n' -> literal("null", JSONObject.NULL)
-                else -> if (s[i] == '-' || s[i] in '0'..'9') num() else fail("invalid character '${s[i]}'")
+                else -> when {
+                    lenient && (s.startsWith("NaN", i) || s.startsWith("Infinity", i) || s.startsWith("-Infinity", i)) -> {
+                        val word = listOf("NaN", "Infinity", "-Infinity").first { s.startsWith(it, i) }
+                        i += word.length
+                        nonFinite.add(where() to mapOf("NaN" to "nan", "Infinity" to "inf", "-Infinity" to "-inf").getValue(word))
+                        0.0
+                    }
+                    s[i] == '-' || s[i] in '0'..'9' -> num()
+                    else -> fail("invalid character '${s[i]}'")
+                }
             }
         }
 
@@ -106,7 +145,10 @@ object StrictJson {
                 if (i >= s.length || s[i] != ':') fail("expected ':'")
                 i++
                 ws()
+                path.add(".$key")
+                if (o.has(key)) earlier.getOrPut(o) { HashMap() }.getOrPut(key) { ArrayList() }.add(o.get(key))
                 o.put(key, value(depth + 1)) // a repeated key: the last value wins, as in msgspec
+                path.removeAt(path.size - 1)
                 ws()
                 if (i >= s.length) fail("unexpected end of input")
                 if (s[i] == ',') { i++; continue }
@@ -122,7 +164,9 @@ object StrictJson {
             if (i < s.length && s[i] == ']') { i++; return a }
             while (true) {
                 ws()
+                path.add("[${a.length()}]")
                 a.put(value(depth + 1))
+                path.removeAt(path.size - 1)
                 ws()
                 if (i >= s.length) fail("unexpected end of input")
                 if (s[i] == ',') { i++; continue }
@@ -186,7 +230,7 @@ object StrictJson {
                 return if (big.bitLength() < 64) big.toLong() else big
             }
             val d = text.toDouble() // correctly rounded, as Python's float()
-            if (d.isInfinite()) throw SyntaxError("number out of range")
+            if (d.isInfinite()) throw SyntaxError("number out of range", where())
             return d
         }
     }
@@ -208,6 +252,12 @@ class Fields(val obj: JSONObject, val path: String, private val fail: (String, S
         return obj.get(key)
     }
 
+    /** Check [key]'s earlier occurrences (a repeated key) with [check], then its last value. */
+    private fun <T> every(key: String, check: (Any) -> T): T {
+        StrictJson.earlier[obj]?.get(key)?.forEach { check(it) }
+        return check(raw(key))
+    }
+
     /** The value of an optional key (its default when absent), JSONObject.NULL for null. */
     private fun rawOr(key: String): Any? {
         used.add(key)
@@ -221,12 +271,12 @@ class Fields(val obj: JSONObject, val path: String, private val fail: (String, S
         for (key in obj.keys()) if (key !in used) fail(path, "object contains unknown field `$key`")
     }
 
-    fun string(key: String): String = Checks.string(raw(key), at(key), fail)
+    fun string(key: String): String = every(key) { v -> Checks.string(v, at(key), fail) }
     fun optString(key: String): String? = rawOr(key).let { if (it == null || it == JSONObject.NULL) null else Checks.string(it, at(key), fail) }
-    fun bool(key: String): Boolean = Checks.bool(raw(key), at(key), fail)
-    fun long(key: String, lo: Long, hi: Long): Long = Checks.long(raw(key), at(key), lo, hi, fail)
+    fun bool(key: String): Boolean = every(key) { v -> Checks.bool(v, at(key), fail) }
+    fun long(key: String, lo: Long, hi: Long): Long = every(key) { v -> Checks.long(v, at(key), lo, hi, fail) }
     fun double(key: String, lo: Double, hi: Double, loOpen: Boolean = false): Double =
-        Checks.double(raw(key), at(key), lo, hi, loOpen, fail)
+        every(key) { v -> Checks.double(v, at(key), lo, hi, loOpen, fail) }
     fun optDouble(key: String, lo: Double, hi: Double, loOpen: Boolean = false, required: Boolean = false): Double? {
         val v = if (required) raw(key) else rawOr(key)
         return if (v == null || v == JSONObject.NULL) null else Checks.double(v, at(key), lo, hi, loOpen, fail)
@@ -235,9 +285,9 @@ class Fields(val obj: JSONObject, val path: String, private val fail: (String, S
     fun optArray(key: String): JSONArray? = rawOr(key).let { if (it == null || it == JSONObject.NULL) null else Checks.array(it, at(key), fail) }
     fun obj(key: String): Fields = Fields(Checks.obj(raw(key), at(key), fail), at(key), fail)
     fun optObj(key: String): Fields? = rawOr(key).let { if (it == null || it == JSONObject.NULL) null else Fields(Checks.obj(it, at(key), fail), at(key), fail) }
-    fun sha256(key: String): String = Checks.sha256(raw(key), at(key), fail)
-    fun name(key: String): String = Checks.name(raw(key), at(key), fail)
-    fun literal(key: String, allowed: Collection<String>): String = Checks.literal(raw(key), at(key), allowed, fail)
+    fun sha256(key: String): String = every(key) { v -> Checks.sha256(v, at(key), fail) }
+    fun name(key: String): String = every(key) { v -> Checks.name(v, at(key), fail) }
+    fun literal(key: String, allowed: Collection<String>): String = every(key) { v -> Checks.literal(v, at(key), allowed, fail) }
     fun anyValue(key: String): Any = raw(key)
 }
 
