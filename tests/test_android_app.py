@@ -1,0 +1,169 @@
+"""hydra-edge android-app: a real APK from a small android bundle, checked with apksigner and aapt; bad input refused.
+
+The APK is built as a user builds it (javac against Android's framework classes, dx, aapt, zipalign,
+apksigner) and inspected, never launched: there is no phone or emulator here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+import msgspec
+import pytest
+import torch
+from click.testing import CliRunner
+from test_lut import fake_bundle
+
+from hydra_edge.android import apk
+from hydra_edge.atomic import sha256_file
+from hydra_edge.commands.android_app import android_app
+from hydra_edge.convert import pipeline
+from hydra_edge.convert.options import ConvertOptions
+from hydra_edge.lut.policy import Policy
+from hydra_edge.lut.table import build_table
+from hydra_edge.model.config import preset
+from hydra_edge.model.hydravit import HydraViT
+from hydra_edge.records.calibration import Calibration, HeadResult
+from hydra_edge.records.manifest import Manifest, read_manifest
+
+pytestmark = pytest.mark.slow  # converts a bundle and builds an APK
+
+
+def lut_for(bundle: Path, out: Path) -> Path:
+    """lut.json for ``bundle`` from a made-up calibration (the table needs latencies, not a phone)."""
+    manifest = read_manifest(bundle)
+    cal = Calibration(device_id="local:test", device={}, settings={}, soak=None,
+                      bundle={"path": str(bundle), "manifest_sha256": sha256_file(bundle / "manifest.json"),
+                              "target": "android"})
+    for a, ms in zip(manifest.artefacts, (5.0, 20.0)):
+        cal.put(HeadResult(heads=a.heads, artefact=a.id, sha256=a.sha256, status="ok", runner="python",
+                           latency={"count": 10, "p50_ms": ms, "mean_ms": ms}))
+    cal.write(out.parent / "cal.json")
+    doc = build_table(bundle, Manifest.from_dict(json.loads((bundle / "manifest.json").read_text())), cal,
+                      out.parent / "cal.json", msgspec.structs.replace(Policy(), budget_ms=12.0))
+    out.write_text(json.dumps(doc))
+    return out
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A depth-1 digits model (random weights) as an android bundle: 3 heads compact over 12 heads' .pte."""
+    root = tmp_path_factory.mktemp("android")
+    torch.manual_seed(0)
+    HydraViT(preset("digits", depth=1, heads=(3, 12))).save(root / "m.pt")
+    result = pipeline.convert(ConvertOptions(checkpoint=root / "m.pt", target="android", quant="int8-dynamic",
+                                             heads="3,12", out=root / "bundle", eval_limit=16, layout="compact"))
+    assert not result.failed and len(result.converted) == 2
+    lut_for(root / "bundle", root / "lut.json")
+    return root / "bundle"
+
+
+@pytest.fixture(autouse=True)
+def _own_config(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The signing key goes to a config folder of the test's own, not the user's."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.getbasetemp() / "config"))
+
+
+def build(bundle: Path, lut: Path, out: Path) -> tuple[int, str]:
+    result = CliRunner().invoke(android_app, ["--bundle", str(bundle), "--lut", str(lut), "--out", str(out)])
+    return result.exit_code, result.output
+
+
+def badging(path: Path) -> str:
+    return subprocess.run(["aapt", "dump", "badging", str(path)], capture_output=True, text=True, check=True).stdout
+
+
+def test_the_apk_is_signed_installable_and_carries_the_bundle_the_manifest_names(bundle: Path, tmp_path: Path) -> None:
+    out = tmp_path / "demo.apk"
+    code, output = build(bundle, bundle.parent / "lut.json", out)
+    assert code == 0, output
+    assert f"wrote {out}" in output and [p.name for p in tmp_path.iterdir()] == ["demo.apk"]
+    verify = subprocess.run(["apksigner", "verify", "--print-certs", "-v", str(out)], capture_output=True, text=True)
+    assert verify.returncode == 0, verify.stderr
+    assert "Verified using v2 scheme (APK Signature Scheme v2): true" in verify.stdout
+    assert "Signer #1 certificate DN: CN=hydra-edge demo" in verify.stdout
+
+    info = badging(out)
+    assert "package: name='org.hydraedge.demo'" in info
+    assert "sdkVersion:'26'" in info and "targetSdkVersion:'29'" in info
+    assert "launchable-activity: name='org.hydraedge.demo.MainActivity'" in info
+    assert "native-code: 'arm64-v8a' 'x86_64'" in info
+    assert "uses-permission" not in info  # thermal status, battery and app-private files need none
+
+    with zipfile.ZipFile(out) as z:
+        names = set(z.namelist())
+        for abi in ("arm64-v8a", "x86_64"):
+            assert {f"lib/{abi}/libexecutorch.so", f"lib/{abi}/libfbjni.so", f"lib/{abi}/libc++_shared.so"} <= names
+        assert z.read("lib/arm64-v8a/libexecutorch.so")[:20] == b"\x7fELF\x02\x01\x01\x00" + bytes(8) + b"\x03\x00\xb7\x00"
+        dex = z.read("classes.dex")
+        assert dex[:4] == b"dex\n"
+        for cls in (b"Lorg/hydraedge/demo/MainActivity;", b"Lorg/pytorch/executorch/Module;",
+                    b"Lcom/facebook/jni/HybridData;", b"Lkotlin/Unit;", b"Lorg/hydraedge/core/"):
+            assert cls in dex, cls
+
+        def sha(name: str) -> str:
+            return hashlib.sha256(z.read(name)).hexdigest()
+
+        manifest = json.loads(z.read("assets/bundle/manifest.json"))
+        lut = json.loads(z.read("assets/lut.json"))
+        assert sha("assets/bundle/manifest.json") == sha256_file(bundle / "manifest.json")
+        assert lut["bundle"]["manifest_sha256"] == sha("assets/bundle/manifest.json")
+        assert sha("assets/lut.json") == sha256_file(bundle.parent / "lut.json")
+        for a in manifest["artefacts"]:
+            stored = (a["file"], a["sha256"]) if a["compact"] is None else (a["compact"]["recipe"], a["compact"]["sha256"])
+            assert sha(f"assets/bundle/{stored[0]}") == stored[1]
+            assert sha(f"assets/bundle/{a['golden']['file']}") == a["golden"]["sha256"]
+        largest = manifest["artefacts"][-1]
+        assert largest["heads"] == 12 and z.read(f"assets/bundle/{largest['file']}")[4:8] == b"ET12"
+        assert {c["sha256"] for c in lut["candidates"]} <= {a["sha256"] for a in manifest["artefacts"]}
+
+
+def expect_refused(bundle: Path, lut: Path, out: Path, *words: str) -> None:
+    code, output = build(bundle, lut, out)
+    assert code != 0
+    lines = output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), output
+    for word in words:
+        assert word in lines[0], output
+    assert not out.exists() and not list(out.parent.glob(f".{out.name}*")), list(out.parent.iterdir())
+
+
+def test_a_bundle_for_another_target_is_refused(bundle: Path, tmp_path: Path) -> None:
+    other = fake_bundle(tmp_path / "rpi", [3, 12])
+    expect_refused(other, bundle.parent / "lut.json", tmp_path / "out" / "demo.apk", "'pi'", "onnx",
+                   "--target android")
+
+
+def test_a_table_for_another_bundle_is_refused(bundle: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "bundle"
+    shutil.copytree(bundle, copy)
+    doc = json.loads((copy / "manifest.json").read_text())
+    doc["max_drop"] = 2.0  # another manifest: the table's manifest sha256 no longer matches
+    (copy / "manifest.json").write_text(json.dumps(doc))
+    expect_refused(copy, bundle.parent / "lut.json", tmp_path / "out" / "demo.apk", "another bundle", "hydra-edge lut")
+
+
+def test_a_tampered_artefact_is_refused(bundle: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "bundle"
+    shutil.copytree(bundle, copy)
+    pte = next(copy.glob("*.pte"))
+    data = bytearray(pte.read_bytes())
+    data[-100] ^= 0xFF
+    pte.write_bytes(bytes(data))
+    expect_refused(copy, bundle.parent / "lut.json", tmp_path / "out" / "demo.apk", pte.name, "sha256")
+
+
+def test_a_missing_tool_is_named_with_its_package(bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for tool in apk.TOOLS:
+        if tool != "aapt":
+            (tools / tool).symlink_to(shutil.which(tool))
+    monkeypatch.setenv("PATH", str(tools))
+    expect_refused(bundle, bundle.parent / "lut.json", tmp_path / "out" / "demo.apk", "aapt not found",
+                   "apt-get install aapt")
