@@ -16,6 +16,11 @@ command -v adb >/dev/null 2>&1 || need+=(adb)
 command -v kotlinc >/dev/null 2>&1 || need+=(kotlin)
 command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+# The Android demo app is built without the Android SDK: Debian's aapt, zipalign, apksigner and
+# framework-res.apk (hydra-edge android-app, docs/android.md); npm fetches the ExecuTorch runtime.
+for tool in aapt zipalign apksigner; do command -v $tool >/dev/null 2>&1 || need+=($tool); done
+[ -f /usr/share/android-framework-res/framework-res.apk ] || need+=(android-framework-res)
+command -v npm >/dev/null 2>&1 || need+=(npm)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
@@ -46,4 +51,12 @@ core_pom=apps/android-demo/core/pom.xml
 core_stamp="$HOME/.m2/repository/.hydra-edge-core-$(sha256sum "$core_pom" | cut -c1-16)"
 if command -v mvn >/dev/null 2>&1 && [ ! -e "$core_stamp" ]; then
   mvn -q -B -f "$core_pom" package dependency:go-offline >/dev/null && touch "$core_stamp"
+fi
+
+# The Android demo app's build parts (hydra-edge android-app): Maven Central jars into ~/.m2, the
+# ExecuTorch runtime (react-native-executorch's prebuilt JNI library) into the user's cache folder.
+# Fetched once; a failure here only means android-app fetches them itself later.
+if command -v mvn >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 && [ -x .venv/bin/python ]; then
+  .venv/bin/python -c "from hydra_edge.android import apk; [apk.maven_part(n) for n in apk.MAVEN]; apk.executorch_runtime()" \
+    || echo "install.sh: could not pre-fetch the Android app's build parts; hydra-edge android-app will try again" >&2
 fi
