@@ -363,3 +363,46 @@ def test_the_app_serves_a_live_page_of_what_it_runs_and_a_port_in_use_is_one_lin
     finally:
         app.terminate()
         app.wait(timeout=30)
+
+
+# Class names a bundle may carry that a terminal would obey if printed raw: a title-setting OSC, a colour,
+# a newline that forges a log line, a bidi override, a C1 CSI, and rich markup (a hyperlink, blink).
+HOSTILE = ["\x1b]0;owned\x07", "\x1b[31mred", "two\nswitch 3 -> 12 heads [forged]", "\u202eevil", "c1\x9b2J",
+           "[link=javascript:alert(1)]click", "[blink]x", "sept", "huit", "neuf"]
+
+
+def hostile_board(board: dict[str, Path], tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A copy of the bundle whose classes are ``HOSTILE``, its table and image folders named by them."""
+    bundle = tmp_path / "bundle"
+    shutil.copytree(board["bundle"], bundle)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["classes"] = HOSTILE
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    for label in HOSTILE[:7]:
+        shutil.copytree(board["images"] / "0", tmp_path / "images" / label)
+    return bundle, table_for(bundle, tmp_path), tmp_path / "images"
+
+
+def no_terminal_commands(text: str) -> None:
+    """Nothing in ``text`` a terminal would act on: no ESC, BEL, C1 control or bidi override."""
+    assert not re.search("[\x1b\x07\x80-\x9f\u202a-\u202e\u2066-\u2069]", text), ascii(text)
+
+
+def test_hostile_class_names_reach_the_terminal_escaped_one_line_each(board: dict[str, Path], tmp_path: Path) -> None:
+    """A class name never sets the terminal's title, colours it or forges a line: each is shown escaped
+    (\\x1b, \\n, \\u202e) in its one line, the JSON log keeps it as it is."""
+    bundle, lut, images = hostile_board(board, tmp_path)
+    log = tmp_path / "log.json"
+    proc = subprocess.run([sys.executable, str(APP), "--bundle", str(bundle), "--lut", str(lut), "--images",
+                           str(images), "--plain", "--max-images", "28", "--threads", "1", "--log", str(log)],
+                          capture_output=True, text=True, timeout=300, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    no_terminal_commands(proc.stdout + proc.stderr)
+    lines = proc.stdout.splitlines()
+    assert not any("[forged]" in line and not line.startswith("image ") for line in lines), proc.stdout
+    said = [line for line in lines if line.startswith("image ")]
+    assert len(said) == 28 and all(re.fullmatch(r"image \d+: .+ \(\d+ heads, [\d.]+ ms, labelled .+\)", s) for s in said)
+    labelled = {re.search(r", labelled (.+)\)$", s).group(1) for s in said}
+    assert labelled == {"\\x1b]0;owned\\x07", "\\x1b[31mred", "two\\nswitch 3 -> 12 heads [forged]", "\\u202eevil",
+                        "c1\\x9b2J", "[link=javascript:alert(1)]click", "[blink]x"}
+    assert json.loads(log.read_text())["per_heads"]  # the log is written as ever

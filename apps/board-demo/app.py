@@ -51,6 +51,7 @@ from hydra_edge.runtime.latency_governor import LoopSettings
 from hydra_edge.runtime.live_page import URL_LINE, LivePage, PageState, Point, Switch, parse_address
 from hydra_edge.runtime.preprocess import image_files, load_image, skipped_line
 from hydra_edge.runtime.switcher import Switcher, SwitchEvent
+from hydra_edge.runtime.terminal import ShownFormatter, shown
 
 MAX_BUDGET_MS = 60_000.0  # the loop ignores a timing over a minute as absurd: a larger budget could never be missed
 MAX_LOOP_S = 86_400.0  # the loop's windows and dwell: a day is longer than any board waits to react
@@ -178,10 +179,12 @@ class Display:
         self.live.update(table)
 
     def line(self, text: str) -> None:
+        """One line of the app's output, ``shown``: names in it (classes, sensors, files) can neither
+        drive the terminal nor break the line."""
         if self.live is not None:
-            self.live.console.print(text)
+            self.live.console.print(shown(text))
         else:
-            print(text, flush=True)
+            print(shown(text), flush=True)
 
     def close(self) -> None:
         if self.live is not None:
@@ -413,17 +416,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:  # before logging keeps sys.stderr: the app's own warnings stay on the terminal
         native_output_to(runtime_log, "board demo app: what the runtimes printed")
     except OSError as e:
-        print(f"Error: cannot write the runtime log {runtime_log} ({e.strerror}); pass --runtime-log PATH",
+        print(shown(f"Error: cannot write the runtime log {runtime_log} ({e.strerror}); pass --runtime-log PATH"),
               file=sys.stderr)
         return 1
-    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(ShownFormatter("%(message)s"))
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
     try:
         run(args)
     except HydraEdgeError as e:
-        print(f"Error: {e}", file=sys.stderr)
+        print(f"Error: {shown(e)}", file=sys.stderr)
         return 1
     finally:
-        print(f"runtime output: {runtime_log}", flush=True)
+        print(f"runtime output: {shown(runtime_log)}", flush=True)
     return 0
 
 
