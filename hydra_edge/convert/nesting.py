@@ -9,7 +9,7 @@ the largest head count's artefact is unchanged. Activation quantisation stays pe
 That costs the small subnetworks a little precision. ``measure`` puts a number on it before
 converting: held-out top-1 of the subnetwork with weight-only fake quantisation under both
 choices of scales (eager torch; converting twice would double conversion time), and the artefact
-is nested only when the cost stays within ``max_cost_pp``. docs/one-weight-set.md, "Nested quantisation".
+is nested unless the cost is over ``max_cost_pp`` on the evidence (``evidence``). docs/one-weight-set.md, "Nested quantisation".
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from torch.func import functional_call
 from ..errors import HydraEdgeError
 from ..model.slicing import Index, subnetwork_name
 from ..records.manifest import Nesting
+from .evidence import METHOD, expected_right, judge
 from .verify import EvalSet, top1
 
 Ranges = Dict[str, Tuple[torch.Tensor, torch.Tensor]]  # weight name -> per-output-row (min, max)
@@ -113,10 +114,11 @@ def measure(sub: torch.nn.Module, nested: Ranges, evalset: EvalSet, reference: n
             max_cost_pp: float) -> Nesting:
     """Held-out top-1 of ``sub`` with nested vs its own weight scales, and whether to nest.
 
-    Without labels the measure is agreement with the fp32 subnetwork's top-1, where one image is
-    ``100 / images`` p.p.: a bound tighter than that (0.3 p.p. on 8 random inputs) would turn one
-    flipped arg-max of a near tie into a decision, so the bound is widened by one image there. The
-    logits' SQNR against fp32 under both choices is recorded either way.
+    Without labels the outcome is agreement with the fp32 subnetwork's top-1. The decision is the
+    gate's (``evidence``): its own scales the reference, nested ones the candidate, nested unless the
+    cost is over ``max_cost_pp`` beyond noise or, where the images cannot tell (the usual case: 64
+    random inputs cannot tell 0.3 p.p. from 5), unless the cost the logits' error predicts is.
+    The logits' SQNR against fp32 under both choices is recorded either way.
     """
     own_scales, nested_scales = both_scales(sub, nested)
     per_logits = fake_quant_logits(sub, own_scales, evalset.images)
@@ -125,14 +127,17 @@ def measure(sub: torch.nn.Module, nested: Ranges, evalset: EvalSet, reference: n
     logits = {"nested": nested_logits, "per": per_logits}
     agree = {key: round(float((out.argmax(-1) == reference.argmax(-1)).mean() * 100), 4) for key, out in logits.items()}
     acc = {key: None if evalset.labels is None else round(top1(out, evalset.labels), 4) for key, out in logits.items()}
-    measured, unit = (acc, "top-1") if evalset.labels is not None else (agree, "agreement with fp32")
-    cost = round(measured["per"] - measured["nested"], 4)
-    slack = 0.0 if evalset.labels is not None else 100.0 / max(1, len(evalset.images))
+    unit = "top-1" if evalset.labels is not None else "agreement with fp32"
+    truth = reference.argmax(-1) if evalset.labels is None else evalset.labels
+    predicted = (expected_right(per_logits, reference, evalset.labels)
+                 - expected_right(nested_logits, reference, evalset.labels)) * 100
+    evidence = judge(per_logits.argmax(-1) == truth, nested_logits.argmax(-1) == truth, predicted, max_cost_pp)
     return Nesting(
-        nested=cost <= max_cost_pp + slack, basis=f"{BASIS}; cost in {unit}", images=len(evalset.images),
+        nested=evidence.passed, basis=f"{BASIS}; cost in {unit}; {METHOD}", images=len(evalset.images),
         top1_nested=acc["nested"], top1_per_subnetwork=acc["per"],
-        agreement_nested=agree["nested"], agreement_per_subnetwork=agree["per"], cost_pp=cost, max_cost_pp=max_cost_pp,
-        sqnr_db_nested=sqnr_db(nested_logits, reference), sqnr_db_per_subnetwork=sqnr_db(per_logits, reference),
+        agreement_nested=agree["nested"], agreement_per_subnetwork=agree["per"], cost_pp=evidence.cost_pp,
+        max_cost_pp=max_cost_pp, sqnr_db_nested=sqnr_db(nested_logits, reference),
+        sqnr_db_per_subnetwork=sqnr_db(per_logits, reference), evidence=evidence,
     )
 
 

@@ -18,7 +18,7 @@ from .inputs import Inputs
 from .naming import artefact_name, fingerprint, tool_versions
 from .options import ConvertOptions
 from .targets import Variant
-from .verify import allowed_drop
+from .verify import within_drop
 
 
 @dataclass(frozen=True)
@@ -81,8 +81,7 @@ def plan(opts: ConvertOptions, inputs: Inputs, shown: str = "") -> Plan:
             fp = fingerprint(ckpt_sha, k, v, data, opts.eval_limit, target.golden_inputs, inputs.weights)
             build = v.device_build.format(file=file, engine=f"{Path(file).stem}.engine") if v.device_build else None
             rec = previous.get(f"h{k}_{v.key}")
-            within = (rec.accuracy.get("drop_pp") or 0.0) <= allowed_drop(opts.max_drop, rec.accuracy.get("images") or 1) \
-                if rec else False  # a stricter --max-drop re-checks
+            within = within_drop(rec.accuracy, opts.max_drop) if rec else False  # a stricter --max-drop re-checks
             if rec and within and not opts.force and rec.fingerprint == fp and intact(opts.out, rec):
                 # Unchanged bytes; refresh what the profile says about running them.
                 manifest.put(msgspec.structs.replace(rec, runtime=v.runtime, runtime_min_version=v.runtime_min_version,

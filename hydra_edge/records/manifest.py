@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Annotated, Any, Dict, Iterable, List, Optional, Tuple, Union
+from typing import Annotated, Any, Dict, Iterable, List, Literal, Optional, Tuple, Union
 
 import msgspec
 from msgspec import Meta
@@ -65,8 +65,38 @@ class Golden(msgspec.Struct, forbid_unknown_fields=True):
             relative_path(self.inputs_file, ".inputs_file")
 
 
+class Evidence(msgspec.Struct, forbid_unknown_fields=True):
+    """A gate's decision on paired outcomes: the same images judged under a reference choice and a
+    candidate (fp32 against the artefact; own weight scales against nested ones).
+
+    ``worse``: images right under the reference and wrong under the candidate; ``better``: the other
+    way round (right = the label's class, or the fp32 top-1 where there are no labels). ``cost_pp``
+    is their difference over ``images``, ``low_pp``..``high_pp`` its 95 % interval (Newcombe's hybrid
+    score interval for paired proportions). ``logit_cost_pp`` is the cost the outputs' error predicts
+    (``convert/evidence.py``). ``decided_by``: "images" where the interval lies wholly on one side of
+    ``bound_pp``, else "logits": the images cannot tell, and the predicted cost is held to the bound.
+    """
+
+    images: NonNegative
+    reference_right: NonNegative
+    worse: NonNegative
+    better: NonNegative
+    cost_pp: PointsPP
+    low_pp: PointsPP
+    high_pp: PointsPP
+    logit_cost_pp: PointsPP
+    bound_pp: PointsPP
+    decided_by: Literal["images", "logits"]
+    passed: bool
+
+    def __post_init__(self) -> None:
+        if self.worse > self.reference_right or self.reference_right + self.better > self.images:
+            raise ValueError("`.worse`, `.better` and `.reference_right` count more images than `.images`")
+
+
 class Accuracy(msgspec.Struct, forbid_unknown_fields=True):
-    """Top-1 of the artefact and its fp32 subnetwork (None without labels), on ``images`` held-out inputs."""
+    """Top-1 of the artefact and its fp32 subnetwork (None without labels), on ``images`` held-out inputs;
+    ``evidence``: how the conversion gate judged the drop (None without labels: nothing to lose)."""
 
     basis: str
     images: NonNegative
@@ -75,6 +105,7 @@ class Accuracy(msgspec.Struct, forbid_unknown_fields=True):
     drop_pp: Optional[PointsPP]
     agreement: Percent
     max_abs_diff: NonNegFloat
+    evidence: Optional[Evidence] = None
 
 
 class Checkpoint(msgspec.Struct, forbid_unknown_fields=True):
@@ -113,6 +144,7 @@ class Nesting(msgspec.Struct, forbid_unknown_fields=True):
     max_cost_pp: PointsPP  # the target's ``nest_max_cost_pp`` (default 0.3); below 0, nesting must gain
     sqnr_db_nested: Optional[Decibels] = None  # logits against fp32, both choices of scales
     sqnr_db_per_subnetwork: Optional[Decibels] = None
+    evidence: Optional[Evidence] = None  # how ``nested`` was decided (own scales the reference, nested the candidate)
 
 
 class ArtefactRecord(msgspec.Struct, forbid_unknown_fields=True):

@@ -1,0 +1,164 @@
+"""How convert's two gates decide: on paired outcomes and their interval, not on a count of images.
+
+Both gates compare two predictions on the same images: the conversion gate fp32 against the
+artefact, the nesting gate a subnetwork's own weight scales against the nested ones. Each image is
+right or wrong under each choice, so what carries information is the images on which the two
+disagree: ``worse`` (right under the reference only) and ``better`` (right under the candidate
+only). The cost is ``(worse - better) / images`` in p.p., with a 95 % interval from Newcombe's
+hybrid score method for paired proportions (Newcombe 1998, method 10: Wilson intervals of both
+marginal proportions, combined with the pair's correlation), which stays inside [-100, 100] and is
+sound for the handful of discordant images a small set has.
+
+The decision:
+* the whole interval above the bound: the cost is real at this set's size: fail (keep whole);
+* the whole interval at or below it: pass;
+* otherwise the images cannot tell (64 random inputs give an interval of about +-5 p.p., 96
+  held-out images +-3 p.p., against bounds of 0.3 and 1 p.p.), and the decision falls to the
+  continuous measure: the cost the outputs' error predicts. Each image's outputs are fitted as a
+  gain times its fp32 logits plus a shift plus noise (a gain or a shift common to every logit
+  reorders nothing); taken as independent normal noise of the fitted spread on each logit, the
+  noise gives each image a probability of being right (its label's class, or the fp32 top-1
+  without labels, ending up the largest logit). Summed over the images this is the expected number
+  each choice gets right, a smooth function of every image's error where the count moves in whole
+  images. It tends to the fp32 outcome as the noise vanishes, to chance (1 / classes) as it grows,
+  and below chance for a negative gain.
+
+Pure numpy and the standard library; ``records.manifest.Evidence`` is what is written.
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+
+import numpy as np
+
+from ..records.manifest import Evidence
+
+CONFIDENCE = 0.95
+METHOD = ("paired outcomes on the same images, 95 % interval by Newcombe's hybrid score method; where the "
+          "interval spans the bound, the cost predicted by the logits' error decides")
+DECIMALS = 4
+
+
+def newcombe_interval(both: int, worse: int, better: int, neither: int,
+                      confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Interval of ``p_reference - p_candidate`` (as fractions) from the paired 2x2 table.
+
+    ``both``: right under both choices, ``worse``: reference only, ``better``: candidate only,
+    ``neither``: wrong under both.
+    """
+    n = both + worse + better + neither
+    if n == 0:
+        return -1.0, 1.0
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    p1, p2 = (both + worse) / n, (both + better) / n
+    l1, u1 = _wilson(both + worse, n, z)
+    l2, u2 = _wilson(both + better, n, z)
+    margins = (both + worse) * (better + neither) * (both + better) * (worse + neither)
+    # the pair's correlation with Newcombe's continuity correction, which keeps small discordant counts
+    # from narrowing the interval below its level
+    cross = both * neither - worse * better
+    cross = cross - n / 2 if cross > n / 2 else min(cross, 0.0)
+    phi = cross / math.sqrt(margins) if margins else 0.0
+    diff = p1 - p2
+    low = diff - math.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2))
+    high = diff + math.sqrt(max(0.0, (u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2))
+    return max(-1.0, low), min(1.0, high)
+
+
+def _wilson(right: int, n: int, z: float) -> tuple[float, float]:
+    p = right / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return centre - half, centre + half
+
+
+def expected_right(outputs: np.ndarray, reference: np.ndarray, labels: np.ndarray | None) -> float:
+    """Expected share of images right (labels) or agreeing with the fp32 top-1 (no labels) when each
+    image's outputs are its fp32 logits under ``outputs``' error, taken as a gain and independent noise.
+
+    Per image, ``outputs`` is fitted as ``gain * reference + shift + noise`` (least squares over the
+    classes): a gain or a shift common to every logit reorders nothing, and the noise is what is left.
+    """
+    ref = np.asarray(reference, np.float64)
+    if len(ref) == 0:
+        return 0.0
+    out = np.asarray(outputs, np.float64)
+    r = ref - ref.mean(-1, keepdims=True)
+    o = out - out.mean(-1, keepdims=True)
+    power = np.sum(r * r, -1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        gain = np.where(power > 0, np.sum(r * o, -1) / np.where(power > 0, power, 1.0), 0.0)
+    free = max(ref.shape[-1] - 2, 1)  # the fit spends two of the classes' degrees of freedom
+    noise = np.sqrt(np.sum((o - gain[:, None] * r) ** 2, -1) / free)
+    wanted = ref.argmax(-1) if labels is None else np.asarray(labels)
+    return float(np.mean(np.concatenate([
+        _on_top(ref[i:i + CHUNK], wanted[i:i + CHUNK], gain[i:i + CHUNK], noise[i:i + CHUNK])
+        for i in range(0, len(ref), CHUNK)])))
+
+
+CHUNK = 64  # images per block of the quadrature (classes x nodes floats each)
+_NODES, _WEIGHTS = np.polynomial.hermite_e.hermegauss(48)  # for the integral over a standard normal
+_WEIGHTS = _WEIGHTS / math.sqrt(2 * math.pi)
+
+
+def _on_top(ref: np.ndarray, wanted: np.ndarray, gain: np.ndarray, noise: np.ndarray) -> np.ndarray:
+    """Per image, the probability that class ``wanted`` is the largest of ``gain * ref`` plus
+    independent normal noise of standard deviation ``noise`` on every logit: with ``z`` the wanted
+    class's own noise, ``E_z[prod_j Phi(gain * gap_j / noise + z)]`` (gap_j: the wanted logit minus
+    logit j), by Gauss-Hermite quadrature. Exact 0 or 1 without noise; NaN or inf outputs: 0 (lost)."""
+    from scipy.special import log_ndtr
+
+    rows = np.arange(len(ref))
+    gap = gain[:, None] * (ref[rows, wanted][:, None] - ref)  # (images, classes); 0 at the wanted class
+    others = np.ones_like(gap, bool)
+    others[rows, wanted] = False
+    out = np.zeros(len(ref))
+    exact = (noise == 0) & np.isfinite(gain)
+    out[exact] = np.all((gap > 0) | ~others, axis=1)[exact]  # ties go against the wanted class
+    noisy = np.isfinite(noise) & np.isfinite(gain) & (noise > 0)
+    if noisy.any():
+        scaled = gap[noisy] / noise[noisy, None]  # (m, classes)
+        logs = log_ndtr(scaled[:, :, None] + _NODES[None, None, :]) * others[noisy][:, :, None]
+        out[noisy] = np.exp(logs.sum(axis=1)) @ _WEIGHTS
+    return out
+
+
+def judge(reference_ok: np.ndarray, candidate_ok: np.ndarray, logit_cost_pp: float, bound_pp: float) -> Evidence:
+    """The gate's decision on per-image outcomes (booleans, same images) and the predicted cost."""
+    reference_ok, candidate_ok = np.asarray(reference_ok, bool), np.asarray(candidate_ok, bool)
+    return decide(images=len(reference_ok), reference_right=int(reference_ok.sum()),
+                  worse=int((reference_ok & ~candidate_ok).sum()), better=int((~reference_ok & candidate_ok).sum()),
+                  logit_cost_pp=logit_cost_pp, bound_pp=bound_pp)
+
+
+def decide(images: int, reference_right: int, worse: int, better: int, logit_cost_pp: float,
+           bound_pp: float) -> Evidence:
+    """The decision from the counts; ``rejudge`` calls it again when only the bound changed."""
+    both = reference_right - worse
+    low, high = newcombe_interval(both, worse, better, images - both - worse - better)
+    low_pp, high_pp = round(low * 100, DECIMALS), round(high * 100, DECIMALS)
+    logit_cost_pp = round(float(np.clip(logit_cost_pp, -100.0, 100.0)), DECIMALS)
+    if low_pp > bound_pp or high_pp <= bound_pp:
+        decided_by, passed = "images", high_pp <= bound_pp
+    else:
+        decided_by, passed = "logits", logit_cost_pp <= bound_pp
+    return Evidence(images=images, reference_right=reference_right, worse=worse, better=better,
+                    cost_pp=round((worse - better) * 100 / max(images, 1), DECIMALS), low_pp=low_pp, high_pp=high_pp,
+                    logit_cost_pp=logit_cost_pp, bound_pp=bound_pp, decided_by=decided_by, passed=passed)
+
+
+def rejudge(evidence: Evidence, bound_pp: float) -> Evidence:
+    """The same evidence held to another bound (a re-run with another ``--max-drop``)."""
+    return decide(evidence.images, evidence.reference_right, evidence.worse, evidence.better,
+                  evidence.logit_cost_pp, bound_pp)
+
+
+def describe(e: Evidence, candidate: str, reference: str) -> str:
+    """One phrase a user can check: the cost, its interval, the images, and what decided."""
+    text = (f"{e.cost_pp:+.2f} p.p. (95 % interval {e.low_pp:+.2f} to {e.high_pp:+.2f}) on {e.images} images: "
+            f"{e.worse} right only under {reference}, {e.better} only under {candidate}")
+    if e.decided_by == "logits":
+        text += f"; too few images to tell, the logits' error predicts {e.logit_cost_pp:+.2f} p.p."
+    return text
