@@ -47,8 +47,10 @@ class Manifest(val artefacts: List<ManifestArtefact>) {
                 val a = Fields(Checks.obj(v, at, fail), at, fail)
                 val compact = a.optObj("compact")?.let { c ->
                     val recipe = c.string("recipe")
+                    val sha256 = c.sha256("sha256")
+                    c.noOthers()
                     Checks.relativePath(recipe, c.at("recipe"), fail)
-                    Compact(recipe, c.sha256("sha256"))
+                    Compact(recipe, sha256)
                 }
                 val file = a.string("file")
                 Checks.relativePath(file, a.at("file"), fail)
