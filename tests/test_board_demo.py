@@ -406,3 +406,45 @@ def test_hostile_class_names_reach_the_terminal_escaped_one_line_each(board: dic
     assert labelled == {"\\x1b]0;owned\\x07", "\\x1b[31mred", "two\\nswitch 3 -> 12 heads [forged]", "\\u202eevil",
                         "c1\\x9b2J", "[link=javascript:alert(1)]click", "[blink]x"}
     assert json.loads(log.read_text())["per_heads"]  # the log is written as ever
+
+
+OLDER_APP = """import sys
+print("image 1: \\x1b]0;owned\\x07 (3 heads) \\x1b[31mred \\u202eevil \\x9b2J")
+print("Error: \\x1b]0;gone\\x07", file=sys.stderr)
+sys.exit(1)
+"""
+
+
+@pytest.mark.parametrize("app", ["this app", "an app printing raw"])
+def test_deploy_shows_what_the_board_prints_escaped(board: dict[str, Path], tmp_path: Path, app: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """deploy shows the board's lines, its one Error line included, with no ESC/OSC, C1 or bidi control left in
+    them: the app's own output, and that of an app (an older copy on the board) that prints names raw."""
+    bundle, lut, images = hostile_board(board, tmp_path)
+    if app == "an app printing raw":
+        (tmp_path / "older").mkdir()
+        monkeypatch.setattr("hydra_edge.commands.deploy.APP", tmp_path / "older" / "app.py")
+        (tmp_path / "older" / "app.py").write_text(OLDER_APP)
+    result = CliRunner().invoke(deploy, ["--bundle", str(bundle), "--lut", str(lut), "--local", "--images",
+                                         str(images), "--max-images", "28", "--python", sys.executable,
+                                         "--remote-dir", str(tmp_path / "dev")])
+    no_terminal_commands(result.output)
+    if app == "this app":
+        assert result.exit_code == 0 and "labelled \\x1b]0;owned\\x07)" in result.output, result.output
+    else:
+        assert result.exit_code == 1 and "image 1: \\x1b]0;owned\\x07 (3 heads) \\x1b[31mred \\u202eevil \\x9b2J" \
+            in result.output and result.output.strip().endswith("exit 1: \\x1b]0;gone\\x07"), result.output
+
+
+def test_demo_shows_the_apps_lines_escaped(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The demo plays the app as deploy does: an app printing raw names shows them escaped, its Error line too."""
+    from hydra_edge.commands.demo import play
+    from hydra_edge.errors import HydraEdgeError
+
+    (tmp_path / "app.py").write_text(OLDER_APP)
+    with pytest.raises(HydraEdgeError) as e:
+        play([sys.executable, str(tmp_path / "app.py")], lambda url: None)
+    out = capsys.readouterr().out
+    no_terminal_commands(out + str(e.value))
+    assert out == "image 1: \\x1b]0;owned\\x07 (3 heads) \\x1b[31mred \\u202eevil \\x9b2J\n" and \
+        str(e.value) == "\\x1b]0;gone\\x07"

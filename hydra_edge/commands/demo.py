@@ -28,6 +28,7 @@ import click
 from ..atomic import write_json, write_text
 from ..errors import HydraEdgeError
 from ..runtime.live_page import URL_LINE
+from ..runtime.terminal import shown, shown_lines
 from ..shipped import package_path
 from .base import Number, command
 from .calibrate import RUNS
@@ -201,17 +202,17 @@ def play(command: list[str], on_page: Callable[[str], None]) -> None:
     assert proc.stdout is not None
     error = ""
     try:
-        for line in proc.stdout:
+        for line in (shown(raw.rstrip("\n")) for raw in proc.stdout):  # the app's text, never terminal commands
             if line.startswith("Error: "):
                 error = line.removeprefix("Error: ").strip()
                 continue
-            click.echo(line, nl=False)
+            click.echo(line)
             if line.startswith(URL_LINE):
                 on_page(line.removeprefix(URL_LINE).strip())
         proc.wait()
     except KeyboardInterrupt:
         try:
-            click.echo(proc.communicate(timeout=10)[0], nl=False)
+            click.echo(shown_lines(proc.communicate(timeout=10)[0]), nl=False)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()

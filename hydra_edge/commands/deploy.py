@@ -24,6 +24,7 @@ from ..records.manifest import MANIFEST, bundle_files, read_manifest
 from ..runtime.live_page import URL_LINE
 from ..runtime.lut import read_table
 from ..runtime.preprocess import IMAGE_SUFFIXES
+from ..runtime.terminal import shown
 from ..shipped import shipped
 from ..transport import DeviceArg, LocalTransport, Transport
 from ..transport.base import LOOPBACK, host_watch
@@ -96,7 +97,7 @@ def deploy_to(transport: Transport, bundle: Path, lut: Path, images: Path | None
     merged = ["sh", "-c", host_watch("<&3 3<&- 2>&1"), "sh", *argv]
     last = error = ""
     with transport.stream(merged, env=env, check=False) as lines:
-        for line in lines:
+        for line in map(shown, lines):  # the board's text, never its terminal commands (click strips colours only)
             if page is not None and line.startswith(URL_LINE):
                 line = page
             click.echo(line)

@@ -52,6 +52,11 @@ def shown(text: object) -> str:
     return "".join(_visible(c) if c not in KEPT and unicodedata.category(c) in HIDDEN else c for c in text)
 
 
+def shown_lines(text: str) -> str:
+    """Text of several lines (what a process printed) with each line ``shown``; its newlines kept."""
+    return "".join(shown(line) + "\n" for line in text.splitlines())
+
+
 def rich_shown(text: object) -> str:
     """``shown`` text for rich to print: its ``[...]`` markup escaped too, so ``[link=...]`` or
     ``[blink]`` in a name is printed, not followed (rich is imported only here: a host display)."""
