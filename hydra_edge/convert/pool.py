@@ -2,16 +2,21 @@
 
 On Ctrl-C the workers stop (an artefact being made is dropped, one being renamed into place is
 finished) and every artefact that did finish is recorded before the interrupt goes on; temporary
-files an interrupt or a killed run left behind are removed (``remove_stale``).
+files an interrupt or a killed run left behind are removed (``remove_stale``). A parent killed
+outright (SIGKILL, the OOM killer) cannot stop its workers: each dies with it (``die_with_parent``).
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import multiprocessing
 import os
 import queue
 import signal
+import sys
 import threading
+import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from importlib import import_module
 from pathlib import Path
@@ -91,16 +96,43 @@ class _Worker:
         cls.stopping = True
 
 
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when the thread that started it exits
+ORPHAN_POLL_S = 0.5  # how often a worker looks for its parent where the kernel cannot tell it
+
+
+def die_with_parent(parent: int) -> None:
+    """End this worker when ``parent`` (the pid that started it) is gone, however it went.
+
+    A SIGKILLed ``convert`` cannot stop its workers, and each holds torch and a model (hundreds of
+    MB) while it waits on a pipe no one will write again. On Linux the kernel sends SIGKILL the
+    moment the parent dies (``PR_SET_PDEATHSIG``); everywhere, a thread also exits the worker once
+    its parent pid has changed (reparented), which covers a parent that died before this call.
+    """
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    threading.Thread(target=_watch_parent, args=(parent,), name="parent-watchdog", daemon=True).start()
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(ORPHAN_POLL_S)
+    os._exit(1)  # nothing to finish: the parent that would record this worker's artefacts is gone
+
+
 def _relay(stop: Any) -> None:
     """Turn the parent's ``stop`` event into this worker's own SIGINT."""
     stop.wait()
     os.kill(os.getpid(), signal.SIGINT)
 
 
-def _worker_init(torch_threads: int, reports: Any, stop: Any, modules: tuple[str, ...], log: str) -> None:
-    """Once per worker: signals, torch's threads, and the converters and runtimes its artefacts use
-    imported here (seconds each), not per artefact. What they print on import (absl's and oneDNN's
-    banners, torchao's missing CUDA kernels, deprecation warnings) goes to ``log``, shared by the workers."""
+def _worker_init(parent: int, torch_threads: int, reports: Any, stop: Any, modules: tuple[str, ...],
+                 log: str) -> None:
+    """Once per worker: its lifetime tied to ``parent``'s, signals, torch's threads, and the converters and
+    runtimes its artefacts use imported here (seconds each), not per artefact. What they print on import
+    (absl's and oneDNN's banners, torchao's missing CUDA kernels, deprecation warnings) goes to ``log``,
+    shared by the workers."""
+    die_with_parent(parent)  # first: the imports below take seconds, a parent may be killed meanwhile
     signal.signal(signal.SIGINT, _Worker.on_sigint)
     _Worker.reports = reports
     threading.Thread(target=_relay, args=(stop,), daemon=True).start()
@@ -144,7 +176,7 @@ def run_parallel(jobs: list[Job], n: int, torch_threads: int, report: Report, fi
     log = Path(jobs[0].out) / LOGS / WORKERS_LOG  # beside the references' log
     log.unlink(missing_ok=True)  # this run's workers append to it
     with ProcessPoolExecutor(n, mp_context=ctx, initializer=_worker_init,
-                             initargs=(torch_threads, reports, stop, warm_modules(jobs), str(log))) as pool:
+                             initargs=(os.getpid(), torch_threads, reports, stop, warm_modules(jobs), str(log))) as pool:
         futures: dict[Future, Job] = {pool.submit(_run_in_worker, job): job for job in jobs}
         recorded: set[Future] = set()
 
