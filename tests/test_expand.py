@@ -204,3 +204,63 @@ def test_a_manifest_naming_a_file_expand_keeps_for_itself_is_refused(compact: Pa
     assert refused(compact, tmp_path / "files") == (f"{compact / MANIFEST} names a file {LOCK!r}, which expand keeps "
                                                     "for its own use; re-run hydra-edge convert into a new folder")
     assert not [p for p in (tmp_path / "files").rglob("*") if p.name != LOCK]
+
+
+# Runs ``hydra-edge expand`` and SIGKILLs it at one step: just before the first rename into its staging
+# folder, before the 2nd file is moved from staging into --out, before the manifest is, or right after it
+# is (a whole bundle, expand not yet done). The steps are told by where a rename goes, not by how many.
+KILLED_AT = """
+import os, signal, sys
+from pathlib import Path
+from hydra_edge.cli import main
+
+step, out = sys.argv[1], Path(sys.argv[2]).resolve()
+real, moved = os.replace, []
+
+def replace(src, dst, *args, **kwargs):
+    src, dst = Path(src).resolve(), Path(dst).resolve()
+    staged = src.parent != out and src.is_relative_to(out)
+    into_out = staged and dst.is_relative_to(out) and not dst.relative_to(out).parts[0].startswith(".expand-")
+    if ((step == "staging" and dst.parent != out and dst.is_relative_to(out))
+            or (step == "moving" and into_out and dst.name != "manifest.json" and len(moved) == 1)
+            or (step == "manifest" and dst == out / "manifest.json")):
+        os.kill(os.getpid(), signal.SIGKILL)
+    real(src, dst, *args, **kwargs)
+    moved.extend([dst] if into_out else [])
+    if step == "done" and dst == out / "manifest.json":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+os.replace = replace
+main(["expand", "--bundle", sys.argv[3], "--out", str(out)])
+"""
+
+
+@pytest.mark.parametrize("step", ["staging", "moving", "manifest", "done"])
+def test_a_rerun_after_expand_was_killed_finishes_what_it_left(compact: Path, tmp_path: Path, step: str) -> None:
+    """kill -9 at any step of expand: --out holds nothing a rerun trips on, and the rerun writes the whole
+    bundle, every file its manifest names with that sha256 and nothing else but the lock."""
+    out = tmp_path / "files"
+    killed = subprocess.run([sys.executable, "-c", KILLED_AT, step, str(out), str(compact)],
+                            capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -9, killed.stdout + killed.stderr  # it did reach the step
+    code, output = expand(compact, out)
+    assert code == 0, output
+    manifest = read_manifest(out)
+    names = {name for a in manifest.artefacts for name in (a.file, a.golden["file"], a.golden["inputs_file"])}
+    written = files_of(out)
+    assert set(written) == names | {MANIFEST, LOCK}
+    assert all(written[a.file] == a.sha256 for a in manifest.artefacts)
+
+
+@pytest.mark.parametrize("name", ["../outside.txt", "/etc/hostname", ".lock"])
+def test_a_journal_naming_a_file_outside_the_bundle_is_refused_and_removes_nothing(compact: Path, tmp_path: Path,
+                                                                                   name: str) -> None:
+    """The journal a killed expand leaves says what a rerun removes: a name leading out of --out (or to the
+    lock) is one line, and nothing is removed."""
+    out = tmp_path / "files"
+    out.mkdir()
+    (tmp_path / "outside.txt").write_text("keep")
+    (out / expand_module.JOURNAL).write_text(f'["{name}"]')
+    assert refused(compact, out) == (f"{out / expand_module.JOURNAL} names {name!r}, not a file of a bundle; "
+                                     f"remove {out} and re-run expand")
+    assert (tmp_path / "outside.txt").read_text() == "keep" and [p.name for p in out.iterdir()] == [expand_module.JOURNAL]

@@ -9,6 +9,11 @@ bundle, never a folder with files of someone else's), held under the bundle lock
 every file written is one the manifest names, read once, its sha256 checked on the bytes read and
 never through a link leading out of the bundle. Everything is written to a folder of its own inside
 ``--out`` first and moved into place only once every file has passed, so a failure leaves nothing.
+
+Killed at any point (kill -9, a power cut), expand leaves nothing a rerun trips on: before the first
+file moves into ``--out``, a journal naming every file about to move is renamed into place, and the
+manifest moves last. A rerun finds the journal, removes what it names (the manifest too) and the
+staging folder, and writes the bundle again; without a journal, ``--out`` holds only its own staging.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from typing import Dict, Iterator, List, Tuple
 
 import msgspec
 
-from ..atomic import write_bytes
+from ..atomic import read_limited, write_bytes
 from ..errors import HydraEdgeError
 from ..lock import LockedError, exclusive, holder
 from ..records.manifest import LOCK, MANIFEST, Manifest, golden_files, read_manifest
@@ -31,6 +36,8 @@ from ..runtime.engines import GOLDEN_MAX_BYTES
 from ..runtime.rebuild import artefact_bytes
 
 STAGING = ".expand-"  # prefix of the folder inside --out where files wait until every one has passed
+JOURNAL = f"{STAGING}journal.json"  # in --out while files move in: what a rerun removes, should expand die
+JOURNAL_MAX_BYTES = 1 << 20
 CHOOSE = "choose a new or empty folder for --out"
 
 
@@ -47,12 +54,48 @@ def _check_out(bundle: Path, out: Path) -> None:
         return
     if not out.is_dir():
         raise HydraEdgeError(f"--out {out} is not a folder; {CHOOSE}")
-    if (out / MANIFEST).exists():
+    if (out / MANIFEST).exists() and not (out / JOURNAL).exists():  # with a journal: a killed expand's
         raise HydraEdgeError(f"--out {out} holds a bundle ({out / MANIFEST}); expand writes a new one: {CHOOSE}")
-    foreign = sorted(p.name for p in out.iterdir() if not _ours(p.name))
+    left = {PurePosixPath(name).parts[0] for name in _journal(out)}
+    foreign = sorted(p.name for p in out.iterdir() if not _ours(p.name) and p.name not in left)
     if foreign:
         raise HydraEdgeError(f"--out {out} holds {', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}, "
                              f"which expand did not write; expand writes a new bundle: {CHOOSE}")
+
+
+def _journal(out: Path) -> List[str]:
+    """The files a killed expand was moving into ``out`` (its manifest among them), from its journal; none
+    without one. Each name is checked to stay inside ``out``: the journal is a file anyone could edit."""
+    try:
+        names = msgspec.json.decode(read_limited(out / JOURNAL, JOURNAL_MAX_BYTES), type=List[str])
+    except FileNotFoundError:
+        return []
+    except (OSError, HydraEdgeError, msgspec.DecodeError) as e:
+        raise HydraEdgeError(f"{out / JOURNAL}, left by a killed expand, cannot be read ({e}); remove {out} "
+                             "and re-run expand") from None
+    for name in names:
+        path = PurePosixPath(name)
+        if path.is_absolute() or not path.parts or ".." in path.parts or _ours(path.parts[0]):
+            raise HydraEdgeError(f"{out / JOURNAL} names {name!r}, not a file of a bundle; remove {out} and "
+                                 "re-run expand")
+    return names
+
+
+def _clean(out: Path) -> None:
+    """Remove what a killed expand left in ``out``: the files its journal names (folders they left empty
+    too), then the journal, then staging folders. Killed while cleaning, the next rerun cleans again."""
+    names = _journal(out)
+    for name in names:
+        (out / name).unlink(missing_ok=True)
+    for folder in sorted({p for name in names for p in (out / name).parents if p != out and p.is_relative_to(out)},
+                         key=lambda p: len(p.parts), reverse=True):
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (not only ours) or already gone: left as it is
+            pass
+    (out / JOURNAL).unlink(missing_ok=True)
+    for stale in out.glob(f"{STAGING}*"):  # no one else writes here: the lock is held
+        shutil.rmtree(stale, ignore_errors=True)
 
 
 @contextmanager
@@ -113,16 +156,19 @@ def expand(bundle: Path, out: Path) -> List[Path]:
     manifest = read_manifest(bundle)
     _check_out(bundle, out)
     with _locked(out):
+        _clean(out)
         _check_out(bundle, out)
-        for stale in out.glob(f"{STAGING}*"):  # left by an expand that was killed: no one else writes here
-            shutil.rmtree(stale, ignore_errors=True)
         staging = Path(tempfile.mkdtemp(prefix=STAGING, dir=out))
         try:
             names = _stage(bundle, manifest, staging)
+            _full(manifest).write(staging)
+            write_bytes(staging / JOURNAL, msgspec.json.encode([*names, MANIFEST]))
+            os.replace(staging / JOURNAL, out / JOURNAL)  # whole or not at all, before anything moves
             for name in names:
                 (out / name).parent.mkdir(parents=True, exist_ok=True)
                 os.replace(staging / name, out / name)
-            _full(manifest).write(out)  # last: a bundle only once all its files are there
+            os.replace(staging / MANIFEST, out / MANIFEST)  # last: a bundle only once all its files are there
+            (out / JOURNAL).unlink()
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return [out / record.file for record in manifest.artefacts]
