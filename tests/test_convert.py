@@ -205,8 +205,9 @@ def test_max_drop_failure_names_the_artefact(checkpoint: Path, host_target: Path
     out = tmp_path / "out"
     code, output = _run("-c", checkpoint, "-t", host_target, "-o", out, "-j", 1)  # in this process, patched
     assert code != 0
-    assert "Error: vit_h6_onnx_fp32.onnx: top-1" in output and "p.p. below the fp32 subnetwork" in output
-    assert "held-out images); use another --quant, raise --max-drop or --eval-limit" in output
+    assert "Error: vit_h6_onnx_fp32.onnx: top-1" in output and "against the fp32 subnetwork's" in output
+    assert "(95 % interval" in output and "held-out images" not in output.split("95 % interval")[0][-5:]
+    assert "over the allowed 1 p.p. (images decided); use another --quant, or raise --max-drop" in output
     assert output.rstrip().endswith(f"converter output: {out / 'logs' / 'vit_h6_onnx_fp32.log'}")
     assert (out / "logs" / "vit_h6_onnx_fp32.log").is_file()
     assert [a.heads for a in read_manifest(out).artefacts] == [3, 12]

@@ -54,15 +54,27 @@ def _summary(result: ConvertResult) -> None:
     from rich.table import Table
 
     table = Table(title=f"{result.out}/manifest.json")
-    for col in ("artefact", "MiB", "top-1 %", "fp32 %", "drop p.p.", "agree %", "convert s", "verify s"):
+    for col in ("artefact", "MiB", "top-1 %", "fp32 %", "drop p.p. [95 %]", "nested", "agree %", "convert s", "verify s"):
         table.add_column(col, justify="left" if col == "artefact" else "right")
     fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
+    by_logits = False
     for a in result.manifest.artefacts:
-        acc = a.accuracy
-        table.add_row(a.file, f"{a.bytes / 2**20:.2f}", fmt(acc["top1"], ".2f"), fmt(acc["fp32_top1"], ".2f"),
-                      fmt(acc["drop_pp"], ".2f"), f"{acc['agreement']:.1f}", f"{a.convert_seconds:.1f}",
-                      fmt(a.verify_seconds, ".1f"))
+        acc, nesting = a.accuracy, a.nesting
+        drop = fmt(acc["drop_pp"], ".2f")
+        if acc.get("evidence"):
+            e = acc["evidence"]
+            drop = f"{e['cost_pp']:+.2f} [{e['low_pp']:+.1f}, {e['high_pp']:+.1f}]" + ("*" if e["decided_by"] == "logits" else "")
+            by_logits |= e["decided_by"] == "logits"
+        nested = "-" if nesting is None else "yes" if nesting.nested else "no"
+        if nesting is not None and nesting.evidence is not None:
+            nested += f" {nesting.evidence.logit_cost_pp:+.2f}" + ("*" if nesting.evidence.decided_by == "logits" else "")
+            by_logits |= nesting.evidence.decided_by == "logits"
+        table.add_row(a.file, f"{a.bytes / 2**20:.2f}", fmt(acc["top1"], ".2f"), fmt(acc["fp32_top1"], ".2f"), drop,
+                      nested, f"{acc['agreement']:.1f}", f"{a.convert_seconds:.1f}", fmt(a.verify_seconds, ".1f"))
     Console().print(table)
+    if by_logits:
+        click.echo("* the held-out images could not tell the cost from noise (its 95 % interval spans the bound): "
+                   "decided by the cost the logits' error predicts (nested: that predicted cost, in p.p.)")
     click.echo(f"{len(result.converted)} converted, {len(result.skipped)} unchanged, {len(result.failed)} failed")
     if result.converted or result.failed:
         click.echo(f"converter output: {result.out / LOGS}")
@@ -80,7 +92,9 @@ def _summary(result: ConvertResult) -> None:
 @click.option("--heads", default=None, help="Head counts: 3-12 or 3,6,12 (default: every one the checkpoint serves).")
 @click.option("--quant", default=None, help="Override the profile's quantisation (e.g. fp32, int8-dynamic).")
 @click.option("--max-drop", default=1.0, show_default=True, type=Number(0, 100),
-              help="Fail an artefact whose top-1 falls more than this many p.p. below fp32.")
+              help="Fail an artefact whose top-1 falls more than this many p.p. below fp32, on the evidence: beyond "
+                   "noise on the held-out images, or, where they are too few to tell, by the drop its logits' error "
+                   "predicts.")
 @click.option("--jobs", "-j", default=None, type=JOBS,
               help="Convert artefacts in this many parallel processes (default: as many as the cores and the "
                    "available memory hold; the progress output says how many).")
