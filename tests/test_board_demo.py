@@ -448,3 +448,51 @@ def test_demo_shows_the_apps_lines_escaped(tmp_path: Path, capsys: pytest.Captur
     no_terminal_commands(out + str(e.value))
     assert out == "image 1: \\x1b]0;owned\\x07 (3 heads) \\x1b[31mred \\u202eevil \\x9b2J\n" and \
         str(e.value) == "\\x1b]0;gone\\x07"
+
+
+def run_in_a_terminal(argv: list[str], timeout: float = 300) -> tuple[int, str]:
+    """``argv`` with a 200-column pseudo-terminal as stdout and stderr (rich draws its live table there);
+    its exit code and everything it wrote, as the terminal received it."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import termios
+
+    main_fd, child_fd = pty.openpty()
+    fcntl.ioctl(child_fd, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
+    proc = subprocess.Popen(argv, stdout=child_fd, stderr=child_fd, stdin=subprocess.DEVNULL,
+                            env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "TERM": "xterm-256color"})
+    os.close(child_fd)
+    chunks, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            chunk = os.read(main_fd, 65536)
+        except OSError:  # EIO: the process and every copy of the terminal are gone
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(main_fd)
+    return proc.wait(timeout=30), b"".join(chunks).decode(errors="replace")
+
+
+def test_the_live_table_shows_names_as_text_never_as_markup_or_terminal_commands(board: dict[str, Path],
+                                                                                tmp_path: Path) -> None:
+    """On a terminal (rich's live table): whatever class is predicted, its name is printed as written, its
+    ``[link=...]`` never an OSC 8 hyperlink, ``[blink]`` never eaten, ESC and U+202E shown escaped."""
+    bundle = tmp_path / "bundle"
+    shutil.copytree(board["bundle"], bundle)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    names = [*HOSTILE[:7], "[link=https://example.com]y", "[blink]z", "\x1b]8;;http://x\x07w"]
+    manifest["classes"] = names
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    lut = table_for(bundle, tmp_path)
+    code, screen = run_in_a_terminal([sys.executable, str(APP), "--bundle", str(bundle), "--lut", str(lut),
+                                      "--images", str(board["images"] / "0"), "--max-images", "12", "--threads", "1"])
+    assert code == 0, screen
+    assert "\x1b]" not in screen and "\x07" not in screen and "\u202e" not in screen, ascii(screen)
+    shown = ["\\x1b]0;owned\\x07", "\\x1b[31mred", "two\\nswitch 3 -> 12 heads [forged]", "\\u202eevil", "c1\\x9b2J",
+             "[link=javascript:alert(1)]click", "[blink]x", "[link=https://example.com]y", "[blink]z",
+             "\\x1b]8;;http://x\\x07w"]
+    assert any(name in screen for name in shown), ascii(screen)  # the class predicted, whichever it is

@@ -51,7 +51,7 @@ from hydra_edge.runtime.latency_governor import LoopSettings
 from hydra_edge.runtime.live_page import URL_LINE, LivePage, PageState, Point, Switch, parse_address
 from hydra_edge.runtime.preprocess import image_files, load_image, skipped_line
 from hydra_edge.runtime.switcher import Switcher, SwitchEvent
-from hydra_edge.runtime.terminal import ShownFormatter, shown
+from hydra_edge.runtime.terminal import ShownFormatter, rich_shown, shown
 
 MAX_BUDGET_MS = 60_000.0  # the loop ignores a timing over a minute as absurd: a larger budget could never be missed
 MAX_LOOP_S = 86_400.0  # the loop's windows and dwell: a day is longer than any board waits to react
@@ -174,15 +174,15 @@ class Display:
 
         table = Table(title="hydra-edge board demo")
         for key in row:
-            table.add_column(key, justify="right")
-        table.add_row(*(str(v) for v in row.values()))
+            table.add_column(rich_shown(key), justify="right")  # a scenario step's keys come from its file
+        table.add_row(*(rich_shown(v) for v in row.values()))  # a class name is text, never rich markup
         self.live.update(table)
 
     def line(self, text: str) -> None:
         """One line of the app's output, ``shown``: names in it (classes, sensors, files) can neither
         drive the terminal nor break the line."""
         if self.live is not None:
-            self.live.console.print(shown(text))
+            self.live.console.print(rich_shown(text))
         else:
             print(shown(text), flush=True)
 
