@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -496,3 +497,27 @@ def test_the_live_table_shows_names_as_text_never_as_markup_or_terminal_commands
              "[link=javascript:alert(1)]click", "[blink]x", "[link=https://example.com]y", "[blink]z",
              "\\x1b]8;;http://x\\x07w"]
     assert any(name in screen for name in shown), ascii(screen)  # the class predicted, whichever it is
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_sigterm_stops_the_app_as_ctrl_c_does_keeping_its_summary_and_log(board: dict[str, Path], tmp_path: Path,
+                                                                         sig: signal.Signals) -> None:
+    """systemd stops a service with SIGTERM: the app ends as on Ctrl-C, its summary printed and --log written."""
+    log = tmp_path / "events.json"
+    app = subprocess.Popen([sys.executable, str(APP), "--bundle", str(board["bundle"]), "--lut", str(board["lut"]),
+                            "--plain", "--images", str(board["images"]), "--threads", "1", "--log", str(log)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    try:
+        for line in iter(app.stdout.readline, ""):
+            if line.startswith("image 5:"):
+                break
+        app.send_signal(sig)
+        out, err = app.communicate(timeout=60)
+    finally:
+        if app.poll() is None:
+            app.kill()
+    assert app.returncode == 0 and "Traceback" not in err, err
+    assert "stopped" in out.splitlines() and re.search(r"^ *\d+ heads: \d+ images, median", out, re.M), out
+    report = json.loads(log.read_text())
+    assert report["events"] and sum(s["images"] for s in report["per_heads"].values()) >= 5

@@ -51,7 +51,7 @@ from hydra_edge.runtime.latency_governor import LoopSettings
 from hydra_edge.runtime.live_page import URL_LINE, LivePage, PageState, Point, Switch, parse_address
 from hydra_edge.runtime.preprocess import image_files, load_image, skipped_line
 from hydra_edge.runtime.switcher import Switcher, SwitchEvent
-from hydra_edge.runtime.terminal import ShownFormatter, rich_shown, shown
+from hydra_edge.runtime.terminal import ShownFormatter, rich_shown, shown, stop_on_signals
 
 MAX_BUDGET_MS = 60_000.0  # the loop ignores a timing over a minute as absurd: a larger budget could never be missed
 MAX_LOOP_S = 86_400.0  # the loop's windows and dwell: a day is longer than any board waits to react
@@ -344,7 +344,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
             display.line(f"{URL_LINE}{page.start()}")
         if not board:
             switcher.start()
-        for step in steps:  # Ctrl-C ends the run; the summary and the log below still follow
+        for step in steps:  # Ctrl-C or SIGTERM ends the run; the summary and the log below still follow
             images = int(step.get("images", 20))
             if board:
                 board.apply(step)
@@ -422,8 +422,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     handler = logging.StreamHandler()
     handler.setFormatter(ShownFormatter("%(message)s"))
     logging.basicConfig(level=logging.WARNING, handlers=[handler])
+    # SIGTERM (systemd's stop, kill) ends the run as Ctrl-C does, summary and --log kept; once stopping,
+    # a second signal (Ctrl-C reaching the app and the demo that forwards its stop) cannot cut them short
+    stop_on_signals(once=True)
     try:
         run(args)
+    except KeyboardInterrupt:  # before the first image: nothing to sum up
+        print("stopped", flush=True)
+        return 130
     except HydraEdgeError as e:
         print(f"Error: {shown(e)}", file=sys.stderr)
         return 1
