@@ -155,6 +155,8 @@ def test_nesting_is_decided_on_the_same_evidence(trained) -> None:
     n = measure(sub, ranges, EvalSet(images, labels, "held-out"), reference, 0.3)
     assert n.evidence is not None and n.nested == n.evidence.passed and n.cost_pp == n.evidence.cost_pp
     assert n.evidence.images == 96 and n.evidence.reference_right == round(n.top1_per_subnetwork * 96 / 100)
+    # the same checkpoint and images always give the same decision, on the same evidence
+    assert measure(sub, ranges, EvalSet(images, labels, "held-out"), reference, 0.3) == n
     # a nesting that truly costs: a 12-head model whose weights outside subnetwork 3's columns are 50x
     # larger, so each shared row's range, and with it the nested scale, is far coarser than its slice
     costly_model = copy.deepcopy(model)

@@ -63,7 +63,7 @@ def _summary(result: ConvertResult) -> None:
         drop = fmt(acc["drop_pp"], ".2f")
         if acc.get("evidence"):
             e = acc["evidence"]
-            drop = f"{e['cost_pp']:+.2f} [{e['low_pp']:+.1f}, {e['high_pp']:+.1f}]" + ("*" if e["decided_by"] == "logits" else "")
+            drop = f"{e['cost_pp']:+.2f} [{e['low_pp']:+.1f},{e['high_pp']:+.1f}]" + ("*" if e["decided_by"] == "logits" else "")
             by_logits |= e["decided_by"] == "logits"
         nested = "-" if nesting is None else "yes" if nesting.nested else "no"
         if nesting is not None and nesting.evidence is not None:
@@ -71,7 +71,8 @@ def _summary(result: ConvertResult) -> None:
             by_logits |= nesting.evidence.decided_by == "logits"
         table.add_row(a.file, f"{a.bytes / 2**20:.2f}", fmt(acc["top1"], ".2f"), fmt(acc["fp32_top1"], ".2f"), drop,
                       nested, f"{acc['agreement']:.1f}", f"{a.convert_seconds:.1f}", fmt(a.verify_seconds, ".1f"))
-    Console().print(table)
+    # Piped or logged, rich would wrap to 80 columns and cut the file names: print the table whole.
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
     if by_logits:
         click.echo("* the held-out images could not tell the cost from noise (its 95 % interval spans the bound): "
                    "decided by the cost the logits' error predicts (nested: that predicted cost, in p.p.)")
