@@ -515,37 +515,46 @@ TWO_SENSORS = {
 }
 
 
+# Which of the two sensors fails (and is the hot one): the first read, or the last. The hottest of several
+# must treat an unknown one as hottest wherever it comes: max() over [40, nan] is 40, over [nan, 40] nan.
+FAILING = {"first": ("cpu-thermal", "thermal_zone0"), "last": ("gpu-thermal", "thermal_zone1")}
+
+
+@pytest.mark.parametrize("failing", sorted(FAILING))
 @pytest.mark.parametrize("bad", ["garbage\n", ""])
 @pytest.mark.parametrize("named", sorted(TWO_SENSORS))
 def test_a_failed_sensor_among_several_is_held_then_hottest_and_the_cooler_one_never_stands_in(
-        bundle: Path, board: Board, named: str, bad: str, caplog: pytest.LogCaptureFixture) -> None:
+        bundle: Path, board: Board, named: str, bad: str, failing: str, caplog: pytest.LogCaptureFixture) -> None:
     clock = Clock()
-    board.temp(65)  # cpu-thermal: 9 heads
-    board.gpu(40)  # 12 heads, were it the only sensor
+    name, zone = FAILING[failing]
+    hot, cool = (board.temp, board.gpu) if failing == "first" else (board.gpu, board.temp)
+    hot_file = board.temp_file if failing == "first" else board.gpu_file
+    hot(65)  # the failing sensor: 9 heads
+    cool(40)  # 12 heads, were it the only sensor
     with caplog.at_level(logging.WARNING, logger="hydra_edge.switcher"), \
             switcher(bundle, board, clock=clock, prefetch=False, signals=TWO_SENSORS[named]) as sw:
         assert sw.poll() == 9 and sw.events[0].reading.thermal == 65.0
-        write(board.temp_file, bad)
-        for _ in range(29):  # far past dwell and raise_after_s: the cpu's 65 °C is held, not the gpu's 40
+        write(hot_file, bad)
+        for _ in range(29):  # far past dwell and raise_after_s: the failing one's 65 °C is held, not the other's 40
             clock.now += 1
             assert sw.poll() == 9
         clock.now += 1
         assert sw.poll() == 3  # stale: the hottest band, as a lone sensor
         event = sw.events[-1]
-        assert event.reason == "state: thermal sensor cpu-thermal unknown since 30 s"
+        assert event.reason == f"state: thermal sensor {name} unknown since 30 s"
         assert math.isnan(event.reading.thermal)
         for _ in range(120):
             clock.now += 1
             assert sw.poll() == 3
-        board.temp(40)  # both cool: more heads once that has persisted
+        hot(40)  # both cool: more heads once that has persisted
         clock.now += 1
         assert sw.poll() == 3
         clock.now += sw.settings.raise_after_s
         assert sw.poll() == 12 and sw.events[-1].reason == "state" and sw.events[-1].reading.thermal == 40.0
     failed, recovered = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert failed.startswith("thermal sensor cpu-thermal unreadable (thermal_zone0: ")
+    assert failed.startswith(f"thermal sensor {name} unreadable ({zone}: ")
     assert failed.endswith(" — holding the last reading 65.0 °C for up to 30 s")
-    assert recovered == "thermal sensor cpu-thermal readable again (40.0 °C) after 160 s with 150 failed reads"
+    assert recovered == f"thermal sensor {name} readable again (40.0 °C) after 160 s with 150 failed reads"
 
 
 @pytest.mark.parametrize("named", sorted(TWO_SENSORS))
