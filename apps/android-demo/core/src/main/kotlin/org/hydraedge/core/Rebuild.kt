@@ -77,9 +77,11 @@ object Rebuild {
         val recipe = recipeOf(bundle, record)
         val where = File(bundle, record.compact!!.recipe)
         checkRanges(recipe, where)
+        val skeletonFile = bundlePath(bundle, recipe.skeleton.file, "skeleton")
+        checkSize(skeletonFile, recipe.skeleton, "skeleton") // first, as Python: a file of another size is named as such
         val total = recipe.rebuiltBytes()
         if (total > ARTEFACT_MAX_BYTES) throw tooLarge(where, "artefact ${record.file} rebuilt by the recipe", total)
-        val skeleton = readPiece(bundle, recipe.skeleton)
+        val skeleton = readPiece(skeletonFile, recipe.skeleton)
         val source = mapSource(bundle, recipe.source)
         val out = ByteArray(total.toInt())
         splice(skeleton, source, recipe.ranges, out)
@@ -105,10 +107,8 @@ object Rebuild {
         }
     }
 
-    /** A skeleton: a regular file of the recipe's size, read once (at most that many bytes) and its sha256 checked. */
-    private fun readPiece(bundle: File, piece: Piece): ByteArray {
-        val file = bundlePath(bundle, piece.file, "skeleton")
-        checkSize(file, piece, "skeleton")
+    /** A skeleton whose size was checked: read once (at most the recipe's size) and its sha256 checked. */
+    private fun readPiece(file: File, piece: Piece): ByteArray {
         val data = Records.readBytes(file, "skeleton", FIX, max = piece.bytes) { BundleException(it) }
         checkSha256(sha256Hex(data), file, "skeleton", piece.sha256)
         return data

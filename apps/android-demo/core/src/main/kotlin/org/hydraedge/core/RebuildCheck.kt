@@ -21,7 +21,8 @@ object RebuildCheck {
         val manifest = try {
             Manifest.read(bundle)
         } catch (e: BundleException) {
-            println(JSONObject().put("manifest", "refused").put("message", e.message))
+            System.out.write((JSONObject().put("manifest", "refused").put("message", e.message).toString() + "\n").toByteArray(Charsets.UTF_8))
+            System.out.flush()
             return
         }
         val lines = StringBuilder()
@@ -38,6 +39,7 @@ object RebuildCheck {
             }
             lines.append(line).append('\n')
         }
-        print(lines)
+        System.out.write(lines.toString().toByteArray(Charsets.UTF_8)) // UTF-8 whatever the locale
+        System.out.flush()
     }
 }

@@ -170,8 +170,8 @@ class RebuildTest {
     @Test
     fun `sizes beyond what a phone can hold are refused before anything is read`(@TempDir dir: File) {
         val b = bundle(dir)
-        File(dir, "h3.skeleton").delete()
         val huge = 3L shl 30
+        java.io.RandomAccessFile(File(dir, "h3.skeleton"), "rw").use { it.setLength(huge) } // sparse: no disk, never read
         b.write(recipe = edited(b.recipe) { r -> r.getJSONObject("skeleton").put("bytes", huge) },
             manifest = edited(b.manifest) { m -> m.getJSONArray("artefacts").getJSONObject(0).put("bytes", huge + 24 + 60) })
         val line = refused(b)
