@@ -332,6 +332,24 @@ def test_the_loop_probes_no_higher_than_the_tables_choice(rig: Rig) -> None:
         assert max(heads) == 9 and heads[-1] == 9
 
 
+@pytest.mark.parametrize("lower, allowed", [("heat", 3), ("battery", 6)])
+def test_the_table_lowering_its_choice_during_a_probe_is_obeyed_at_once(rig: Rig, lower: str, allowed: int) -> None:
+    """The loop only lowers: when heat or a falling battery lowers the table's choice while the loop probes
+    more heads, the next inference runs no more than the table's new choice (the probe does not finish first)."""
+    with rig.switcher() as sw:
+        loaded(rig, 1.5)
+        assert rig.serve(sw, 30)[-1] == 6
+        loaded(rig, 1.0)
+        for _ in range(round(120 * RATE_HZ)):  # inference by inference, until the loop probes 12 heads
+            if sw.latency_status()["probing"] == 12:
+                break
+            rig.serve(sw, 1 / RATE_HZ)
+        assert sw.latency_status()["probing"] == 12 and sw.heads == 12
+        {"heat": lambda: rig.board.temp(85), "battery": lambda: rig.board.battery(15)}[lower]()
+        sw.poll()  # the board's next poll reads it
+        assert max(rig.serve(sw, 60)) == allowed
+
+
 def learned_correction(rig: Rig) -> dict:
     """Run under load until the loop has stepped down and saved; the saved document."""
     loaded(rig, 1.5)
