@@ -521,3 +521,16 @@ def test_sigterm_stops_the_app_as_ctrl_c_does_keeping_its_summary_and_log(board:
     assert "stopped" in out.splitlines() and re.search(r"^ *\d+ heads: \d+ images, median", out, re.M), out
     report = json.loads(log.read_text())
     assert report["events"] and sum(s["images"] for s in report["per_heads"].values()) >= 5
+
+
+def test_the_app_serves_beyond_loopback_only_with_serve_remote(board: dict[str, Path]) -> None:
+    """--serve on an address that is not loopback without --serve-remote: exit 1, one line naming the flag, before
+    anything is served or classified."""
+    from standins import free_port
+
+    port = free_port()
+    proc = run_app(board, "--images", board["images"], "--max-images", 2, "--serve", f"0.0.0.0:{port}")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    (line,) = [line for line in proc.stderr.splitlines() if line.startswith("Error: ")]
+    assert "0.0.0.0 is not a loopback address" in line and "--serve-remote" in line, line
+    assert "live page:" not in proc.stdout and "image 1:" not in proc.stdout, proc.stdout
