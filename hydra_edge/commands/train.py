@@ -138,6 +138,7 @@ def train(data: str, out: Path, val_fraction: float | None, preset_name: str | N
     from ..model.config import parse_heads, preset
     from ..model.hydravit import HydraViT
     from ..records.training import read_resume
+    from ..train.advice import before_training, falls_line, recorded_accuracy
     from ..train.data import BUILT_IN, DataSpec, data_classes, load_data
     from ..train.loop import CHECKPOINT, OUTPUTS, cpu_threads, refuse_change, resumed_settings
     from ..train.loop import train as run_training
@@ -152,6 +153,7 @@ def train(data: str, out: Path, val_fraction: float | None, preset_name: str | N
     if recipe is not None:
         typed["recipe"] = recipe
     previous = out / CHECKPOINT
+    base = None  # (path, recorded accuracy, classes) of a --checkpoint, for the lines said before training
     shaping = [flag for flag, given in (("--preset", preset_name), ("--heads", heads), ("--init", init_from),
                                         ("--separate-heads", separate_heads),
                                         ("--init-scheme", "init_scheme" in _typed({"init_scheme": "--init-scheme"})))
@@ -182,12 +184,13 @@ def train(data: str, out: Path, val_fraction: float | None, preset_name: str | N
         classes = data_classes(data)
         if checkpoint:  # the backbone transfers; a classifier for other classes is replaced, and said so
             model, saved = load_checkpoint_file(checkpoint, ema=ema)
+            base = (checkpoint, recorded_accuracy(saved, ema), model.config.num_classes)
             note = fit_classes(model, classes, checkpoint_classes(saved, checkpoint, model.config.num_classes),
                                checkpoint)
             if note:
                 click.echo(note)
         else:
-            name = preset_name or ("digits" if data in BUILT_IN else "b16")
+            name = preset_name = preset_name or ("digits" if data in BUILT_IN else "b16")
             cfg = preset(name, num_classes=len(classes))
             served = parse_heads(heads, cfg.num_heads) if heads else cfg.heads
             model = HydraViT(msgspec.structs.replace(cfg, heads=served, separate_heads=separate_heads),
@@ -200,10 +203,18 @@ def train(data: str, out: Path, val_fraction: float | None, preset_name: str | N
     elif not torch.cuda.is_available() and "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(cpu_threads(model.config, settings.batch_size))
     known = checkpoint_classes(saved, previous, model.config.num_classes) if resume and previous.is_file() else None
-    result = run_training(model, load_data(spec, model.config, known), settings, out, resume=resume)
+    split = load_data(spec, model.config, known)
+    if not (resume and previous.is_file()):  # a resumed run was told when it started
+        for line in before_training(settings=settings, model=model, source=spec.source, images=len(split.train),
+                                    base=base, preset_name=preset_name, cpu=not torch.cuda.is_available()):
+            click.echo(line)
+    result = run_training(model, split, settings, out, resume=resume)
     if result.accuracy:
         weights_kind = "EMA weights" if result.weights != "state_dict" else "weights"
         print_accuracy(model.config, result.accuracy, f"held-out accuracy of the {weights_kind}, {spec.source}")
+        falls = falls_line(result.accuracy)
+        if falls:
+            click.echo(falls)
         click.echo(f"checkpoint: {result.checkpoint}\nreport: {out / 'accuracy.json'}, {out / 'accuracy.png'}")
 
 

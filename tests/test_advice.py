@@ -1,0 +1,135 @@
+"""What train says before minutes are spent (weak base, other input kind, short run, slow CPU), the
+summary's warning when accuracy falls with heads, and lut's line for each dominated head count."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from hydra_edge.cli import main
+from hydra_edge.model.config import preset
+from hydra_edge.model.hydravit import HydraViT
+from hydra_edge.train import advice
+from hydra_edge.train.loop import TrainResult
+from hydra_edge.train.recipe import settings_for
+
+ISSUE_ACCURACY = {3: 70.8, 4: 78.1, 5: 78.1, 6: 57.3, 7: 51.0, 12: 62.5}  # issue 36's table, in part
+
+
+def _folder(root: Path, colour: bool, side: int = 12, classes: int = 3, per_class: int = 6) -> Path:
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for c in range(classes):
+        (root / f"class_{c}").mkdir(parents=True)
+        for i in range(per_class):
+            grey = np.full((side, side), 60 * c, np.uint8) + rng.integers(0, 40, (side, side), dtype=np.uint8)
+            pixels = np.stack([grey, grey // 2, 255 - grey], -1) if colour else grey
+            Image.fromarray(pixels).save(root / f"class_{c}" / f"{i}.png")
+    return root
+
+
+def _base(path: Path, best: float, classes: int = 10) -> Path:
+    """A digits-preset checkpoint whose last epoch recorded ``best`` % at its largest head count."""
+    torch.manual_seed(0)
+    model = HydraViT(preset("digits", heads=(3, 12), num_classes=classes))
+    model.save(path, classes=[str(i) for i in range(classes)],
+               train={"history": [{"epoch": 1, "val_top1": {3: best - 5.0, 12: best}}]})
+    return path
+
+
+@pytest.mark.parametrize("best, weak", [(20.0, True), (90.0, False)])
+def test_fine_tuning_a_base_near_chance_says_so_before_training_and_goes_on(tmp_path, best, weak):
+    folder = _folder(tmp_path / "images", colour=False, side=8)
+    base = _base(tmp_path / "base.pt", best)
+    result = CliRunner().invoke(main, ["train", "--data", str(folder), "--checkpoint", str(base), "--epochs", "2",
+                                       "--out", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    before = result.output[:result.output.index("training on ")]
+    assert ("from scratch will likely do better" in before) == weak, result.output
+    if weak:
+        assert f"held out only {best:.1f} % at best on its own 10 classes (chance 10.0 %)" in before
+    assert before.count("warning: ") == (1 if weak else 0), result.output  # nothing else to say of this run
+
+
+def test_a_base_of_another_input_kind_is_said_and_one_of_the_same_kind_is_not(tmp_path):
+    cfg = preset("digits", num_classes=3)  # 8x8 grayscale
+    colour = _folder(tmp_path / "colour", colour=True, side=40)
+    line = advice.other_input(cfg, str(colour), "base.pt")
+    assert line is not None and "8x8 px grayscale" in line and "40 px colour" in line
+    assert "colour is averaged away" in line and "shrunk to 8 px" in line and "--preset mini" in line
+    assert advice.other_input(cfg, str(_folder(tmp_path / "grey", colour=False, side=8)), "base.pt") is None
+    assert advice.other_input(cfg, "digits", "base.pt") is None
+    assert "shrunk to 8 px" in advice.other_input(cfg, "mnist", "base.pt")  # 28 px digits into 8 px
+    assert advice.other_input(preset("mini", num_classes=3), str(colour), "base.pt") is None
+
+
+@pytest.mark.parametrize("epochs, warmup, said", [(1, 1, True), (1, 2, True), (2, 2, True), (3, 2, False),
+                                                  (1, 0, False)])
+def test_a_run_no_longer_than_its_warm_up_is_said(epochs, warmup, said):
+    line = advice.short_run(settings_for("finetune", epochs=epochs, warmup_epochs=warmup))
+    assert (line is not None) == said
+    if said:
+        assert f"give --epochs {warmup + 1} or more" in line
+
+
+def test_a_heavy_model_on_a_cpu_is_timed_and_the_lighter_preset_named(tmp_path, monkeypatch):
+    folder = _folder(tmp_path / "images", colour=True, side=12)
+    monkeypatch.setattr(advice, "HEAVY_GMACS", 0.0)  # the digits model stands in for b16
+    monkeypatch.setattr(advice, "SLOW_EPOCH_S", 0.0)
+    result = CliRunner().invoke(main, ["train", "--data", str(folder), "--preset", "digits", "--heads", "3,12",
+                                       "--epochs", "3", "--out", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    before = result.output[:result.output.index("training on ")]
+    assert "warning: --preset digits (8 px) on a CPU: about " in before and "an epoch of 14 images" in before
+    assert "--preset mini (64 px) does about" in before and "measured" in before
+
+
+def test_step_seconds_are_measured_and_scale_with_the_batch(monkeypatch):
+    torch.manual_seed(0)
+    model = HydraViT(preset("digits", heads=(3, 12)))
+    assert advice.step_seconds(model, batch=2) > 0
+    assert all(p.grad is None for p in model.parameters())  # timing leaves no gradient behind
+    line = advice.cpu_epoch(model, batch=32, images=3200, preset_name="b16", seconds=2.0)
+    assert line is None  # the digits model is not heavy: nothing is timed or said
+    monkeypatch.setattr(advice, "HEAVY_GMACS", 0.0)
+    line = advice.cpu_epoch(model, batch=32, images=3200, preset_name="b16", seconds=2.0)
+    assert line is not None and "about 3 min an epoch of 3200 images" in line and "2.0 s a step of 32" in line
+
+
+def test_accuracy_falling_with_heads_is_found_and_named():
+    falls = advice.falls_with_heads(ISSUE_ACCURACY)
+    assert [f[0] for f in falls] == [6, 7, 12] and all(f[2] == 4 for f in falls)
+    assert advice.falls_with_heads({3: 60.0, 6: 70.0, 12: 70.2}) == []
+    assert advice.falls_with_heads({3: 60.0, 6: 70.0, 12: 69.8}) == []  # within DROP_PP: noise
+    line = advice.falls_line(ISSUE_ACCURACY)
+    assert "6, 7 and 12 heads below a smaller head count" in line and "worst 7 heads: 51.0 % < 78.1 % at 4" in line
+    assert advice.falls_line({3: 60.0, 12: 80.0}) is None
+
+
+def test_the_training_summary_warns_when_accuracy_falls_with_heads(tmp_path, monkeypatch):
+    import hydra_edge.train.loop as loop
+
+    def fake_train(model, data, settings, out, resume=False):
+        return TrainResult(Path(out) / "checkpoint.pt", accuracy=dict(ISSUE_ACCURACY))
+
+    monkeypatch.setattr(loop, "train", fake_train)
+    result = CliRunner().invoke(main, ["train", "--heads", "3,4,5,6,7,12", "--epochs", "3",
+                                       "--out", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    assert "warning: accuracy falls with heads (6, 7 and 12 heads" in result.output
+    monkeypatch.setattr(loop, "train", lambda *a, **k: TrainResult(tmp_path / "c.pt", accuracy={3: 50.0, 12: 60.0}))
+    result = CliRunner().invoke(main, ["train", "--heads", "3,12", "--epochs", "3", "--out", str(tmp_path / "r2")])
+    assert result.exit_code == 0 and "falls with heads" not in result.output, result.output
+
+
+def test_recorded_accuracy_reads_the_loaded_weights_and_tolerates_files_without_history():
+    saved = {"train": {"history": [{"val_top1": {"3": 10.0}}, {"val_top1": {"3": 40.0}, "val_top1_ema": {"3": 45.0}}]}}
+    assert advice.recorded_accuracy(saved, ema=True) == {3: 45.0}
+    assert advice.recorded_accuracy(saved, ema=False) == {3: 40.0}
+    assert advice.recorded_accuracy({}, ema=True) is None
+    assert advice.recorded_accuracy({"train": {"history": []}}, ema=True) is None
