@@ -21,6 +21,7 @@ from hydra_edge.convert.targets import load_target
 from hydra_edge.errors import HydraEdgeError
 from hydra_edge.lut import policy as policy_module
 from hydra_edge.lut.make import OUTPUTS
+from hydra_edge.lut.plot import markdown
 from hydra_edge.lut.policy import Policy, load_policy, policy_from_dict
 from hydra_edge.lut.table import build_table
 from hydra_edge.measure.pareto import Point, pareto
@@ -259,3 +260,22 @@ def test_user_errors_are_one_line(tmp_path: Path, case: str) -> None:
     result = CliRunner().invoke(lut, args)
     assert result.exit_code == 1 and expected in result.output and len(result.output.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_each_dominated_head_count_is_said_with_the_candidate_that_beats_it_and_why(tmp_path: Path) -> None:
+    """As in issue 36: 12 heads less accurate than fewer (undertrained); 6 heads timed slower than 9 (noise)."""
+    top1 = {3: 70.8, 4: 78.1, 6: 74.0, 9: 80.0, 12: 62.5}
+    bundle = fake_bundle(tmp_path / "bundle", sorted(top1), top1=top1)
+    cal = calibration(bundle, {3: 10, 4: 12, 6: 30, 9: 25, 12: 40})
+    cal.write(tmp_path / "cal.json")
+    result = CliRunner().invoke(lut, ["--bundle", str(bundle), "--calibration", str(tmp_path / "cal.json"),
+                                      "--budget-ms", "100", "--out", str(tmp_path / "lut")])
+    assert result.exit_code == 0, result.output
+    assert "- 12 heads: 62.5 % < 80.0 % at 9 heads, which is faster (25 ms against 40); train longer or with more " \
+           "data" in result.output
+    assert "- 6 heads: 74.0 % < 80.0 % at 9 heads, which is faster (25 ms against 30); its latency is likely timing " \
+           "noise; calibrate again" in result.output
+    assert (tmp_path / "lut" / "lut.md").read_text().count(" heads: ") == 2
+    doc = table(tmp_path / "again", {3: 10, 6: 25, 9: 20, 12: 40}, budget_ms=100)  # no labels: accuracy is heads
+    assert markdown(doc).splitlines()[markdown(doc).splitlines().index("Dominated (never chosen):") + 2] == \
+        "- 6 heads: 25 ms, slower than 9 heads (20 ms), which has more; likely timing noise: calibrate again"

@@ -49,6 +49,34 @@ def plot_grid(lut: dict[str, Any]) -> bytes:
     return png.getvalue()
 
 
+def dominated_lines(lut: dict[str, Any]) -> list[str]:
+    """Why each dominated head count is never chosen, one line each, naming the candidate that beats it.
+
+    A candidate at least as fast and as accurate with fewer heads means the larger subnetwork is
+    undertrained (on a trained HydraViT accuracy rises with heads); one with more heads that measured
+    faster means timing noise. Either way the user learns what to do, not only that 12 heads is gone.
+    """
+    top1 = lut["accuracy_basis"] == "top1"
+    lines = []
+    for d in sorted(lut["dominated"], key=lambda d: d["heads"]):
+        beats = [c for c in lut["candidates"] if c["latency_ms"] <= d["latency_ms"] and c["accuracy"] >= d["accuracy"]]
+        faster = [c for c in lut["candidates"] if c["latency_ms"] <= d["latency_ms"]]
+        if top1 and beats:
+            c = max(beats, key=lambda c: (c["accuracy"], -c["latency_ms"]))
+            relation = "<" if c["accuracy"] > d["accuracy"] else "no more than"
+            why = ("train longer or with more data" if c["heads"] < d["heads"]
+                   else "its latency is likely timing noise; calibrate again")
+            lines.append(f"{d['heads']} heads: {d['accuracy']:.1f} % {relation} {c['accuracy']:.1f} % at {c['heads']} heads, "
+                         f"which is faster ({c['latency_ms']:.3g} ms against {d['latency_ms']:.3g}); {why}")
+        elif faster:  # slower than a candidate with more heads: the timings, not the model
+            c = max(faster, key=lambda c: c["heads"])
+            lines.append(f"{d['heads']} heads: {d['latency_ms']:.3g} ms, slower than {c['heads']} heads ({c['latency_ms']:.3g} ms), "
+                         "which has more; likely timing noise: calibrate again")
+        else:
+            lines.append(f"{d['heads']} heads ({d['latency_ms']:.3g} ms, {d['accuracy']:.4g})")
+    return lines
+
+
 def markdown(lut: dict[str, Any]) -> str:
     """Candidates, deratings and the grid as markdown, readable in a terminal or on GitHub."""
     thermal, battery, sel = lut["thermal"], lut["battery"], lut["selection"]
@@ -60,8 +88,7 @@ def markdown(lut: dict[str, Any]) -> str:
              "| heads | artefact | latency ms | accuracy |", "|---:|---|---:|---:|"]
     lines += [f"| {c['heads']} | {c['artefact']} | {c['latency_ms']:.3g} | {c['accuracy']:.4g} |" for c in lut["candidates"]]
     if lut["dominated"]:
-        lines += ["", "Dominated (never chosen): " + ", ".join(
-            f"{d['heads']} heads ({d['latency_ms']:.3g} ms, {d['accuracy']:.4g})" for d in lut["dominated"])]
+        lines += ["", "Dominated (never chosen):", "", *(f"- {line}" for line in dominated_lines(lut))]
     lines += ["", "Head count per state (expected ms; `!` where no candidate meets the budget):", "",
               "| battery \\ thermal | " + " | ".join(
                   f"{n} (x{m:.3g}, {b})" for n, m, b in zip(thermal["names"], thermal["derating"], thermal["derating_basis"])) + " |",
