@@ -17,44 +17,11 @@ import msgspec
 from ..atomic import check_outputs
 from ..errors import HydraEdgeError
 from ..model.vit import INIT_SCHEMES
-from ..records.training import MAX_EPOCHS, MAX_WORKERS, TrainSettings
+from ..records.training import MAX_EPOCHS, MAX_WORKERS, SETTINGS_HELP, TrainSettings, setting_flag
 from ..train.recipe import RECIPES
 from .base import Number, command, ema_option, print_accuracy
 
 EPOCHS = Number(1, MAX_EPOCHS, integer=True)  # the bound a checkpoint's training state is read with; demo's too
-
-# One option per training setting, in this order, each with its help; bounds and choices come from the schema.
-SETTINGS_HELP = {
-    "epochs": "Epochs to train.",
-    "batch_size": "Images per micro-batch, all DDP ranks together.",
-    "lr": "Peak learning rate (for --lr-batch images per optimizer step when that is set).",
-    "lr_batch": "--lr is for this many images per optimizer step and scales linearly to the real number "
-                "(DeiT: 512); 0: --lr as given.",
-    "min_lr": "Learning rate the cosine ends at.",
-    "warmup_epochs": "Epochs of linear learning-rate warm-up before the cosine.",
-    "weight_decay": "AdamW weight decay.",
-    "decay_all": "Weight decay on every parameter; --no-decay-all spares biases, norms, cls token and position "
-                 "embedding (timm's habit).",
-    "layer_decay": "Layer-wise lr decay: block i learns at lr x decay^(depth + 1 - i), the classifier at lr; 1: off.",
-    "clip_grad": "Clip the gradients' global norm to this; 0: off.",
-    "accum_steps": "Micro-batches per optimizer step (all train the same head count).",
-    "label_smoothing": "Label smoothing of the cross-entropy.",
-    "drop_path": "Stochastic depth (drop path) rate of the last block, rising linearly from 0 at the first.",
-    "ema_decay": "Keep an EMA of the weights with this decay, saved as state_dict_ema and loaded by default "
-                 "afterwards; 0: off.",
-    "mixup": "Mixup with a Beta(a, a) share; 0: off.",
-    "cutmix": "CutMix with a Beta(a, a) share; 0: off. With mixup, each batch uses one of the two.",
-    "rand_augment": "RandAugment magnitude, timm's 0-10 scale (two operations per image); 0: off.",
-    "random_erasing": "Probability of erasing a random rectangle of an image; 0: off.",
-    "crop_scale": "Random resized crop (bicubic) keeping at least this share of the image; 0: off.",
-    "flip": "Random horizontal flips.",
-    "precision": "auto: bf16 autocast on a CUDA GPU, fp32 on a CPU. bf16 on a CPU needs native bf16; fp16 needs CUDA.",
-    "compile": "torch.compile the model (one graph per head count; the first steps take longer).",
-    "seed": "Seeds the initial weights, the data split, the shuffling and the augmentations.",
-    "head_sampling": "per-step: one head count per optimizer step, the same on every DDP rank; per-rank: each rank "
-                     "draws its own from a generator seeded seed + rank, as the official training script does.",
-}
-
 
 class Bounded(Number):
     """``Number`` that may also exclude its top (a schema's ``lt``)."""
@@ -76,9 +43,9 @@ def _setting_option(name: str) -> Callable[[Callable[..., Any]], Callable[..., A
     unset (None) unless typed, so the recipe's value stands."""
     kind = next(f.type for f in msgspec.inspect.type_info(TrainSettings).fields if f.name == name)
     default = "off" if name == "compile" else "the recipe's"  # compiling is this machine's choice, in no recipe
-    flag, help_ = "--" + name.replace("_", "-"), f"{SETTINGS_HELP[name]} [default: {default}]"
+    flag, help_ = setting_flag(name), f"{SETTINGS_HELP[name]} [default: {default}]"
     if isinstance(kind, msgspec.inspect.BoolType):
-        return click.option(f"{flag}/--no-{flag[2:]}", name, default=None, help=help_)
+        return click.option(flag, name, default=None, help=help_)
     if isinstance(kind, msgspec.inspect.LiteralType):
         return click.option(flag, name, type=click.Choice(kind.values), default=None, help=help_)
     low, high = (kind.ge if kind.gt is None else kind.gt), (kind.le if kind.lt is None else kind.lt)
@@ -88,6 +55,7 @@ def _setting_option(name: str) -> Callable[[Callable[..., Any]], Callable[..., A
 
 
 def setting_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """One option per ``SETTINGS_HELP`` entry (records.training), in its order."""
     for name in reversed(SETTINGS_HELP):
         f = _setting_option(name)(f)
     return f

@@ -46,41 +46,103 @@ class TrainSettings(msgspec.Struct, frozen=True):
     The defaults are the ``digits`` recipe (``hydra_edge.train.recipe``): what every run trained with
     before recipes existed, so a checkpoint saved without a field resumes as it was trained. A
     setting that is 0 is off (no clipping, no EMA, no mixup, ...). ``workers`` and ``compile`` are
-    the machine's choice, never the run's.
+    the machine's choice, never the run's. What each field means is ``SETTINGS_HELP``, the one text
+    ``train --help`` and docs/training.md's table are made from.
     """
 
     epochs: Epochs = 30
-    batch_size: Annotated[int, Meta(ge=1, le=MAX_BATCH)] = 32  # images per micro-batch, all ranks together
-    # DeiT's 5e-4 per 512 is for ImageNet; 3e-3 at 32 trained digits best of those tried
-    lr: Annotated[float, Meta(gt=0.0, le=MAX_LR)] = 3e-3
+    batch_size: Annotated[int, Meta(ge=1, le=MAX_BATCH)] = 32
+    lr: Annotated[float, Meta(gt=0.0, le=MAX_LR)] = 3e-3  # DeiT's 5e-4 per 512 is ImageNet's; 3e-3 at 32 trained digits best
     weight_decay: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.05
     warmup_epochs: Annotated[int, Meta(ge=0, le=MAX_EPOCHS)] = 2
     label_smoothing: Annotated[float, Meta(ge=0.0, lt=1.0)] = 0.1
-    # sampling weights per head count (official: integers summing to 100)
     weights: Optional[Tuple[Annotated[int, Meta(ge=0, le=1 << 30)], ...]] = None
     seed: Annotated[int, Meta(ge=0, le=MAX_SEED)] = 0
-    # image-decoding processes for folder data; None: the loop's default for the device
     workers: Optional[Annotated[int, Meta(ge=0, le=MAX_WORKERS)]] = None
-    head_sampling: HeadSampling = "per-step"  # HeadSampler's mode
-    init_scheme: Name = "timm"  # how the model was first initialised (vit.INIT_SCHEMES), kept with the run
-    recipe: Name = "digits"  # the named recipe these values started from (train.recipe.RECIPES)
-    # lr is the peak for this many images per optimizer step, scaled linearly to the real one (DeiT: 512)
+    head_sampling: HeadSampling = "per-step"
+    init_scheme: Name = "timm"
+    recipe: Name = "digits"
     lr_batch: Annotated[int, Meta(ge=0, le=MAX_BATCH)] = 0
-    min_lr: Annotated[float, Meta(ge=0.0, le=MAX_LR)] = 0.0  # where the cosine ends
-    layer_decay: Annotated[float, Meta(gt=0.0, le=1.0)] = 1.0  # lr x decay^(depth + 1 - layer); 1: one lr
-    decay_all: bool = True  # False: no weight decay on biases, norms, cls token, position embedding (timm's habit)
-    clip_grad: Annotated[float, Meta(ge=0.0, le=1e6)] = 0.0  # the most the gradients' global norm may be
-    accum_steps: Annotated[int, Meta(ge=1, le=MAX_ACCUM)] = 1  # micro-batches per optimizer step
-    drop_path: Annotated[float, Meta(ge=0.0, lt=1.0)] = 0.0  # stochastic depth of the last block
-    ema_decay: Annotated[float, Meta(ge=0.0, lt=1.0)] = 0.0  # weight kept per step by the EMA copy
-    mixup: Alpha = 0.0  # Beta(a, a) mixing share
-    cutmix: Alpha = 0.0  # Beta(a, a) share of the image kept; with mixup, each batch uses one of the two
-    rand_augment: Annotated[int, Meta(ge=0, le=MAX_MAGNITUDE)] = 0  # magnitude of two operations per image
-    random_erasing: Share = 0.0  # probability an image has a rectangle erased
-    crop_scale: Share = 0.0  # smallest area share a random resized crop keeps
-    flip: bool = False  # random horizontal flips
+    min_lr: Annotated[float, Meta(ge=0.0, le=MAX_LR)] = 0.0
+    layer_decay: Annotated[float, Meta(gt=0.0, le=1.0)] = 1.0
+    decay_all: bool = True
+    clip_grad: Annotated[float, Meta(ge=0.0, le=1e6)] = 0.0
+    accum_steps: Annotated[int, Meta(ge=1, le=MAX_ACCUM)] = 1
+    drop_path: Annotated[float, Meta(ge=0.0, lt=1.0)] = 0.0
+    ema_decay: Annotated[float, Meta(ge=0.0, lt=1.0)] = 0.0
+    mixup: Alpha = 0.0
+    cutmix: Alpha = 0.0
+    rand_augment: Annotated[int, Meta(ge=0, le=MAX_MAGNITUDE)] = 0
+    random_erasing: Share = 0.0
+    crop_scale: Share = 0.0
+    flip: bool = False
     precision: Precision = "auto"
-    compile: bool = False  # torch.compile the model
+    compile: bool = False
+
+
+# What each setting does: the help of its ``train`` option (in this order) and the rows of
+# docs/training.md's settings table (``settings_table``; a test checks the page holds it). Settings
+# with no option of their own: ``weights`` (``--weights``, a text list), ``workers`` (the machine's),
+# ``init_scheme`` and ``recipe`` (``--init-scheme``, ``--recipe``, which pick rather than tune).
+SETTINGS_HELP: Dict[str, str] = {
+    "epochs": "Epochs to train.",
+    "batch_size": "Images per micro-batch, all DDP ranks together.",
+    "lr": "Peak learning rate (for --lr-batch images per optimizer step when that is set).",
+    "lr_batch": "--lr is for this many images per optimizer step and scales linearly to the real number "
+                "(DeiT: 512); 0: --lr as given.",
+    "min_lr": "Learning rate the cosine ends at.",
+    "warmup_epochs": "Epochs of linear learning-rate warm-up before the cosine.",
+    "weight_decay": "AdamW weight decay.",
+    "decay_all": "Weight decay on every parameter; --no-decay-all spares biases, norms, cls token and position "
+                 "embedding (timm's habit).",
+    "layer_decay": "Layer-wise lr decay: the embeddings are layer 0, block i layer i + 1, the final norm and "
+                   "classifiers layer depth + 1, and layer l learns at lr x decay^(depth + 1 - l); 1: off.",
+    "clip_grad": "Clip the gradients' global norm to this before each optimizer step; 0: off.",
+    "accum_steps": "Micro-batches per optimizer step (all train the same head count).",
+    "label_smoothing": "Label smoothing of the cross-entropy.",
+    "drop_path": "Stochastic depth (drop path) rate of the last block, rising linearly from 0 at the first; "
+                 "only in training.",
+    "ema_decay": "Keep an EMA of the weights with this decay, updated every optimizer step, saved as "
+                 "state_dict_ema and loaded by default afterwards; 0: off.",
+    "mixup": "Mixup with a Beta(a, a) share; 0: off.",
+    "cutmix": "CutMix with a Beta(a, a) share; 0: off. With mixup, each batch uses one of the two.",
+    "rand_augment": "RandAugment magnitude, timm's 0-10 scale (two operations per image); 0: off.",
+    "random_erasing": "Probability of erasing a random rectangle of an image; 0: off.",
+    "crop_scale": "Random resized crop (bicubic) keeping at least this share of the image; 0: off.",
+    "flip": "Random horizontal flips.",
+    "precision": "auto: bf16 autocast on a CUDA GPU, fp32 on a CPU. bf16 on a CPU needs native bf16; fp16 needs CUDA.",
+    "compile": "torch.compile the model (one graph per head count; the first steps take longer).",
+    "seed": "Seeds the initial weights, the data split, the shuffling and the augmentations.",
+    "head_sampling": "per-step: one head count per optimizer step, the same on every DDP rank; per-rank: each rank "
+                     "draws its own from a generator seeded seed + rank, as the official training script does.",
+}
+
+
+def setting_flag(name: str) -> str:
+    """The ``train`` option of setting ``name``: ``--batch-size`` for ``batch_size``; a bool's flag pair."""
+    flag = "--" + name.replace("_", "-")
+    kind = next(f.type for f in msgspec.inspect.type_info(TrainSettings).fields if f.name == name)
+    return f"{flag}/--no-{flag[2:]}" if isinstance(kind, msgspec.inspect.BoolType) else flag
+
+
+def settings_table() -> str:
+    """docs/training.md's table of the settings' options, made from ``SETTINGS_HELP`` and the schema's ranges."""
+    rows = ["| option | range | what it does |", "|---|---|---|"]
+    for name, help_ in SETTINGS_HELP.items():
+        rows.append(f"| `{setting_flag(name)}` | {_range(name)} | {help_.replace('|', '/')} |")
+    return "\n".join(rows) + "\n"
+
+
+def _range(name: str) -> str:
+    kind = next(f.type for f in msgspec.inspect.type_info(TrainSettings).fields if f.name == name)
+    if isinstance(kind, msgspec.inspect.BoolType):
+        return "on/off"
+    if isinstance(kind, msgspec.inspect.LiteralType):
+        return ", ".join(kind.values)
+    shown = (lambda x: f"{int(x):_}") if isinstance(kind, msgspec.inspect.IntType) else (lambda x: f"{x:g}")
+    low = f"> {shown(kind.gt)}" if kind.gt is not None else f">= {shown(kind.ge)}"
+    high = f"< {shown(kind.lt)}" if kind.lt is not None else f"<= {shown(kind.le)}"
+    return f"{low}, {high}"
 
 
 class Epoch(msgspec.Struct):
