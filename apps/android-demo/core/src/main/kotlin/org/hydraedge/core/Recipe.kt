@@ -34,8 +34,9 @@ class Recipe(val heads: Int, val artefact: String, val skeleton: Piece, val sour
         const val NON_NEGATIVE_MAX = 1L shl 53 // records.fields.NonNegative
         const val POSITIVE_MAX = 1L shl 40 // records.fields.Positive
         const val MAX_AXES = 32 // records.recipe.MAX_AXES
-        // records.recipe.Dtype; Python's `$` also matches before a final newline
-        private val DTYPE = Regex("[<>|](f[248]|[iu][1248]|b1)\n?")
+        // records.recipe.Dtype, without the final newline Python's `$` lets through: numpy cannot read "<f4\n",
+        // so Python's rebuild fails on such a recipe (with a TypeError); here it is refused at its field
+        private val DTYPE = Regex("[<>|](f[248]|[iu][1248]|b1)")
 
         /** A recipe's bytes as a checked [Recipe]; one [BundleException] line naming [where] otherwise. */
         fun decode(data: ByteArray, where: String): Recipe {

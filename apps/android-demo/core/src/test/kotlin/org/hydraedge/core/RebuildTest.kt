@@ -141,6 +141,7 @@ class RebuildTest {
             Triple("$.ranges[0].index[1]", "no span", { r -> r.range(0).getJSONArray("index").put(1, JSONArray()) }),
             Triple("$.ranges[0].index[1][0]", "length 2", { r -> r.range(0).getJSONArray("index").put(1, JSONArray().put(JSONArray(listOf(0, 1, 2)))) }),
             Triple("$.ranges[0].dtype", "matching regex", { r -> r.range(0).put("dtype", "<f1") }),
+            Triple("$.ranges[0].dtype", "matching regex", { r -> r.range(0).put("dtype", "<f4\n") }),
             Triple("$.ranges[1].offset", "overlaps the range before it", { r -> r.range(1).put("offset", 50) }),
             Triple("$.heads", "<= 128", { r -> r.put("heads", 129) }),
             Triple("$.ranges[0]", "unknown field `extra`", { r -> r.range(0).put("extra", 1) }),
