@@ -362,8 +362,8 @@ def test_the_app_serves_a_live_page_of_what_it_runs_and_a_port_in_use_is_one_lin
         assert second.returncode == 1 and "Traceback" not in second.stderr, second.stderr
         assert f"cannot serve the live page on 127.0.0.1:{port}: the port is in use" in second.stderr
     finally:
-        app.terminate()
-        app.wait(timeout=30)
+        app.terminate()  # stops it as Ctrl-C does: its summary is written to the pipes read here
+        app.communicate(timeout=30)
 
 
 # Class names a bundle may carry that a terminal would obey if printed raw: a title-setting OSC, a colour,
@@ -534,3 +534,49 @@ def test_the_app_serves_beyond_loopback_only_with_serve_remote(board: dict[str, 
     (line,) = [line for line in proc.stderr.splitlines() if line.startswith("Error: ")]
     assert "0.0.0.0 is not a loopback address" in line and "--serve-remote" in line, line
     assert "live page:" not in proc.stdout and "image 1:" not in proc.stdout, proc.stdout
+
+
+def board_app_module() -> object:
+    """The board app's module, imported from its file as the device runs it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("board_app", APP)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_long_service_keeps_its_stats_and_switch_log_bounded(board: dict[str, Path], tmp_path: Path) -> None:
+    """A week of images and a flapping day cost bounded memory: the app's per-head-count stats keep counts of
+    every image but only the latest ``WINDOW`` latencies, and the switcher keeps the latest ``max_events``
+    switches while counting them all; a display is handed each new switch once."""
+    from hydra_edge.runtime.switcher import MAX_EVENTS, Switcher
+
+    assert MAX_EVENTS <= 10_000  # the board's default: a few hundred kB of events at most
+    kept = 40  # the same rule at a size a test reaches in a few hundred polls
+
+    app = board_app_module()
+    stats = app.Stats()
+    for i in range(20 * stats.WINDOW):
+        stats.add((3, 6, 12)[i % 3], float(i % 7), None if i % 5 == 0 else i % 2 == 0)
+    for heads in (3, 6, 12):
+        assert len(stats.heads[heads].latency_ms) == stats.WINDOW
+        assert stats.summary(heads)["images"] == sum(1 for i in range(20 * stats.WINDOW) if (3, 6, 12)[i % 3] == heads)
+    labelled = [i for i in range(20 * stats.WINDOW) if i % 5 and (3, 6, 12)[i % 3] == 3]
+    assert stats.summary(3)["live_top1"] == pytest.approx(100 * sum(i % 2 == 0 for i in labelled) / len(labelled))
+
+    sim = app.SimulatedBoard(tmp_path / "sysfs", [])
+    with Switcher(board["bundle"], lut=board["lut"], root=str(tmp_path / "sysfs"), clock=sim.clock,
+                  prefetch=False, max_events=kept) as sw:
+        seen, shown = 0, []
+        while sw.switches < 3 * kept:  # very hot, then cool for raise_after_s: two switches a cycle
+            for temp_c in (85.0, 40.0, 40.0, 40.0):
+                sim.apply({"temp_c": temp_c, "battery_pct": 100, "status": "Charging"})
+                sim.now += 5.0
+                sw.poll()
+            new, seen = sw.events_since(seen)
+            shown += new
+        assert len(sw.events) == kept and len(sw.event_log()) == kept
+        assert len(shown) == sw.switches and shown[-kept:] == sw.events  # each switch shown once, in order
+        assert {e.to_heads for e in sw.events} == {3, 12}

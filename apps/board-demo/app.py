@@ -36,7 +36,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Deque, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -50,7 +50,7 @@ from hydra_edge.runtime.latency import percentile
 from hydra_edge.runtime.latency_governor import LoopSettings
 from hydra_edge.runtime.live_page import URL_LINE, LivePage, PageState, Point, Switch, parse_address
 from hydra_edge.runtime.preprocess import image_files, load_image, skipped_line
-from hydra_edge.runtime.switcher import Switcher, SwitchEvent
+from hydra_edge.runtime.switcher import Switcher, SwitchEvent, event_record
 from hydra_edge.runtime.terminal import ShownFormatter, rich_shown, shown, stop_on_signals
 
 MAX_BUDGET_MS = 60_000.0  # the loop ignores a timing over a minute as absurd: a larger budget could never be missed
@@ -139,21 +139,35 @@ class SimulatedBoard:
 
 
 @dataclass
-class Stats:
-    """Per head count: latency and live accuracy of what actually ran."""
+class HeadStats:
+    """One head count's results in bounded memory: counts of every image, the latest latencies only."""
 
-    latency_ms: Dict[int, List[float]] = field(default_factory=dict)
-    correct: Dict[int, List[bool]] = field(default_factory=dict)
+    images: int = 0
+    labelled: int = 0
+    correct: int = 0
+    latency_ms: Deque[float] = field(default_factory=lambda: deque(maxlen=Stats.WINDOW))
+
+
+@dataclass
+class Stats:
+    """Per head count: latency and live accuracy of what actually ran, in memory and time per image that do
+    not grow with the images served (a board serves for weeks): images and live top-1 are counts over
+    every image, the median latency is of the head count's latest ``WINDOW`` images."""
+
+    WINDOW = 1024  # latencies kept per head count: a median over seconds to minutes of recent service
+    heads: Dict[int, HeadStats] = field(default_factory=dict)
 
     def add(self, heads: int, ms: float, correct: Optional[bool]) -> None:
-        self.latency_ms.setdefault(heads, []).append(ms)
+        s = self.heads.setdefault(heads, HeadStats())
+        s.images += 1
+        s.latency_ms.append(ms)
         if correct is not None:
-            self.correct.setdefault(heads, []).append(correct)
+            s.labelled, s.correct = s.labelled + 1, s.correct + correct
 
     def summary(self, heads: int) -> Dict[str, Any]:
-        lat, hits = self.latency_ms.get(heads, []), self.correct.get(heads, [])
-        return {"images": len(lat), "median_ms": statistics.median(lat) if lat else None,
-                "live_top1": 100.0 * sum(hits) / len(hits) if hits else None}
+        s = self.heads.get(heads, HeadStats())
+        return {"images": s.images, "median_ms": statistics.median(s.latency_ms) if s.latency_ms else None,
+                "live_top1": 100.0 * s.correct / s.labelled if s.labelled else None}
 
 
 class Display:
@@ -328,9 +342,9 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         ms = 1000 * (time.perf_counter() - start)
         predicted, count = int(prediction.logits.argmax()), count + 1
         stats.add(prediction.heads, ms, None if label is None else predicted == label)
-        for event in switcher.event_log()[shown:]:
-            display.line(describe(event, accuracy, stats))
-        shown = len(switcher.events)
+        events, shown = switcher.events_since(shown)  # the new switches only: constant work per image
+        for event in events:
+            display.line(describe(event_record(event), accuracy, stats))
         name = class_name(predicted, manifest.classes)
         feed.record(prediction.heads, ms, name)
         if display.live is None and not board:
@@ -365,7 +379,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         if page is not None:
             page.stop()
         switcher.close()
-    report = {"events": switcher.event_log(), "per_heads": {k: stats.summary(k) for k in sorted(stats.latency_ms)},
+    report = {"events": switcher.event_log(), "switches": switcher.switches,
+              "per_heads": {k: stats.summary(k) for k in sorted(stats.heads)},
               "fallback": switcher.fallback, "latency": switcher.latency_status()}
     if args.log:
         write_json(args.log, report)

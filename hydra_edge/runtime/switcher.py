@@ -12,7 +12,7 @@ only (at most three engines, once the new head count's first result is out); wit
 file) is logged in one line and the current model runs on; a switch to it tries again and falls
 back to the fastest if it still fails; from then on, wherever the table picks a head count that
 failed, the largest one below it that has not failed runs (never more than the table allows).
-Every switch is logged in ``events``, with its reason.
+Every switch is logged in ``events`` (the latest ``max_events``; ``switches`` counts them all), with its reason.
 
 A sensor that fails never buys heads (``failsafe``): its last good reading is held for the
 profile's ``stale_after_s``, then the worst band is assumed; the head count rises only on a
@@ -67,6 +67,10 @@ from .signals import (READ_TIMEOUT_S, THERMAL_SIGNALS, BoundedReader, DeviceStat
 from .signals.android import thermal_status_name
 
 log = logging.getLogger("hydra_edge.switcher")
+
+# Switch events kept in ``Switcher.events``, the latest: a board serves for months (the fail-safe rules and
+# the loop allow a few switches a minute), so the log is bounded; ``Switcher.switches`` counts them all.
+MAX_EVENTS = 1000
 
 
 @dataclass(frozen=True)
@@ -142,6 +146,7 @@ class Switcher:
     ``latency_loop`` turns the latency loop on with its settings (off by default: ``None``);
     ``timer`` times one inference for it (``clock`` times its windows and dwell), ``wall_clock``
     dates the correction it saves; tests pass fake ones.
+    ``max_events``: how many of the latest switch events ``events`` keeps (``switches`` counts them all).
     """
 
     def __init__(self, bundle: Union[str, Path], lut: Optional[Union[str, Path]] = None,
@@ -149,7 +154,7 @@ class Switcher:
                  poll_s: float = 1.0, prefetch: bool = True, cache_size: int = 3, threads: Optional[int] = None,
                  clock: Callable[[], float] = time.monotonic, read_timeout_s: float = READ_TIMEOUT_S,
                  latency_loop: Optional[LoopSettings] = None, timer: Callable[[], float] = time.perf_counter,
-                 wall_clock: Callable[[], float] = time.time) -> None:
+                 wall_clock: Callable[[], float] = time.time, max_events: int = MAX_EVENTS) -> None:
         self.bundle = Path(bundle)
         self.poll_s, self.prefetch, self.clock, self.timer = poll_s, prefetch, clock, timer
         self.cache_size = max(1, cache_size)
@@ -165,7 +170,9 @@ class Switcher:
         model = manifest.model
         self._input_shape = (1, model["in_chans"], model["img_size"], model["img_size"]) \
             if {"in_chans", "img_size"} <= set(model) else None
-        self.events: List[SwitchEvent] = []
+        self.max_events = max(1, max_events)
+        self.events: List[SwitchEvent] = []  # the latest ``max_events`` switches, the oldest first
+        self.switches = 0  # every switch since the start, those dropped from ``events`` included
         self._broken: Set[int] = set()  # head counts whose artefact would not load
         self.polls = 0
         self.heads: Optional[int] = None
@@ -333,6 +340,9 @@ class Switcher:
     def _switch(self, heads: int, reason: str, reading: Optional[Reading], now: float) -> None:
         event = SwitchEvent(now, self.polls, self.heads, heads, reason, reading)
         self.events.append(event)
+        self.switches += 1
+        if len(self.events) > self.max_events:
+            del self.events[0]
         log.info("heads %s -> %d (%s) at poll %d: %s", event.from_heads, heads, reason, self.polls, reading)
         self.heads = heads
         self._prefetch_due = self.prefetch
@@ -491,6 +501,19 @@ class Switcher:
         self.close()
 
     def event_log(self) -> List[Dict[str, Any]]:
-        """The switch events as JSON-ready dicts."""
-        return [{"time": e.time, "poll": e.poll, "from": e.from_heads, "to": e.to_heads, "reason": e.reason,
-                 "reading": None if e.reading is None else e.reading.__dict__} for e in self.events]
+        """The switch events kept (the latest ``max_events``) as JSON-ready dicts."""
+        with self._lock:
+            return [event_record(e) for e in self.events]
+
+    def events_since(self, seen: int) -> Tuple[List[SwitchEvent], int]:
+        """The switches after the first ``seen`` (of those still kept) and the count to pass next time:
+        what a display shows as they happen, at the cost of the new events only, however long the log."""
+        with self._lock:
+            new = min(self.switches - seen, len(self.events))
+            return (self.events[-new:] if new > 0 else []), self.switches
+
+
+def event_record(event: SwitchEvent) -> Dict[str, Any]:
+    """One switch event as a JSON-ready dict (the ``--log`` file's and a display's form)."""
+    return {"time": event.time, "poll": event.poll, "from": event.from_heads, "to": event.to_heads,
+            "reason": event.reason, "reading": None if event.reading is None else event.reading.__dict__}
