@@ -39,10 +39,27 @@ class _Progress:
             self.progress.stop_task(self.rows[file])
 
 
-def _log_line(file: str, stage: str, size: int | None) -> None:
-    """Without a terminal (CI, pipes): one line per finished artefact instead of a live display."""
-    if stage == "done" or stage.startswith(("skipped", "FAILED")):
-        click.echo(f"{file}: {stage}" + (f" ({size / 2**20:.2f} MiB)" if size else ""), file=terminal())
+class _LogLines:
+    """Without a terminal (CI, pipes): one line per finished artefact instead of a live display.
+
+    The compact layout reports an artefact a second time once it is rebuilt against the largest
+    head count's weights; that second list has its own heading and says "compacted", so a log does
+    not read as every artefact converted twice.
+    """
+
+    def __init__(self) -> None:
+        self.compacting: set[str] = set()
+
+    def __call__(self, file: str, stage: str, size: int | None) -> None:
+        if stage == "compact":
+            if not self.compacting:
+                click.echo("compacting against the largest head count's weights (one weight set):", file=terminal())
+            self.compacting.add(file)
+            return
+        if stage == "done" and file in self.compacting:
+            stage = "compacted"
+        if stage in ("done", "compacted") or stage.startswith(("skipped", "FAILED")):
+            click.echo(f"{file}: {stage}" + (f" ({size / 2**20:.2f} MiB)" if size else ""), file=terminal())
 
 
 def _note(line: str) -> None:
@@ -138,7 +155,7 @@ def convert(checkpoint: Path, targets: tuple[str, ...], out: Path, heads: str | 
         with progress.progress:
             results = convert_targets(runs, progress, progress.progress.console.print)
     else:
-        results = convert_targets(runs, _log_line, note)
+        results = convert_targets(runs, _LogLines(), note)
     for result in results:
         _summary(result)
     failed = [line for result in results for line in result.failed]

@@ -239,7 +239,8 @@ def hold_page(state: PageState, host: str, url: str, allow_remote: bool) -> None
 def _stage(n: int, title: str) -> None:
     from rich.console import Console
 
-    Console(stderr=True).rule(f"[bold]{n}/5 {title}")
+    text = f"{n}/5 {title}"  # piped or logged, rich's 80 columns would cut the title: the rule is as wide as it
+    Console(stderr=True, width=None if sys.stderr.isatty() else len(text) + 8).rule(f"[bold]{text}")
 
 
 @command()

@@ -112,7 +112,7 @@ def _convert(runs: Sequence[ConvertOptions], plans: Sequence[Plan], report: Repo
     chosen = choose_jobs(runs[0].jobs, len(jobs), model_bytes)
     n = chosen.n if len(jobs) > 1 else 1
     if jobs:
-        note(f"converting {len(jobs)} artefacts with {chosen.why}")
+        note(f"converting {len(jobs)} artefact{'s' if len(jobs) > 1 else ''} with {chosen.why}")
     threads = max(1, cores() // n)
     start = time.perf_counter()
     jobs = share_references([replace(job, verify_threads=threads) for job in jobs], report)

@@ -247,7 +247,12 @@ def train(
     with _progress(rank == 0) as bar:
         bar.console.print(describe_run(data, model.config, settings, dtype, device, world), highlight=False,
                           soft_wrap=True)
-        task = bar.add_task("training", total=(settings.epochs - start) * steps)
+        # A resumed run that has trained every epoch only evaluates: no "training 0/0" bar, one line instead.
+        remaining = (settings.epochs - start) * steps
+        task = bar.add_task("training", total=remaining, visible=remaining > 0)
+        if not remaining:
+            bar.console.print(f"all {settings.epochs} epochs trained already ({out / CHECKPOINT}); evaluating",
+                              highlight=False, soft_wrap=True)
         for epoch in range(start, settings.epochs):
             shard.set_epoch(epoch)
             torch.manual_seed((settings.seed * 100_003 + epoch) * 1_009 + rank)  # augmentations, drop path
