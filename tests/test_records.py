@@ -624,3 +624,15 @@ def test_a_record_that_is_no_plain_file_or_too_large_is_one_line_and_never_block
     error = without_blocking(read, path)
     assert isinstance(error, HydraEdgeError), error
     assert "\n" not in str(error) and f"{path} {KINDS[kind]}" in str(error), str(error)
+
+
+def test_a_final_newline_is_not_part_of_a_sha256_or_a_dtype() -> None:
+    """A regex ending in "$" matches before a final newline: "<f4\\n" would pass the recipe's schema and
+    then fail inside numpy with a traceback instead of one line at its field."""
+    from hydra_edge.records.fields import Sha256
+    from hydra_edge.records.recipe import Dtype
+
+    for kind, good in ((Sha256, "0" * 64), (Dtype, "<f4")):
+        assert msgspec.json.decode(json.dumps(good).encode(), type=kind) == good
+        with pytest.raises(msgspec.ValidationError, match="matching regex"):
+            msgspec.json.decode(json.dumps(good + "\n").encode(), type=kind)

@@ -28,7 +28,7 @@ NonNegFloat = Annotated[float, Meta(ge=0.0, le=LARGE)]
 PosFloat = Annotated[float, Meta(gt=0.0, le=LARGE)]
 Percent = Annotated[float, Meta(ge=0.0, le=100.0)]
 Ratio = Annotated[float, Meta(ge=0.0, le=1.0)]
-Sha256 = Annotated[str, Meta(pattern="^[0-9a-f]{64}$")]
+Sha256 = Annotated[str, Meta(pattern=r"^[0-9a-f]{64}\Z")]  # \Z: "$" would let a final newline through
 Name = Annotated[str, Meta(min_length=1, max_length=4096)]
 # The artefact formats the device runtime loads: the keys of the one format table (stdlib only, so
 # boards read these records without numpy).

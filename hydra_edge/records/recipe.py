@@ -24,7 +24,7 @@ HINT = "re-run hydra-edge convert --layout compact into a new folder"
 T = TypeVar("T")
 
 # A numpy dtype string ("<f2", "|i1"): only those numpy has (no "<f1"), with their size in bytes last.
-Dtype = Annotated[str, Meta(pattern="^[<>|](f[248]|[iu][1248]|b1)$")]
+Dtype = Annotated[str, Meta(pattern=r"^[<>|](f[248]|[iu][1248]|b1)\Z")]
 Span = Tuple[NonNegative, Positive]  # [start, stop) along one axis
 MAX_AXES = 32  # numpy 1's most dimensions (2's: 64); a weight has a handful
 Axes = Annotated[List[T], Meta(max_length=MAX_AXES)]
