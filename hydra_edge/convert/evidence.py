@@ -75,8 +75,9 @@ def _wilson(right: int, n: int, z: float) -> tuple[float, float]:
 
 
 def expected_right(outputs: np.ndarray, reference: np.ndarray, labels: np.ndarray | None) -> float:
-    """Expected share of images right (labels) or agreeing with the fp32 top-1 (no labels) when each
-    image's outputs are its fp32 logits under ``outputs``' error, taken as a gain and independent noise.
+    """Expected share of images right when each image's outputs are its fp32 logits under
+    ``outputs``' error, taken as a gain and independent noise: right is the label's class, or without
+    labels the fp32 top-1, weighted by how much the fp32 model preferred the class an output lands on.
 
     Per image, ``outputs`` is fitted as ``gain * reference + shift + noise`` (least squares over the
     classes): a gain or a shift common to every logit reorders nothing, and the noise is what is left,
@@ -98,13 +99,29 @@ def expected_right(outputs: np.ndarray, reference: np.ndarray, labels: np.ndarra
     finite = np.isfinite(variance) & np.isfinite(gain)
     pooled = math.sqrt(float(variance[finite].mean())) if finite.any() else math.inf
     noise = np.where(finite, pooled, np.nan)
-    wanted = ref.argmax(-1) if labels is None else np.asarray(labels)
-    return float(np.mean(np.concatenate([
-        _on_top(ref[i:i + CHUNK], wanted[i:i + CHUNK], gain[i:i + CHUNK], noise[i:i + CHUNK])
-        for i in range(0, len(ref), CHUNK)])))
+    if labels is not None:
+        return float(np.mean(_chunked(ref, np.asarray(labels), gain, noise)))
+    # Without labels, the fp32 model's own preference stands in for them: an image whose output
+    # lands on class c keeps q_c / q_top of the fp32 top-1's expected rightness (q: the fp32
+    # softmax). A confident image counts a flip in full, as agreement does; a near tie, where the
+    # fp32 model itself hardly prefers one class, counts it by how little it did.
+    order = np.argsort(-ref, axis=-1)[:, :TOP_CLASSES]
+    shifted = ref - ref.max(-1, keepdims=True)
+    rows = np.arange(len(ref))
+    kept = np.zeros(len(ref))
+    for rank in range(order.shape[1]):
+        classes = order[:, rank]
+        kept += np.exp(shifted[rows, classes]) * _chunked(ref, classes, gain, noise)
+    return float(np.mean(kept))
 
 
 CHUNK = 64  # images per block of the quadrature (classes x nodes floats each)
+TOP_CLASSES = 8  # without labels, the fp32 model's top classes an output may land on (the rest are out of reach)
+
+
+def _chunked(ref: np.ndarray, wanted: np.ndarray, gain: np.ndarray, noise: np.ndarray) -> np.ndarray:
+    return np.concatenate([_on_top(ref[i:i + CHUNK], wanted[i:i + CHUNK], gain[i:i + CHUNK], noise[i:i + CHUNK])
+                           for i in range(0, len(ref), CHUNK)])
 _NODES, _WEIGHTS = np.polynomial.hermite_e.hermegauss(48)  # for the integral over a standard normal
 _WEIGHTS = _WEIGHTS / math.sqrt(2 * math.pi)
 

@@ -112,28 +112,33 @@ def both_scales(sub: torch.nn.Module, nested: Ranges) -> tuple[dict[str, torch.T
 
 def measure(sub: torch.nn.Module, nested: Ranges, evalset: EvalSet, reference: np.ndarray,
             max_cost_pp: float) -> Nesting:
-    """Held-out top-1 of ``sub`` with nested vs its own weight scales, and whether to nest.
-
-    Without labels the outcome is agreement with the fp32 subnetwork's top-1. The decision is the
-    gate's (``evidence``): its own scales the reference, nested ones the candidate, nested unless the
-    cost is over ``max_cost_pp`` beyond noise or, where the images cannot tell (the usual case: 64
-    random inputs cannot tell 0.3 p.p. from 5), unless the cost the logits' error predicts is.
-    The logits' SQNR against fp32 under both choices is recorded either way.
-    """
+    """Held-out top-1 of ``sub`` with nested vs its own weight scales, and whether to nest (``decide``)."""
     own_scales, nested_scales = both_scales(sub, nested)
     per_logits = fake_quant_logits(sub, own_scales, evalset.images)
     same = all(torch.equal(own_scales[n], nested_scales[n]) for n in own_scales)
     nested_logits = per_logits if same else fake_quant_logits(sub, nested_scales, evalset.images)
+    return decide(per_logits, nested_logits, reference, evalset.labels, max_cost_pp)
+
+
+def decide(per_logits: np.ndarray, nested_logits: np.ndarray, reference: np.ndarray, labels: np.ndarray | None,
+           max_cost_pp: float) -> Nesting:
+    """Whether to nest, from the logits under both choices of scales and the fp32 ``reference``.
+
+    Without labels the outcome is agreement with the fp32 subnetwork's top-1. The decision is the
+    gate's (``evidence``): own scales the reference, nested ones the candidate, nested unless the
+    cost is over ``max_cost_pp`` beyond noise or, where the images cannot tell (the usual case: 64
+    random inputs cannot tell 0.3 p.p. from 5), unless the cost the logits' error predicts is.
+    The logits' SQNR against fp32 under both choices is recorded either way.
+    """
     logits = {"nested": nested_logits, "per": per_logits}
     agree = {key: round(float((out.argmax(-1) == reference.argmax(-1)).mean() * 100), 4) for key, out in logits.items()}
-    acc = {key: None if evalset.labels is None else round(top1(out, evalset.labels), 4) for key, out in logits.items()}
-    unit = "top-1" if evalset.labels is not None else "agreement with fp32"
-    truth = reference.argmax(-1) if evalset.labels is None else evalset.labels
-    predicted = (expected_right(per_logits, reference, evalset.labels)
-                 - expected_right(nested_logits, reference, evalset.labels)) * 100
+    acc = {key: None if labels is None else round(top1(out, labels), 4) for key, out in logits.items()}
+    unit = "top-1" if labels is not None else "agreement with fp32"
+    truth = reference.argmax(-1) if labels is None else labels
+    predicted = (expected_right(per_logits, reference, labels) - expected_right(nested_logits, reference, labels)) * 100
     evidence = judge(per_logits.argmax(-1) == truth, nested_logits.argmax(-1) == truth, predicted, max_cost_pp)
     return Nesting(
-        nested=evidence.passed, basis=f"{BASIS}; cost in {unit}; {METHOD}", images=len(evalset.images),
+        nested=evidence.passed, basis=f"{BASIS}; cost in {unit}; {METHOD}", images=len(reference),
         top1_nested=acc["nested"], top1_per_subnetwork=acc["per"],
         agreement_nested=agree["nested"], agreement_per_subnetwork=agree["per"], cost_pp=evidence.cost_pp,
         max_cost_pp=max_cost_pp, sqnr_db_nested=sqnr_db(nested_logits, reference),
