@@ -21,7 +21,8 @@ The decision:
   without labels, ending up the largest logit). Summed over the images this is the expected number
   each choice gets right, a smooth function of every image's error where the count moves in whole
   images. It tends to the fp32 outcome as the noise vanishes, to chance (1 / classes) as it grows,
-  and below chance for a negative gain.
+  and below chance for a negative gain. Without labels the fp32 softmax ``q`` stands in for them:
+  an output landing on class c keeps ``q_c / q_top`` of the image.
 
 Pure numpy and the standard library; ``records.manifest.Evidence`` is what is written.
 """
