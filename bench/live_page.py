@@ -17,9 +17,20 @@ window.
 (b) A screenshot. The same app replays ``hydra-edge demo``'s scripted day (``--scenario``, the
 demo's latency budget) while headless Chromium watches its page, captured ``--at-s`` into the day.
 
-Writes live_page.json, live_page.md and live_page.png (the screenshot).
+(c) Attacks (issue 37, items 10 and 11), ``--only attacks``: the same app as in (a) while a client in a
+process of its own (tests/page_attack.py) attacks the page for ``--attack-s`` seconds: a slowloris (200
+sockets opened at once, each sending one header line a second, never a whole head) or a flood (50 threads
+fetching ``/`` back to back), and, for reference, no attack. Meanwhile a legitimate viewer in this process
+polls ``/state.json`` every 0.5 s with a 2 s timeout: its latency p50/p90/max (an unanswered poll counted
+as infinitely slow) and answered/unanswered; and the app's images/s and other threads' share of its core
+over the attack. ``--app-root`` runs the app of another checkout (the code before a change) and
+``--label`` names the run: runs with different labels sit side by side in live_page_attacks.json/.md.
+
+Writes live_page.json, live_page.md and live_page.png (the screenshot); (c) writes live_page_attacks.json
+and live_page_attacks.md.
 
     .venv/bin/python bench/live_page.py --preset mini --rounds 5 --window-s 5
+    .venv/bin/python bench/live_page.py --only attacks --attack-s 20 --label after
 """
 
 from __future__ import annotations
@@ -55,6 +66,7 @@ from hydra_edge.runtime.live_page import MAX_REQUESTS_PER_S, MAX_STREAMS, REQUES
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 from browser import Chromium  # noqa: E402  (the tests' DevTools driver and port helper)
+from page_attack import attack, attack_result, summary, viewer  # noqa: E402  (the attacker, in its own process)
 from standins import free_port  # noqa: E402
 
 # ONNX fp32 on onnxruntime, read from the sysfs paths the app's SimulatedBoard writes (a Pi's, plus a battery).
@@ -104,15 +116,16 @@ def random_images(folder: Path, size: int, channels: int, n: int = 16) -> Path:
 class App:
     """The board app in its own process, pinned to ``cores``, serving its page on a free loopback port."""
 
-    def __init__(self, args: List[str], cores: Set[int], log: Path) -> None:
+    def __init__(self, args: List[str], cores: Set[int], log: Path, root: Path = ROOT) -> None:
         for learned in log.parent.glob("**/lut.correction.json"):
             learned.unlink()  # a fresh board: no latency learned by an earlier run caps it
         self.port = free_port()
         self.log = log.open("w")
-        self.process = subprocess.Popen(
-            [sys.executable, str(APP), *args, "--threads", "1", "--plain", "--serve", f"127.0.0.1:{self.port}"],
+        self.process = subprocess.Popen(  # root: this checkout, or another one's app and package (--app-root)
+            [sys.executable, str(root / APP.relative_to(ROOT)), *args, "--threads", "1", "--plain",
+             "--serve", f"127.0.0.1:{self.port}"],
             stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=lambda: os.sched_setaffinity(0, cores),
-            env={**os.environ, "PYTHONPATH": str(ROOT)})
+            env={**os.environ, "PYTHONPATH": str(root)})
 
     def state(self) -> Dict[str, Any]:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
@@ -271,6 +284,72 @@ def bound(args: argparse.Namespace, bundle: Path, images: Path, sysfs: Path, app
     return {"heads": heads, "windows": rows, "summary": summary}
 
 
+ATTACKS = (("none", 0), ("slowloris", 200), ("flood", 50))  # (kind, sockets or threads)
+
+
+def attacks(args: argparse.Namespace, bundle: Path, images: Path, sysfs: Path, app_cores: Set[int],
+            client_cores: Set[int]) -> Dict[str, Any]:
+    """(c): per attack, the viewer's latency and the app's images/s and other threads' core share over it."""
+    app = App(["--bundle", str(bundle), "--images", str(images), "--sysfs-root", str(sysfs),
+               "--budget-ms", str(NO_MISS_MS)], app_cores, Path(args.work) / f"app-attacks-{args.label}.log",
+              Path(args.app_root).resolve())
+    os.sched_setaffinity(0, client_cores)  # the attacker process inherits it
+    rows = []
+    try:
+        app.wait(lambda s: s["images"] >= 50, 120, "its first 50 images")
+        time.sleep(args.warmup_s)
+        for kind, size in ATTACKS:
+            time.sleep(3.0)  # the last attack's sockets are gone, the app's page idle again
+            first, (total0, main0), wall0 = app.state(), app.cpu_s(), time.monotonic()
+            attacker = attack(kind, "127.0.0.1", app.port, args.attack_s, size) if size else None
+            time.sleep(1.0)  # under way: every socket opened, every thread fetching
+            latencies = viewer("127.0.0.1", app.port, int((args.attack_s - 2) / 0.5), period_s=0.5, timeout=2.0)
+            counts = attack_result(attacker, args.attack_s + 60) if attacker else {}
+            if not attacker:
+                time.sleep(max(0.0, wall0 + args.attack_s - time.monotonic()))
+            total1, main1 = app.cpu_s()
+            last = app.wait(lambda s: True, 30, "its state after the attack")
+            wall1 = time.monotonic()
+            row = {"attack": kind, "size": size, "viewer": summary(latencies),
+                   "latencies_s": [None if t is None else round(t, 4) for t in latencies], "attacker": counts,
+                   "images_per_s": round((last["images"] - first["images"]) / (last["t"] - first["t"]), 2),
+                   "other_threads_core_share": round(((total1 - total0) - (main1 - main0)) / (wall1 - wall0), 4)}
+            rows.append(row)
+            v = row["viewer"]
+            print(f"{args.label}: {kind}: viewer p50 {v['p50_s']} p90 {v['p90_s']} max {v['max_s']} s, "
+                  f"{v['answered']}/{v['polls']} answered; {row['images_per_s']} images/s, other threads "
+                  f"{100 * row['other_threads_core_share']:.2f} % of the core; attacker {counts}", flush=True)
+    finally:
+        app.stop()
+    return {"app_root": str(Path(args.app_root).resolve()), "attack_s": args.attack_s, "rows": rows}
+
+
+def attacks_markdown(runs: Dict[str, Any], header: Dict[str, Any]) -> str:
+    def seconds(value: Optional[float]) -> str:
+        return "unanswered" if value is None else f"{value:.3f}"
+
+    lines = []
+    for label, run in runs.items():
+        idle = run["rows"][0]["images_per_s"]
+        for row in run["rows"]:
+            v = row["viewer"]
+            lines.append(f"| {label} | {row['attack']} | {v['answered']}/{v['polls']} | {seconds(v['p50_s'])} | "
+                         f"{seconds(v['p90_s'])} | {seconds(v['max_s'])} | {row['images_per_s']:.1f} | "
+                         f"{row['images_per_s'] / idle:.3f} | {100 * row['other_threads_core_share']:.2f} |")
+    return (f"# The live page under attack: {header['model']}, ONNX fp32\n\n"
+            f"Host: {header['host']}. The board app pinned to core {header['app_cores']} with one engine thread; "
+            f"the attacker (its own process) and the viewer on core {header['client_cores']}. Each attack "
+            "lasts its run's attack seconds; slowloris: 200 sockets opened at once, one header line a second "
+            "each, never a whole head; flood: 50 threads fetching / back to back. The viewer polls /state.json "
+            "every 0.5 s with a 2 s timeout from 1 s into the attack; an unanswered poll counts as infinitely "
+            "slow in the percentiles. images/s by the app's own count over the attack; other threads: the "
+            "app's CPU time less its inference thread's, as a share of one core.\n\n"
+            "| code | attack | viewer answered | p50 s | p90 s | max s | images/s | x no attack | "
+            "other threads % of the core |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n"
+            + "\n".join(lines) + "\n\n" + "".join(f"- {label}: app from {run['app_root']}, attacks of "
+                                                   f"{run['attack_s']:g} s\n" for label, run in runs.items()))
+
+
 def screenshot(args: argparse.Namespace, bundle: Path, budget_ms: float, images: Path, app_cores: Set[int],
                client_cores: Set[int]) -> Dict[str, Any]:
     """(b): the page of the app replaying the demo's day, captured ``args.at_s`` (simulated) seconds into it."""
@@ -344,9 +423,16 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--eval-images", type=int, default=8, help="random inputs each artefact is verified on")
     p.add_argument("--work", default=str(ROOT / "runs" / "bench-live-page"), help="checkpoint, bundle, app logs")
     p.add_argument("--out", default=str(ROOT / "bench" / "results"), help="folder for live_page.*")
+    p.add_argument("--only", choices=["bound", "attacks"], default="bound",
+                   help="bound: (a) and (b), live_page.*; attacks: (c) only, live_page_attacks.*")
+    p.add_argument("--attack-s", type=float, default=20.0, help="(c): seconds each attack lasts")
+    p.add_argument("--app-root", default=str(ROOT), help="(c): the checkout whose board app and package run")
+    p.add_argument("--label", default="this checkout", help="(c): the name of this run in live_page_attacks.*")
     args = p.parse_args(argv)
     if min(args.runs, args.rounds, args.images_per_step) < 1 or min(args.window_s, args.warmup_s) <= 0:
         p.error("--runs, --rounds and --images-per-step must be >= 1, --window-s and --warmup-s > 0")
+    if args.attack_s < 4:
+        p.error("--attack-s must be >= 4: the viewer polls from 1 s into the attack until 1 s before its end")
     if not 0 < args.at_s < sum(step["seconds"] for step in scenario_steps(1)):
         p.error("--at-s must fall within the scripted day")
     allowed = os.sched_getaffinity(0)
@@ -369,6 +455,15 @@ def main(argv: Optional[List[str]] = None) -> None:
     report: Dict[str, Any] = {"model": f"{args.preset} preset, random weights", "host": host_cpu(),
                               "app_cores": sorted(app_cores), "client_cores": sorted(client_cores),
                               "rounds": args.rounds, "window_s": args.window_s, "pollers": POLLERS}
+    if args.only == "attacks":
+        out, header = Path(args.out), {k: report[k] for k in ("model", "host", "app_cores", "client_cores")}
+        path = out / "live_page_attacks.json"
+        runs = json.loads(path.read_text())["runs"] if path.is_file() else {}
+        runs[args.label] = attacks(args, bundle, images, sysfs, app_cores, client_cores)
+        write_json(path, {**header, "runs": runs})
+        write_text(out / "live_page_attacks.md", attacks_markdown(runs, header))
+        print(attacks_markdown(runs, header))
+        return
     report.update(bound(args, bundle, images, sysfs, app_cores, client_cores))
     report["day"] = screenshot(args, bundle, loop_budget(budget, calibration), images, app_cores, client_cores)
     out = Path(args.out)
