@@ -121,6 +121,37 @@ def test_a_second_run_resumes_serves_the_page_while_the_day_plays_and_holds_it(
     socket.create_server(("127.0.0.1", port)).close()  # the port is free again
 
 
+@pytest.mark.slow  # runs the demo's last stage again
+def test_sigterm_to_a_serving_demo_stops_the_app_it_started_and_frees_its_port(
+        first_run: tuple[Path, int, str]) -> None:
+    """SIGTERM (a supervisor's stop, ``kill``) to ``demo --serve --hold`` while the day plays stops the board app
+    it started, as Ctrl-C does: the app shows its summary, the demo ends, and nothing keeps serving the port."""
+    out, code, _ = first_run
+    assert code == 0
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "hydra_edge.cli", *ARGS, "--out", str(out),
+                             "--serve", f"127.0.0.1:{port}", "--hold"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "COLUMNS": "200"})
+    output = Output(proc)
+    app = str(out / "app" / "scenario.json")  # on the board app's command line only
+    try:
+        output.wait_for("live page: ", 400)
+        poll_state(port, lambda s: s["images"] > 0)  # the day is playing
+        assert running(app), "the board app is not running"
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = output.text()
+    assert proc.returncode not in (0, -signal.SIGTERM, 128 + signal.SIGTERM), (proc.returncode, text)
+    assert gone(app, within_s=10), running(app)
+    assert "stopped" in text.splitlines() and re.search(r"^ *\d+ heads: \d+ images", text, re.M), text
+    assert "Traceback" not in text and "holds the day's end" not in text, text
+    socket.create_server(("127.0.0.1", port)).close()  # the port is free again
+
+
 @pytest.mark.slow  # deploys the demo's bundle over sshd and runs the board app
 def test_deploy_serves_the_page_through_an_ssh_forward(first_run: tuple[Path, int, str], sshd_server: SshServer,
                                                        tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ sees each step (``--pace``); ``--hold`` keeps the page's last state served after
 
 from __future__ import annotations
 
+import signal
 import statistics
 import subprocess
 import sys
@@ -28,7 +29,7 @@ import click
 from ..atomic import write_json, write_text
 from ..errors import HydraEdgeError
 from ..runtime.live_page import URL_LINE
-from ..runtime.terminal import shown, shown_lines
+from ..runtime.terminal import restore_signals, shown, shown_lines, stop_on_signals
 from ..shipped import package_path
 from .base import Number, command
 from .calibrate import RUNS
@@ -195,7 +196,8 @@ def play(command: list[str], on_page: Callable[[str], None]) -> None:
 
     The app's stderr joins its stdout (its warnings in order with its switches, as deploy shows them);
     its ``Error:`` line, when it fails, is the demo's one error line. Ctrl-C reaches the app too
-    (same terminal): it stops and prints its summary, which is shown before the demo stops.
+    (same terminal): it stops and prints its summary, which is shown before the demo stops. SIGTERM to the
+    demo alone (a supervisor's stop, ``kill``) is forwarded to the app, which treats it as Ctrl-C.
     """
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**_env(), "PYTHONUNBUFFERED": "1"})
@@ -210,7 +212,9 @@ def play(command: list[str], on_page: Callable[[str], None]) -> None:
             if line.startswith(URL_LINE):
                 on_page(line.removeprefix(URL_LINE).strip())
         proc.wait()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM to the demo alone: stop the app as Ctrl-C does
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)  # its first stop signal counts; a second is ignored, summary kept
         try:
             click.echo(shown_lines(proc.communicate(timeout=10)[0]), nl=False)
         except subprocess.TimeoutExpired:
@@ -270,6 +274,17 @@ def demo(ctx: click.Context, out: Path, epochs: int, heads: str, runs: int, imag
 
     Example: hydra-edge demo --serve
     """
+    # SIGTERM stops the demo as Ctrl-C does, so the app it plays and the page it holds stop with it
+    previous = stop_on_signals()
+    try:
+        _demo(ctx, out, epochs, heads, runs, images_per_step, jobs, target, serve, serve_remote, pace_s, hold)
+    finally:
+        restore_signals(previous)
+
+
+def _demo(ctx: click.Context, out: Path, epochs: int, heads: str, runs: int, images_per_step: int,
+          jobs: int | None, target: str, serve: str | None, serve_remote: bool, pace_s: float, hold: bool) -> None:
+    """The demo's stages (``demo``'s options)."""
     from ..runtime.closed_loop import correction_path
     from .calibrate import calibrate
     from .convert import convert
