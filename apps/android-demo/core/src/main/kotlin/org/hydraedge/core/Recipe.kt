@@ -36,7 +36,7 @@ class Recipe(val heads: Int, val artefact: String, val skeleton: Piece, val sour
         const val MAX_AXES = 32 // records.recipe.MAX_AXES
         // records.recipe.Dtype, without the final newline Python's `$` lets through: numpy cannot read "<f4\n",
         // so Python's rebuild fails on such a recipe (with a TypeError); here it is refused at its field
-        private val DTYPE = Regex("[<>|](f[248]|[iu][1248]|b1)")
+        private val DTYPE = java.util.regex.Pattern.compile("[<>|](f[248]|[iu][1248]|b1)") // java.util.regex: kotlin.text.Regex holds lambdas dx cannot dex for Android
 
         /** A recipe's bytes as a checked [Recipe]; one [BundleException] line naming [where] otherwise. */
         fun decode(data: ByteArray, where: String): Recipe {
@@ -70,7 +70,7 @@ class Recipe(val heads: Int, val artefact: String, val skeleton: Piece, val sour
             val offset = r.long("offset", 0, NON_NEGATIVE_MAX)
             val sourceOffset = r.long("source_offset", 0, NON_NEGATIVE_MAX)
             val dtype = r.string("dtype")
-            if (!DTYPE.matches(dtype)) fail(r.at("dtype"), "expected `str` matching regex '^[<>|](f[248]|[iu][1248]|b1)$'")
+            if (!DTYPE.matcher(dtype).matches()) fail(r.at("dtype"), "expected `str` matching regex '^[<>|](f[248]|[iu][1248]|b1)$'")
             val shape = Checks.list(r.array("shape"), r.at("shape"), maxLength = MAX_AXES, fail = fail) { v, at ->
                 Checks.long(v, at, 1, POSITIVE_MAX, fail)
             }.toLongArray()

@@ -295,7 +295,9 @@ class Fields(val obj: JSONObject, val path: String, private val fail: (String, S
 object Checks {
     const val LARGE = 1e12 // the largest magnitude any measured or configured number may have
     const val MAX_HEADS = 128L
-    val SHA256 = Regex("[0-9a-f]{64}\n?") // Python's `$` also matches before a final newline
+    // Python's pattern ends in \Z: a final newline is refused. java.util.regex, not kotlin.text.Regex, whose
+    // lambdas dx turns into invoke-custom (Android cannot run those)
+    val SHA256: java.util.regex.Pattern = java.util.regex.Pattern.compile("[0-9a-f]{64}")
 
     private fun kind(v: Any): String = when (v) {
         is String -> "str"; is Boolean -> "bool"; is Long, is Int, is BigInteger -> "int"; is Double -> "float"
@@ -342,7 +344,7 @@ object Checks {
 
     fun sha256(v: Any, at: String, fail: (String, String) -> Nothing): String {
         val s = string(v, at, fail)
-        if (!SHA256.matches(s)) fail(at, "expected `str` matching regex '^[0-9a-f]{64}$'")
+        if (!SHA256.matcher(s).matches()) fail(at, "expected `str` matching regex '^[0-9a-f]{64}$'")
         return s
     }
 
@@ -364,7 +366,7 @@ object Checks {
     /** hydra_edge.records.fields.relative_path: a file inside its bundle (relative, no `..`, no NUL or backslash). */
     fun relativePath(value: String, at: String, fail: (String, String) -> Nothing) {
         if (value.isEmpty() || value.contains('\u0000') || value.contains('\\')) fail(at, "'$value' is not a file name")
-        if (value.startsWith("/") || value.split('/').any { it == ".." } || value.startsWith("~"))
+        if (value.startsWith("/") || ("/$value/").contains("/../") || value.startsWith("~"))
             fail(at, "'$value' leaves the bundle; a record names files relative to its bundle")
     }
 

@@ -87,6 +87,8 @@ class Switcher(
     var reading: Reading? = null
         private set
     private val lock = Any()
+    /** Head counts whose artefact would not load or rebuild ([loadFailed]). */
+    private val broken = HashSet<Int>()
 
     private val unknownThermal = settings.assumedHot ?: Double.NaN
     private val assume = if (settings.assumedHot == null) "the hottest band" else "${describeThermal(settings.assumedHot)} (assumed_hot)"
@@ -109,7 +111,7 @@ class Switcher(
         val bat = batteryInput(state, now)
         val (batteryPct, charging) = bat.value
         val reading = Reading(batteryPct, charging, th.value)
-        var ceil = table.select(batteryPct, charging, th.value, ceiling ?: 0, now - ceilingAt)
+        var ceil = loadable(table.select(batteryPct, charging, th.value, ceiling ?: 0, now - ceilingAt))
         val current = ceiling
         if (current != null) { // more heads only on a reading that has persisted
             val order = table.heads
@@ -150,6 +152,28 @@ class Switcher(
             if (h != heads) switch(h, reason ?: "latency", reading, now)
         }
     }
+
+    /**
+     * The app could not load or rebuild [failedHeads]' artefact ([message], one line): that head count is
+     * not tried again, the fewest heads run now (reason `load failed: ...`), and the table's choice is
+     * from then on the largest head count below it that has not failed, as on a board
+     * (hydra_edge.runtime.switcher.Switcher.predict). False when [failedHeads] is the fewest heads already:
+     * nothing is left to fall back to, and the app stops.
+     */
+    fun loadFailed(failedHeads: Int, message: String): Boolean = synchronized(lock) {
+        val fastest = table.heads[0]
+        if (failedHeads == fastest) return false
+        log.log("WARNING", "cannot run $failedHeads heads ($message); running $fastest")
+        broken.add(failedHeads)
+        val now = clock()
+        ceiling = fastest
+        ceilingAt = now
+        switch(fastest, "load failed: $message", null, now)
+        true
+    }
+
+    /** [heads], or the largest head count below it that has not failed to load (else the fewest). */
+    private fun loadable(heads: Int): Int = table.heads.filter { it <= heads && it !in broken }.maxOrNull() ?: table.heads[0]
 
     /** The last [n] switches' reasons, the newest last: what a display says the phone is doing and why. */
     fun reasons(n: Int = 5): List<String> = synchronized(lock) { events.takeLast(n).map { it.reason } }

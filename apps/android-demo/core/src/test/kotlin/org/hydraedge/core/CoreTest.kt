@@ -89,4 +89,29 @@ class CoreTest {
         assertEquals(0, gate.gate(0, 3, 11.0, fresh = false))
         assertEquals(1, gate.gate(3, 1, 12.0)) // down at once
     }
+
+    private fun threeHeadCounts(): Table {
+        val c = listOf(3, 6, 12).map { Candidate(it, "h$it", "h$it.pte", "a".repeat(64), "executorch", 1, it.toDouble(), 0.9, null) }
+        // one battery band (charging) x one thermal band: the table always asks for 12 heads
+        return Table(c, listOf(intArrayOf(2), intArrayOf(2)), "android", DoubleArray(0), 0.0, null, doubleArrayOf(0.0), 0.0,
+            0.0, "b".repeat(64))
+    }
+
+    @Test
+    fun `a head count that will not load falls back to the fewest and is never chosen again`() {
+        var now = 0.0
+        val sw = Switcher(threeHeadCounts(), SignalSettings(raiseAfterS = 0.0), { now })
+        val phone = AndroidReading(0, Double.NaN, 80, 2)
+        assertEquals(12, sw.poll(phone))
+        assertTrue(sw.loadFailed(12, "rebuild refused"))
+        assertEquals(3, sw.heads)
+        assertEquals("load failed: rebuild refused", sw.reasons(1).single())
+        now = 100.0
+        assertEquals(6, sw.poll(phone)) // the largest that has not failed
+        assertEquals("state", sw.reasons(1).single())
+        now = 200.0
+        assertTrue(sw.loadFailed(6, "no memory"))
+        assertEquals(3, sw.poll(phone))
+        assertFalse(sw.loadFailed(3, "no memory")) // nothing fewer: the app stops
+    }
 }
