@@ -118,7 +118,7 @@ def test_two_reads_of_a_training_image_differ_and_two_evaluation_reads_are_equal
     folder = _images(tmp_path / "images")
     cfg = preset("digits", img_size=16, patch_size=4, in_chans=3, num_classes=3)
     split = load_data(DataSpec(str(folder)), cfg)
-    settings = settings_for("finetune")
+    settings = settings_for("imagenet")  # a random crop, flips and RandAugment
     reads = training_reads(split.train, cfg, settings)
     transform = TrainingTransform(settings, cfg, classes=3)
     x, y = reads[0]
