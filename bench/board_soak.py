@@ -169,8 +169,11 @@ def main(argv: Optional[List[str]] = None) -> None:
                               "warmup": args.warmup, "runs": {}}
     for name, app in apps.items():
         samples, code = soak(app, bundle, images, scenario, loop_budget(budget, calibration), work, args.sample_s)
-        if code != 0 or len(samples) < 3:
-            raise SystemExit(f"{name}: the app exited {code} after {len(samples)} samples; see {work}/soak-runtime.log")
+        if code != 0 or len(samples) < 3:  # recorded, and the other apps still soak
+            report["runs"][name] = {"error": f"the app exited {code} after {len(samples)} samples; "
+                                             f"see {work}/soak-runtime.log"}
+            print(f"{name}: {report['runs'][name]['error']}", file=sys.stderr)
+            continue
         runs[name] = samples
         report["runs"][name] = {**summary(samples, args.warmup), "samples": samples}
     out = Path(args.out)
@@ -178,7 +181,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     plot(runs, out / "board_soak.png")
     print(f"{'app':<16} {'images':>9} {'seconds':>8} {'RSS warm (MiB)':>15} {'RSS end (MiB)':>14} "
           f"{'growth (kB/100k img)':>21}")
-    for name, r in report["runs"].items():
+    for name, r in ((n, r) for n, r in report["runs"].items() if "error" not in r):
         print(f"{name:<16} {r['images']:>9} {r['seconds']:>8} {r['rss_after_warmup_kb'] / 1024:>15.1f} "
               f"{r['rss_end_kb'] / 1024:>14.1f} {r['growth_kb_per_100k_images']:>21.1f}")
 
