@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
+import numpy as np
+
 if TYPE_CHECKING:
     from ..model.config import HydraConfig
     from ..model.hydravit import HydraViT
@@ -53,13 +55,13 @@ def weak_base(accuracy: Mapping[int, float], classes: int, origin: str | Path) -
             "train the base longer, or leave out --checkpoint")
 
 
-def data_input(source: str) -> Optional[tuple[int, int, bool]]:
-    """(side in px, channels, colour) of the images of ``source``: a built-in set's, or the first image
+def data_input(source: str) -> Optional[tuple[int, bool]]:
+    """(shorter side in px, colour) of the images of ``source``: a built-in set's, or the first image
     of a folder's first class; None when no image can be read."""
     from .data import BUILT_IN
 
     if source in BUILT_IN:
-        return (8 if source == "digits" else 28), 1, False
+        return (8 if source == "digits" else 28), False
     from PIL import Image
 
     exts = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
@@ -70,11 +72,9 @@ def data_input(source: str) -> Optional[tuple[int, int, bool]]:
         with Image.open(first) as image:
             colour = image.mode not in ("1", "L", "LA", "I", "I;16", "F")
             if colour and image.mode in ("RGB", "RGBA"):  # a grayscale image saved as RGB is still grayscale
-                import numpy as np
-
                 rgb = np.asarray(image.convert("RGB").resize((16, 16)), dtype=np.int16)
                 colour = bool((rgb != rgb[..., :1]).any())
-            return min(image.size), 3 if colour else 1, colour
+            return min(image.size), colour
     except OSError:
         return None
 
@@ -87,7 +87,7 @@ def other_input(cfg: "HydraConfig", source: str, origin: str | Path) -> Optional
     found = data_input(source)
     if found is None:
         return None
-    side, channels, colour = found
+    side, colour = found
     problems = []
     if colour and cfg.in_chans == 1:
         problems.append("colour is averaged away")
