@@ -12,6 +12,7 @@ from ..bounds import MAX_RUNS, MAX_THREADS, SOAK_INTERVAL_S
 from ..errors import HydraEdgeError
 from ..lock import exclusive
 from ..logs import device_log
+from ..measure.app import APP_IDLE_S
 from ..measure.device import device_python
 from ..measure.session import CalibrateOptions, Session, safe_name
 from ..measure.soak import parse_duration
@@ -21,6 +22,18 @@ from .base import Number, command
 
 RUNS = Number(1, MAX_RUNS, integer=True)  # timed runs per head count; demo passes its own through
 THREADS = Number(1, MAX_THREADS, integer=True)
+APP = "app"  # --runner app: the phone's demo app times the bundle its APK carries
+
+
+class RunnerArg(click.ParamType):
+    """``--runner``: ``app`` (the demo app on the phone), else a native benchmark binary that exists here."""
+
+    name = "app|PATH"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value == APP or isinstance(value, Path):
+            return value
+        return click.Path(dir_okay=False, exists=True, path_type=Path).convert(value, param, ctx)
 
 
 def _devices(hosts: tuple[str, ...], serial: str | None, local: bool) -> list[DeviceArg]:
@@ -124,9 +137,13 @@ def _summary(console: Any, calibration: Calibration, path: Path, png: Path) -> N
               help="The device's Python interpreter (default: python3; with --local, the one running hydra-edge).")
 @click.option("--setup", is_flag=True, help="Create a venv on the device and pip install numpy and the runtime (reused).")
 @click.option("--pip-arg", "pip_args", multiple=True, help="Extra argument for pip on the device, e.g. --index-url=URL.")
-@click.option("--runner", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+@click.option("--runner", type=RunnerArg(), default=None,
               help="A native benchmark binary to push instead (benchmark_model for .tflite, executor_runner for .pte, "
-                   "trtexec for .onnx); a compact bundle's artefacts go to it rebuilt, as files.")
+                   "trtexec for .onnx); a compact bundle's artefacts go to it rebuilt, as files. 'app': a phone "
+                   "(--serial) is timed by the demo app that deploy --apk installed, in its bench mode (./app for a "
+                   "binary named app).")
+@click.option("--app-timeout", default=APP_IDLE_S, show_default=True, type=Number(1, 86400),
+              help="With --runner app: seconds without a new line from the app before giving up.")
 @click.option("--soak", default=None, help="Also run the largest head count this long (e.g. 10m) for a derating curve.")
 @click.option("--soak-interval", default=5.0, show_default=True, type=Number(*SOAK_INTERVAL_S),
               help="Seconds per soak sample.")
@@ -140,7 +157,8 @@ def _summary(console: Any, calibration: Calibration, path: Path, png: Path) -> N
 @click.option("--sysfs-root", default=None, hidden=True, help="Tests: the device reads /sys under this root.")
 def calibrate(bundle: Path, hosts: tuple[str, ...], serial: str | None, local: bool, out: Path, runs: int,
               warmup: int, threads: int | None, quant: str | None, python: str | None, setup: bool,
-              pip_args: tuple[str, ...], runner: Path | None, soak: str | None, soak_interval: float,
+              pip_args: tuple[str, ...], runner: Path | str | None, app_timeout: float, soak: str | None,
+              soak_interval: float,
               remote_dir: str | None, identity_file: str | None, known_hosts: str | None, ssh_config: str | None,
               adb_port: int | None, force: bool, no_wait: bool, sysfs_root: str | None) -> None:
     """Measure latency per head count on a device over ssh, adb, or this machine.
@@ -152,14 +170,30 @@ def calibrate(bundle: Path, hosts: tuple[str, ...], serial: str | None, local: b
     """
     from rich.console import Console
 
+    app = runner == APP
+    if app:
+        _check_app_options(hosts, local, setup, pip_args, python, soak)
     opts = CalibrateOptions(bundle=bundle, runs=runs, warmup=warmup, threads=threads, quant=quant,
-                            python=device_python(python, local), setup=setup, pip_args=pip_args, runner=runner,
+                            python=device_python(python, local), setup=setup, pip_args=pip_args,
+                            runner=None if app else runner, app=app, app_idle_s=app_timeout,
                             soak_s=parse_duration(soak) if soak else None, soak_interval_s=soak_interval,
                             sysfs_root=sysfs_root, force=force)
     devices = _devices(hosts, serial, local)
     options = {k: v for k, v in {"remote_dir": remote_dir, "identity_file": identity_file, "known_hosts": known_hosts,
                                  "ssh_config": ssh_config, "adb_port": adb_port}.items() if v is not None}
     _run_all(devices, options, opts, out, Console(), wait=not no_wait)
+
+
+def _check_app_options(hosts: tuple[str, ...], local: bool, setup: bool, pip_args: tuple[str, ...],
+                       python: str | None, soak: str | None) -> None:
+    """--runner app: the phone's app carries its runtime and has no soak mode; say so rather than ignore."""
+    if hosts or local:
+        raise click.UsageError("--runner app runs the demo app on an Android phone: name it with --serial")
+    given = [name for name, on in (("--setup", setup), ("--pip-arg", pip_args), ("--python", python),
+                                   ("--soak", soak)) if on]
+    if given:
+        raise click.UsageError(f"--runner app times with the runtime the app carries and has no soak mode; "
+                               f"drop {', '.join(given)}")
 
 
 def _run_all(devices: list[DeviceArg], options: dict[str, Any], opts: CalibrateOptions, out: Path, console: Any,

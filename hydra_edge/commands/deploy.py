@@ -5,6 +5,9 @@ already there, the same venv ``--setup`` makes), so a board that was calibrated 
 The device gets the torch-free ``hydra_edge`` package, ``app.py``, the artefacts and ``lut.json``.
 ``--serve PORT`` has the app serve its live page on the board's loopback, and forwards it to this
 machine's (``Transport.forward``: ssh -L over the same checked connection settings) while the app runs.
+
+A phone gets the Android demo app instead (``--serial S --apk demo.apk``): the APK carries its bundle and
+table, so it is installed (``adb install -r``, checked by sha256 on the phone) and started (``measure.app``).
 """
 
 from __future__ import annotations
@@ -109,6 +112,19 @@ def deploy_to(transport: Transport, bundle: Path, lut: Path, images: Path | None
     return 0
 
 
+def deploy_phone(apk: Path, serial: str | None, adb_port: int | None) -> None:
+    """Install the demo APK on the phone (its sha256 checked there) and start the app; each failure one line."""
+    from ..measure import app
+
+    options = {"adb_port": adb_port} if adb_port is not None else {}
+    with DeviceArg("serial", serial).open(options) as transport:
+        digest = app.install(transport, apk)
+        click.echo(f"{transport.device_id}: installed {apk.name} (sha256 {digest[:12]}..., checked on the phone)",
+                   err=True)
+        app.start(transport, ["am", "start", "-n", app.ACTIVITY])
+        click.echo(f"started {app.ACTIVITY} on {transport.device_id}")
+
+
 def local_board_dir() -> Path:
     """Where ``deploy --local`` keeps the board's files: a folder that outlives the command (a detached
     app runs from it and writes its log there), under the user's data folder."""
@@ -116,9 +132,15 @@ def local_board_dir() -> Path:
 
 
 @command()
-@click.option("--bundle", "-b", required=True, type=click.Path(file_okay=False, exists=True, path_type=Path))
-@click.option("--lut", "-l", "lut_path", required=True, type=click.Path(exists=True, path_type=Path),
-              help="lut.json, or the folder hydra-edge lut wrote.")
+@click.option("--bundle", "-b", type=click.Path(file_okay=False, exists=True, path_type=Path),
+              help="The bundle (required for a board; a phone's --apk carries its own).")
+@click.option("--lut", "-l", "lut_path", type=click.Path(exists=True, path_type=Path),
+              help="lut.json, or the folder hydra-edge lut wrote (required for a board).")
+@click.option("--apk", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="A phone instead: install this demo app (hydra-edge android-app, with its bundle and table inside) "
+                   "on --serial and start it.")
+@click.option("--serial", default=None, help="The phone's adb serial, with --apk (ANDROID_SERIAL is honoured).")
+@click.option("--adb-port", default=None, type=PORT, help="Port of the adb server, with --apk.")
 @click.option("--host", default=None, help="The board: user@host[:port] or an ssh config alias.")
 @click.option("--local", is_flag=True, help="This machine is the board.")
 @click.option("--images", type=click.Path(file_okay=False, exists=True, path_type=Path),
@@ -141,14 +163,34 @@ def local_board_dir() -> Path:
 @click.option("--identity", "identity_file", default=None, help="ssh private key.")
 @click.option("--known-hosts", default=None, help="ssh known_hosts file (host keys are always checked).")
 @click.option("--ssh-config", default=None, help="ssh config file (default: ~/.ssh/config).")
-def deploy(bundle: Path, lut_path: Path, host: str | None, local: bool, images: Path | None, camera: int | None,
+def deploy(bundle: Path | None, lut_path: Path | None, apk: Path | None, serial: str | None, adb_port: int | None,
+           host: str | None, local: bool, images: Path | None, camera: int | None,
            max_images: int | None, python: str | None, setup: bool, pip_args: tuple[str, ...], detach: bool,
            serve_port: int | None, local_port: int | None, remote_dir: str | None, identity_file: str | None,
            known_hosts: str | None, ssh_config: str | None) -> None:
     """Push the board demo app, the artefacts and the lookup table to a board and start the app.
 
     Example: hydra-edge deploy --bundle bundles/rpi --lut lut/ --host pi@raspberrypi.local --images photos --setup
+
+    A phone: hydra-edge deploy --serial R58M12345 --apk demo.apk
     """
+    if apk is not None or serial is not None or adb_port is not None:
+        given = (("--bundle", bundle), ("--lut", lut_path), ("--host", host), ("--local", local),
+                 ("--images", images), ("--camera", camera), ("--max-images", max_images), ("--python", python),
+                 ("--setup", setup), ("--pip-arg", pip_args), ("--detach", detach), ("--serve", serve_port),
+                 ("--local-port", local_port), ("--remote-dir", remote_dir), ("--identity", identity_file),
+                 ("--known-hosts", known_hosts), ("--ssh-config", ssh_config))
+        board = [name for name, value in given if value is not None and value is not False and value != ()]
+        if apk is None:
+            raise click.UsageError("--serial and --adb-port deploy to a phone: give --apk demo.apk "
+                                   "(built by hydra-edge android-app)")
+        if board:
+            raise click.UsageError(f"--apk carries its bundle and table and runs on the phone; drop {', '.join(board)}")
+        deploy_phone(apk, serial, adb_port)
+        return
+    if bundle is None or lut_path is None:
+        raise click.UsageError(f"Missing option '{'--bundle' if bundle is None else '--lut'}' "
+                               "(a phone takes --serial and --apk instead)")
     if bool(host) == local:
         raise click.UsageError("name the board with --host, or --local for this machine")
     if (images is None) == (camera is None):

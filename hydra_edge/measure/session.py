@@ -25,6 +25,7 @@ from ..records.codec import convert
 from ..records.manifest import MANIFEST, ArtefactRecord, Manifest, bundle_files, read_manifest
 from ..shipped import shipped
 from ..transport import ConnectionLostError, RemoteCommandError, Transport, TransportError
+from . import app as demo_app
 from . import native
 from .device import ensure_python, package_files, push_files, runtime_requirements
 from .exits import exit_code, reporting_exit
@@ -51,6 +52,8 @@ class CalibrateOptions:
     setup: bool = False
     pip_args: tuple[str, ...] = ()
     runner: Path | None = None  # a native benchmark binary instead of the Python runner
+    app: bool = False  # the phone's demo app (bench mode) instead: it carries its bundle and runtime
+    app_idle_s: float = demo_app.APP_IDLE_S  # the app silent this long: hung or killed
     soak_s: float | None = None
     soak_interval_s: float = 5.0
     sysfs_root: str | None = None  # tests: read the device's /sys under this root
@@ -124,8 +127,12 @@ class Session:
         self.manifest = read_manifest(opts.bundle)
         self.artefacts = select_artefacts(self.manifest, opts.quant)
         self.tool = native.tool_for(self.artefacts[0].format) if opts.runner else None
+        if opts.app:  # one line before anything is measured or written
+            demo_app.require_adb(transport)
+            demo_app.check_formats(self.artefacts)
+        runner = "app" if opts.app else self.tool.name if self.tool else "python"
         self.calibration = resume_or_start(out, transport.device_id, bundle_record(opts.bundle, self.manifest),
-                                           opts.settings(self.tool.name if self.tool else "python"), opts.force)
+                                           opts.settings(runner), opts.force)
         self.bundle_rel = f"bundles/{self.calibration.bundle['manifest_sha256'][:16]}"  # under the base dir
         self.bundle_dir = transport.remote_path(self.bundle_rel)
 
@@ -145,11 +152,14 @@ class Session:
             return self.calibration
         self.writer = RecordWriter(self.calibration, self.out)
         try:
-            self._push(todo)
-            if self.opts.runner:
-                self._run_native(todo)
+            if self.opts.app:  # the app carries its bundle: nothing to push
+                self._run_app(todo)
             else:
-                self._run_python(todo)
+                self._push(todo)
+                if self.opts.runner:
+                    self._run_native(todo)
+                else:
+                    self._run_python(todo)
         except TransportError as e:
             kept = len(self.calibration.measured())
             message = (f"calibrating {self.t.device_id} stopped: {e}; {kept} of {len(self.artefacts)} head "
@@ -296,6 +306,37 @@ class Session:
                     samples.append(native.soak_sample(time_one(soaked, 0), time.monotonic() - start))
                     self.report(f"soaking {time.monotonic() - start:.0f}/{self.opts.soak_s:.0f} s", soaked.heads)
                 self._finish_soak(samples)
+
+    def _run_app(self, todo: list[ArtefactRecord]) -> None:
+        """The demo app's bench mode: its lines go through ``_on_line`` as the Python runner's do. It times
+        every artefact its APK carries, so a result for one already measured replaces it (same settings).
+        A ``fatal`` line, a result for another bundle's artefact or a silent app is one line; the app is
+        then stopped."""
+        self.report("starting the app", None)
+        samples: list[dict[str, Any]] = []
+        finished = False
+        try:
+            with self._chatter("the app's other lines") as chatter:
+                lines = demo_app.bench_lines(self.t, self.opts.runs, self.opts.warmup, self.opts.threads or 0,
+                                             self.opts.app_idle_s)
+                self.report("timing", todo[0].heads if todo else None)
+                for line in lines:
+                    foreign = demo_app.foreign_result(line, self.artefacts)
+                    if foreign:
+                        raise HydraEdgeError(f"the demo app on {self.t.device_id} carries another bundle than "
+                                             f"{self.opts.bundle} ({foreign}); calibrate the bundle its APK was "
+                                             f"built from, or {demo_app.DEPLOY_HINT} and deploy that")
+                    if self._on_line(line, todo, samples, chatter):
+                        finished = True
+                        break
+        finally:
+            if not finished:
+                demo_app.stop(self.t)
+        missing = [a.heads for a in todo if self.calibration.result(a.heads) is None]
+        if missing:
+            raise HydraEdgeError(f"the demo app on {self.t.device_id} finished without timing "
+                                 f"{', '.join(map(str, missing))} heads: its APK carries another bundle than "
+                                 f"{self.opts.bundle}; {demo_app.DEPLOY_HINT} and deploy it")
 
     def _chatter(self, what: str) -> LineLog:
         """The device's log (``logs/<device>.log`` beside the record), echoed here with -v."""

@@ -23,6 +23,7 @@ from .errors import (
 )
 
 DEFAULT_BASE_DIR = "/data/local/tmp/hydra-edge"  # the one place a shell user may write and exec
+INSTALL_TIMEOUT_S = 600  # a 100 MiB APK over USB 2 and the phone's dexopt, with room to spare
 INSTALL_HINT = "install the Android platform tools (apt-get install adb)"
 # What the adb server says when a forward's local port is taken (by anyone, or by a forward --no-rebind keeps)
 FORWARD_BIND_FAILED = re.compile(r"cannot bind|cannot rebind|already in use", re.IGNORECASE)
@@ -43,6 +44,14 @@ ADB_RULES = (
     ErrorRule(r"protocol fault|error: closed|connection reset|broken pipe", ConnectionLostError,
               "the adb connection to {device} dropped"),
 )
+
+
+class InstallRefusedError(TransportError):
+    """The phone's package manager refused an APK (``Failure [CODE: ...]``); ``code`` says which refusal."""
+
+    def __init__(self, message: str, code: str = "", reason: str = "") -> None:
+        super().__init__(message)
+        self.code, self.reason = code, reason or message
 
 
 def _client_lines(stderr: str) -> str:
@@ -137,3 +146,21 @@ class AdbTransport(Transport):
         if rc != 0:
             said = out.decode(errors="replace") + err
             raise self._client_error(rc, said) or self._transfer_error(said, remote, doing)
+
+    def install(self, apk: Path) -> None:
+        """``adb install -r APK``: the phone's package manager installs it, replacing an app of its
+        package (data kept). The client's own failures (offline, not found) are its one-line errors;
+        the package manager's refusal is ``InstallRefusedError`` with its code."""
+        argv = ["adb", "install", "-r", str(apk)]
+        rc, out, err = self._run_client(self._adb(*argv[1:]), argv, timeout=INSTALL_TIMEOUT_S)
+        said = out.decode(errors="replace") + err
+        if rc == 0 and "Success" in said:
+            return
+        failure = re.search(r"Failure \[([A-Z_]*)(?::\s*)?([^\]]*)\]", said)
+        if failure:
+            code = failure.group(1)
+            reason = f"{code}: {failure.group(2)}" if code and failure.group(2) else (code or failure.group(2))
+            raise InstallRefusedError(f"{self.device_id} refused to install {apk.name}: {reason}", code, reason)
+        lines = [line for line in said.strip().splitlines() if line.strip()]
+        raise InstallRefusedError(f"installing {apk.name} on {self.device_id} failed (exit {rc}): "
+                                  f"{lines[-1] if lines else 'no error text'}")

@@ -6,7 +6,14 @@ enough of the ADB protocol (AOSP ``protocol.txt``, ``SERVICES.TXT``, ``SYNC.TXT`
 ``adb push``/``adb pull`` (sync: STAT/LIST/SEND/RECV and the v2 stat/list forms). Commands run
 under /bin/sh in a sandbox directory that stands in for ``/data/local/tmp``: that prefix is
 mapped to the sandbox on the way in and back on the way out, so paths look like a phone's.
-Not covered: USB, the RSA key prompt (``unauthorized`` mode only refuses), ``adb install``.
+Not covered: USB, the RSA key prompt (``unauthorized`` mode only refuses).
+
+It also plays the demo app's phone for ``hydra-edge deploy --apk`` and ``calibrate --runner app``
+(``Phone``): ``adb install`` (the streamed ``abb_exec:package install`` service) keeps the APK as
+``/data/app/<package>/base.apk``, and ``pm path`` and ``am start`` on the shell's PATH answer as a
+phone's do; ``am start ... --es mode bench`` writes the test's lines to the app's bench file under
+``/sdcard``, one at a time, as the app would. Every shell command and install it receives is
+appended to ``phone/commands.jsonl`` under its root, so a test asserts what the host sent.
 
 Run it as a process (the fixture does): ``python -m <package>.adbd --port P --root DIR``.
 """
@@ -15,6 +22,9 @@ from __future__ import annotations
 
 import argparse
 import errno
+import hashlib
+import json
+import re
 import os
 import queue
 import shutil
@@ -72,10 +82,24 @@ class Device:
         keys = ("ro.product.name", "ro.product.model", "ro.product.device")
         return ("device::" + "".join(f"{k}={self.props[k]};" for k in keys) + f"features={FEATURES}").encode()
 
+    @property
+    def phone(self) -> "Phone":
+        return Phone(self.sandbox.parent / "phone")
+
+    def mounts(self) -> dict[str, Path]:
+        """Phone folders and where they really are: /data/local/tmp, and the app's /sdcard and /data/app."""
+        return {DEVICE_TMP: self.sandbox, SDCARD: self.phone.dir / "sdcard", DATA_APP: self.phone.dir / "data-app"}
+
+    def map_in(self, command: str) -> str:
+        """A shell command with every mounted phone path as this machine's."""
+        mounts = self.mounts()
+        return re.sub("|".join(re.escape(p) for p in mounts), lambda m: str(mounts[m.group(0)]), command)
+
     def to_host(self, path: str) -> Path:
-        """A phone path as a path on this machine (only /data/local/tmp is remapped)."""
-        if path == DEVICE_TMP or path.startswith(DEVICE_TMP + "/"):
-            return Path(str(self.sandbox) + path[len(DEVICE_TMP):])
+        """A phone path as a path on this machine (only the mounted folders are remapped)."""
+        for prefix, host in self.mounts().items():
+            if path == prefix or path.startswith(prefix + "/"):
+                return Path(str(host) + path[len(prefix):])
         return Path(path)
 
     def writable(self, path: str) -> bool:
@@ -91,22 +115,157 @@ class Device:
                           f'case "$1" in\n{cases}  *) echo ;;\nesac\n')
         script.chmod(0o755)
 
+    def write_phone_tools(self) -> None:
+        """``am`` and ``pm`` on the shell's PATH, answered by ``Phone`` (this module run as a tool)."""
+        for tool in ("am", "pm"):
+            script = self.bin_dir / tool
+            script.write_text(f"#!/bin/sh\nexec {_sh_quote(sys.executable)} -m {__package__}.adbd --phone-tool {tool} "
+                              f"--root {_sh_quote(str(self.sandbox.parent))} -- \"$@\"\n")
+            script.chmod(0o755)
+
+
+SDCARD, DATA_APP = "/sdcard", "/data/app"
+APP_ACTIVITY = "MainActivity"  # the one Activity every installed app has here
+
+
+@dataclass
+class Phone:
+    """The app side of the stand-in phone, kept in files under ``dir`` so a test can set it and read it.
+
+    Set by the test: ``install-answer`` (what ``adb install`` answers instead of ``Success``),
+    ``apk-package`` (the package an installed APK declares; default the demo app's), ``bench-lines``
+    (what the app writes in bench mode) and ``bench-delay`` (seconds between those lines). Read by the
+    test: ``commands.jsonl`` (one JSON object per shell command or install received).
+    """
+
+    dir: Path
+    package_default: str = "org.hydraedge.demo"
+
+    def log(self, entry: dict[str, object]) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with _LOG_LOCK, open(self.dir / "commands.jsonl", "a") as f:
+            f.write(json.dumps(entry) + "\n")
+
+    def commands(self) -> list[dict[str, object]]:
+        path = self.dir / "commands.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+
+    def setting(self, name: str, default: str) -> str:
+        path = self.dir / name
+        return path.read_text().strip() if path.is_file() else default
+
+    def installed(self, package: str) -> Path:
+        return self.dir / "data-app" / package / "base.apk"
+
+    def install(self, apk: bytes) -> str:
+        """What ``pm install`` answers; on ``Success`` the APK is kept as its package's base.apk."""
+        answer = self.setting("install-answer", "Success")
+        if answer == "Success":
+            target = self.installed(self.setting("apk-package", self.package_default))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(apk)
+        return answer
+
+    def bench_file(self, package: str) -> Path:
+        return self.dir / "sdcard" / "Android" / "data" / package / "files" / "bench.jsonl"
+
+    def stop_app(self) -> None:
+        """``am force-stop`` / ``am start -S``: the bench writer of an earlier start ends."""
+        pid = self.dir / "app.pid"
+        if pid.is_file():
+            try:
+                os.killpg(int(pid.read_text()), signal.SIGKILL)
+            except (ProcessLookupError, ValueError, PermissionError):
+                pass
+            pid.unlink(missing_ok=True)
+
+    def am(self, argv: list[str]) -> int:
+        """``am start [-S] [-W] -n PKG/.Activity [--es|--ei|--ez KEY VALUE]...`` and ``am force-stop PKG``."""
+        if argv[:1] == ["force-stop"]:
+            self.stop_app()
+            return 0
+        if argv[:1] != ["start"]:
+            print(f"Error: unknown command {argv[:1]}", file=sys.stderr)
+            return 255
+        component, extras, words = None, {}, argv[1:]
+        while words:
+            word = words.pop(0)
+            if word == "-S":
+                self.stop_app()
+            elif word == "-W":
+                pass
+            elif word == "-n" and words:
+                component = words.pop(0)
+            elif word in ("--es", "--ei", "--ez") and len(words) >= 2:
+                key, value = words.pop(0), words.pop(0)
+                if word == "--ei" and not re.fullmatch(r"-?[0-9]+", value):
+                    print(f"Error: {value!r} is not an integer", file=sys.stderr)
+                    return 255
+                extras[key] = value
+            else:
+                print(f"Error: unknown option {word}", file=sys.stderr)
+                return 255
+        if component is None:
+            print("Error: no component (-n)", file=sys.stderr)
+            return 255
+        package, _, activity = component.partition("/")
+        activity = package + activity if activity.startswith(".") else activity
+        print(f"Starting: Intent {{ cmp={component} }}")
+        if not self.installed(package).is_file() or activity != f"{package}.{APP_ACTIVITY}":
+            print("Error type 3", file=sys.stderr)
+            print(f"Error: Activity class {{{package}/{activity}}} does not exist.", file=sys.stderr)
+            return 255
+        if extras.get("mode") == "bench":  # the app's worker thread: runs on after am returns
+            proc = subprocess.Popen([sys.executable, "-m", f"{__package__}.adbd", "--phone-tool", "bench-app",
+                                     "--root", str(self.dir.parent), "--", package],
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                    start_new_session=True)
+            (self.dir / "app.pid").write_text(str(proc.pid))
+        return 0
+
+    def pm(self, argv: list[str]) -> int:
+        """``pm path PKG``: ``package:/data/app/PKG/base.apk``, or nothing and 1 when it is not installed."""
+        if len(argv) == 2 and argv[0] == "path":
+            if self.installed(argv[1]).is_file():
+                print(f"package:{DATA_APP}/{argv[1]}/base.apk")
+                return 0
+            return 1
+        print(f"Error: unknown command {argv}", file=sys.stderr)
+        return 255
+
+    def bench_app(self, package: str) -> None:
+        """The app in bench mode: its file started afresh, then the test's lines one at a time."""
+        out = self.bench_file(package)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        lines = self.dir / "bench-lines"
+        delay = float(self.setting("bench-delay", "0.05"))
+        with open(out, "w") as f:
+            for line in (lines.read_text().splitlines() if lines.is_file() else []):
+                time.sleep(delay)
+                f.write(line + "\n")
+                f.flush()
+
+
+_LOG_LOCK = threading.Lock()
+
 
 def _sh_quote(text: str) -> str:
     return "'" + text.replace("'", "'\"'\"'") + "'"
 
 
 class Unmapper:
-    """Rewrites the sandbox path back to /data/local/tmp in output split across chunks."""
+    """Rewrites the mounted folders (the sandbox: /data/local/tmp, ...) back to phone paths in output
+    split across chunks."""
 
-    def __init__(self, sandbox: Path) -> None:
-        self.old, self.new = str(sandbox).encode(), DEVICE_TMP.encode()
+    def __init__(self, mounts: dict[str, Path]) -> None:
+        self.back = {str(host).encode(): phone.encode() for phone, host in mounts.items()}
+        self.pattern = re.compile(b"|".join(re.escape(old) for old in self.back))
         self.pending = b""
 
     def feed(self, chunk: bytes) -> bytes:
-        data = (self.pending + chunk).replace(self.old, self.new)
-        hold = next((k for k in range(min(len(self.old) - 1, len(data)), 0, -1)
-                     if data.endswith(self.old[:k])), 0)  # a match cut by the chunk boundary
+        data = self.pattern.sub(lambda m: self.back[m.group(0)], self.pending + chunk)
+        hold = max((k for old in self.back for k in range(min(len(old) - 1, len(data)), 0, -1)
+                    if data.endswith(old[:k])), default=0)  # a match cut by the chunk boundary
         self.pending = data[len(data) - hold:] if hold else b""
         return data[:len(data) - hold]
 
@@ -255,7 +414,8 @@ def shell_service(channel: Channel, service: str) -> None:
     args = head.split(",")[1:]
     device = channel.conn.device
     v2 = head.startswith("shell") and "v2" in args
-    argv = ["/bin/sh", "-c", command.replace(DEVICE_TMP, str(device.sandbox))] if command else ["/bin/sh"]
+    device.phone.log({"shell": command})
+    argv = ["/bin/sh", "-c", device.map_in(command)] if command else ["/bin/sh"]
     env = {**os.environ, "PATH": f"{device.bin_dir}:/usr/local/bin:/usr/bin:/bin",
            "HOME": str(device.sandbox), "TMPDIR": str(device.sandbox), "ANDROID_DATA": "/data"}
     stderr = subprocess.PIPE if v2 else (subprocess.DEVNULL if head == "exec" else subprocess.STDOUT)
@@ -298,7 +458,7 @@ def _packet(packet_id: int, data: bytes) -> bytes:
 
 
 def _pump(channel: Channel, pipe, packet_id: int | None) -> None:
-    unmap = Unmapper(channel.conn.device.sandbox)
+    unmap = Unmapper(channel.conn.device.mounts())
     try:
         for chunk in iter(lambda: pipe.read1(SYNC_DATA_MAX), b""):
             data = unmap.feed(chunk)
@@ -458,9 +618,25 @@ def _send_file(channel: Channel, device: Device, path: str) -> None:
     channel.write(b"DONE" + struct.pack("<I", 0))
 
 
+def install_service(channel: Channel, service: str) -> None:
+    """``abb_exec:package\\0install\\0[options]\\0-S\\0SIZE`` (``adb install``, streamed): SIZE bytes of APK
+    in, one status line out (``Success``, or ``Failure [...]`` as the test set it)."""
+    argv = service[len("abb_exec:"):].split("\0")
+    phone = channel.conn.device.phone
+    if argv[:2] != ["package", "install"] or "-S" not in argv[:-1]:
+        phone.log({"abb_exec": argv})
+        channel.write(f"Failure [the stand-in only installs: {argv}]\n".encode())
+        return
+    apk = channel.read_exact(int(argv[argv.index("-S") + 1]))
+    phone.log({"abb_exec": argv, "bytes": len(apk), "sha256": hashlib.sha256(apk).hexdigest()})
+    channel.write((phone.install(apk) + "\n").encode())
+
+
 def service_for(service: str) -> Callable[[Channel, str], None] | None:
     if service.startswith(("shell:", "shell,", "exec:")):
         return shell_service
+    if service.startswith("abb_exec:"):
+        return install_service
     if service == "sync:":
         return sync_service
     return None
@@ -473,6 +649,7 @@ def serve(device: Device, port: int) -> None:
     """Accept hosts on 127.0.0.1:port until killed."""
     device.sandbox.mkdir(parents=True, exist_ok=True)
     device.write_getprop()
+    device.write_phone_tools()
     listener = socket.create_server(("127.0.0.1", port))
     while True:
         sock, _ = listener.accept()
@@ -482,12 +659,23 @@ def serve(device: Device, port: int) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--phone-tool", choices=("am", "pm", "bench-app"), default=None,
+                        help="answer as the phone's am or pm (or be the app's bench mode), then exit")
+    parser.add_argument("--port", type=int, default=None)
     parser.add_argument("--root", type=Path, required=True, help="holds sandbox/ (/data/local/tmp) and bin/")
     parser.add_argument("--serial", default="HYDRA0001")
     parser.add_argument("--prop", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--unauthorized", action="store_true", help="never accept the host's key")
+    parser.add_argument("tool_args", nargs="*", help="--phone-tool's arguments, after --")
     args = parser.parse_args(argv)
+    if args.phone_tool is not None:
+        phone = Phone(args.root / "phone")
+        if args.phone_tool == "bench-app":
+            phone.bench_app(args.tool_args[0])
+            return
+        sys.exit(getattr(phone, args.phone_tool)(args.tool_args))
+    if args.port is None:
+        parser.error("--port is required")
     props = dict(item.split("=", 1) for item in args.prop)
     device = Device(args.root / "sandbox", args.root / "bin", args.serial, props, args.unauthorized)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -528,6 +716,11 @@ class AdbDevice:
     def host_path(self, device_path: str) -> Path:
         """Where a phone path under /data/local/tmp really lives on this machine."""
         return Path(str(self.sandbox) + device_path[len(DEVICE_TMP):])
+
+    @property
+    def phone(self) -> Phone:
+        """The app side of this phone: what it installed, what it answers, the commands it received."""
+        return Phone(self.sandbox.parent / "phone")
 
     def stop(self) -> None:
         self.server.adb("disconnect", self.serial)
