@@ -1,5 +1,8 @@
 """hydra-edge android-app: a real APK from a small android bundle, checked with apksigner and aapt; bad input refused.
 
+The bundle is compact (3 heads as a recipe over the 12 heads' .pte): the APK must carry that one weight
+set, and its DEX must reach the switcher library (Switcher, Rebuild) and no invoke-custom.
+
 The APK is built as a user builds it (javac against Android's framework classes, dx, aapt, zipalign,
 apksigner) and inspected, never launched: there is no phone or emulator here.
 """
@@ -19,7 +22,7 @@ import torch
 from click.testing import CliRunner
 from test_lut import fake_bundle
 
-from hydra_edge.android import apk
+from hydra_edge.android import apk, dex
 from hydra_edge.atomic import sha256_file
 from hydra_edge.commands.android_app import android_app
 from hydra_edge.convert import pipeline
@@ -29,7 +32,7 @@ from hydra_edge.lut.table import build_table
 from hydra_edge.model.config import preset
 from hydra_edge.model.hydravit import HydraViT
 from hydra_edge.records.calibration import Calibration, HeadResult
-from hydra_edge.records.manifest import Manifest, read_manifest
+from hydra_edge.records.manifest import Manifest, bundle_files, read_manifest
 
 pytestmark = pytest.mark.slow  # converts a bundle and builds an APK
 
@@ -100,11 +103,11 @@ def test_the_apk_is_signed_installable_and_carries_the_bundle_the_manifest_names
         for abi in ("arm64-v8a", "x86_64"):
             assert {f"lib/{abi}/libexecutorch.so", f"lib/{abi}/libfbjni.so", f"lib/{abi}/libc++_shared.so"} <= names
         assert z.read("lib/arm64-v8a/libexecutorch.so")[:20] == b"\x7fELF\x02\x01\x01\x00" + bytes(8) + b"\x03\x00\xb7\x00"
-        dex = z.read("classes.dex")
-        assert dex[:4] == b"dex\n"
+        dex_bytes = z.read("classes.dex")
+        assert dex_bytes[:4] == b"dex\n"
         for cls in (b"Lorg/hydraedge/demo/MainActivity;", b"Lorg/pytorch/executorch/Module;",
                     b"Lcom/facebook/jni/HybridData;", b"Lkotlin/Unit;", b"Lorg/hydraedge/core/"):
-            assert cls in dex, cls
+            assert cls in dex_bytes, cls
 
         def sha(name: str) -> str:
             return hashlib.sha256(z.read(name)).hexdigest()
@@ -121,6 +124,60 @@ def test_the_apk_is_signed_installable_and_carries_the_bundle_the_manifest_names
         largest = manifest["artefacts"][-1]
         assert largest["heads"] == 12 and z.read(f"assets/bundle/{largest['file']}")[4:8] == b"ET12"
         assert {c["sha256"] for c in lut["candidates"]} <= {a["sha256"] for a in manifest["artefacts"]}
+
+        # one weight set: the compact bundle's own files, never a whole file per head count
+        compact = [a for a in manifest["artefacts"] if a["compact"] is not None]
+        assert [a["heads"] for a in compact] == [3]
+        assets = {n[len("assets/bundle/"):] for n in names if n.startswith("assets/bundle/")}
+        assert assets == {"manifest.json", *bundle_files(bundle, read_manifest(bundle).artefacts)}
+        assert len([p for p in bundle.rglob("*.pte")]) == 1  # convert wrote one weight set, and it is carried
+        assert [n for n in assets if n.endswith(".pte")] == [largest["file"]]
+        assert not any(a["file"] in assets for a in compact)
+        recipe = json.loads(z.read(f"assets/bundle/{compact[0]['compact']['recipe']}"))
+        assert recipe["source"]["file"] == largest["file"] and recipe["skeleton"]["file"] in assets
+
+    # the DEX: the app goes through the switcher library, and nothing it reaches is an invoke-custom
+    code = dex.read_dex(dex_bytes)
+    called = {target for c in code.classes.values() if c.name.startswith("Lorg/hydraedge/demo/")
+              for m in c.methods.values() for op, i in code.instructions(m) if 0x6E <= op <= 0x78
+              for target in [code.methods[i]]}
+    for cls, name in [("Switcher$Companion", "open"), ("Switcher", "poll"), ("Switcher", "observe"),
+                      ("Switcher", "loadFailed"), ("Switcher", "reasons"), ("Rebuild", "artefactBytes")]:
+        assert any(t[0] == f"Lorg/hydraedge/core/{cls};" and t[1] == name for t in called), (cls, name)
+    sites = dex.call_sites(code)
+    assert code.call_site_ids == len([s for s in sites if s[1].startswith("invoke-custom")])
+    assert not [s for s in sites if not s[0][0].startswith("Lkotlin/")], sites  # app, library, ExecuTorch: none
+    parents: dict = {}
+    assert dex.reachable_call_sites(code, parents=parents) == []
+    assert {"Lorg/hydraedge/demo/MainActivity;", "Lorg/hydraedge/core/Rebuild;", "Lkotlin/collections/CollectionsKt___CollectionsKt;"} \
+        <= {k[0] for k in parents}  # the analysis did walk into the library and the stdlib
+
+
+def test_the_dex_check_finds_a_lambda_the_app_reaches(tmp_path: Path) -> None:
+    """The same check on a class with a Java lambda (javac: invokedynamic, dx: invoke-custom) is not empty,
+    and names the path to it; a lambda in a stdlib-like class nobody calls is not reached."""
+    src = tmp_path / "src"
+    (src / "org" / "hydraedge" / "demo").mkdir(parents=True)
+    (src / "kotlin").mkdir()
+    (src / "kotlin" / "Unused.java").write_text(
+        "package kotlin; public class Unused { public static Runnable r() { return () -> {}; } }")
+    (src / "kotlin" / "Used.java").write_text(
+        "package kotlin; public class Used { public static Runnable r() { return () -> {}; } }")
+    (src / "org" / "hydraedge" / "demo" / "A.java").write_text(
+        "package org.hydraedge.demo; public class A { public void go() { kotlin.Used.r().run(); } }")
+    classes = tmp_path / "classes"
+    subprocess.run(["javac", "--release", "8", "-d", str(classes), *map(str, src.rglob("*.java"))], check=True)
+    out = tmp_path / "classes.dex"
+    subprocess.run(["java", "-cp", str(apk.maven_part("dx")), "com.android.dx.command.Main", "--dex",
+                    "--min-sdk-version=26", f"--output={out}", str(classes)], check=True)
+    code = dex.read_dex(out.read_bytes())
+    assert code.call_site_ids == 2 and len(dex.call_sites(code)) == 2
+    parents: dict = {}
+    found = dex.reachable_call_sites(code, parents=parents)
+    assert [(k[0], op) for k, op in found] == [("Lkotlin/Used;", "invoke-custom")]
+    assert dex.path_to(parents, found[0][0]) == ["org/hydraedge/demo/A.go", "kotlin/Used.r"]
+    with pytest.raises(apk.HydraEdgeError, match="invoke-custom in kotlin/Used.r, reached by org/hydraedge/demo/A.go"):
+        apk.check_dex(out)
 
 
 def expect_refused(bundle: Path, lut: Path, out: Path, *words: str) -> None:

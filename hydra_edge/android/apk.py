@@ -6,7 +6,8 @@ The chain, every part from Maven Central, npm or Debian:
   classes) and the ExecuTorch Android classes; R.java from Debian's ``aapt`` against Debian's
   ``framework-res.apk`` (API 29);
 * dex: ``dalvik-dx`` (Java 8 bytecode, min API 26) over the app, the ExecuTorch classes, fbjni,
-  nativeloader, and the switcher library's jar with kotlin-stdlib;
+  nativeloader, and the switcher library's jar with the kotlin-stdlib classes it names (``dex.py``);
+  the DEX is refused if the app or the library can reach an ``invoke-custom``;
 * package: ``aapt`` (manifest, resources, assets: the bundle and lut.json), then classes.dex and
   ``lib/<abi>/*.so`` (ExecuTorch's JNI library, fbjni, libc++_shared), ``zipalign -p 4``,
   ``apksigner`` (v2 + v3) with a key made once by ``keytool`` and kept in the user's config folder.
@@ -31,6 +32,7 @@ from typing import Dict, List, Optional, Sequence
 from ..atomic import atomic_path, sha256_file
 from ..errors import HydraEdgeError
 from ..records.manifest import MANIFEST, bundle_files, read_manifest
+from . import dex
 
 APP = Path(__file__).resolve().parents[2] / "apps" / "android-demo"
 PACKAGE = "org.hydraedge.demo"
@@ -130,13 +132,28 @@ def core_jars() -> List[Path]:
     return jars + keep
 
 
-def _java8_only(jar: Path, out: Path) -> Path:
-    """A copy of ``jar`` without META-INF/versions/ (Java 9+ classes, module-info), which dx cannot read."""
-    with zipfile.ZipFile(jar) as src, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst:
-        for item in src.infolist():
-            if not item.filename.startswith("META-INF/versions/") and item.filename != "module-info.class":
-                dst.writestr(item, src.read(item.filename))
+def shrunk_core(core: Sequence[Path], app_classes: Path, tmp: Path) -> List[Path]:
+    """The switcher library's jar whole, and of each jar it needs (kotlin-stdlib) only the classes the app and
+    the library name, transitively (dex.needed_classes); Java 9+ entries left out, as dx reads Java 8."""
+    own = dex.jar_classes(core[0])
+    roots = list(own.values()) + [p.read_bytes() for p in app_classes.rglob("*.class")]
+    out = [dex.write_jar(own, set(own), tmp / "core.jar")]
+    for i, jar in enumerate(core[1:]):
+        classes = dex.jar_classes(jar)
+        out.append(dex.write_jar(classes, dex.needed_classes(roots, classes), tmp / f"dep{i}-{jar.name}"))
     return out
+
+
+def check_dex(path: Path) -> None:
+    """No invoke-custom / invoke-polymorphic that the app, the switcher library or ExecuTorch's classes can
+    reach: Android has no LambdaMetafactory, so such a call site fails the first time it runs."""
+    parents: Dict[tuple, Optional[tuple]] = {}
+    found = dex.reachable_call_sites(dex.read_dex(path.read_bytes()), parents=parents)
+    if found:
+        where, op = found[0]
+        raise HydraEdgeError(f"classes.dex: {op} in {where[0][1:-1]}.{where[1]}, reached by "
+                             f"{' -> '.join(dex.path_to(parents, where))}; Android cannot run it: compile the switcher "
+                             "library with -Xlambdas=class -Xsam-conversions=class and avoid the library call that reaches it")
 
 
 @dataclass(frozen=True)
@@ -217,11 +234,12 @@ def build_apk(bundle: Path, lut: Path, out: Path, keystore_path: Optional[Path] 
         times["compile_s"] = time.monotonic() - t
         t = time.monotonic()
         dex_inputs = [obj, et / "android" / "libs" / "classes.jar", fb / "classes.jar", parts["nativeloader"]]
-        dex_inputs += [_java8_only(j, tmp / f"core{i}-{j.name}") for i, j in enumerate(core)]
+        dex_inputs += shrunk_core(core, obj, tmp)
         stage = tmp / "stage"
         stage.mkdir()
         _run(["java", "-cp", parts["dx"], "com.android.dx.command.Main", "--dex", f"--min-sdk-version={MIN_SDK}",
               f"--output={stage / 'classes.dex'}", *dex_inputs], "dx (classes.dex)")
+        check_dex(stage / "classes.dex")
         times["dex_s"] = time.monotonic() - t
         t = time.monotonic()
         assets = tmp / "assets"

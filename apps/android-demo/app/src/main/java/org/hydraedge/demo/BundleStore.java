@@ -3,6 +3,9 @@ package org.hydraedge.demo;
 import android.content.Context;
 import android.content.res.AssetManager;
 
+import org.hydraedge.core.BundleException;
+import org.hydraedge.core.Manifest;
+import org.hydraedge.core.Rebuild;
 import org.json.JSONArray;
 import org.json.JSONException;
 import org.json.JSONObject;
@@ -62,6 +65,9 @@ final class BundleStore {
     }
 
     final File dir;
+    /** Where rebuilt artefacts of a compact bundle are written (the app's cache dir). */
+    File cacheDir;
+    private Manifest coreManifest;
     final JSONObject manifest;
     final JSONObject lut;
     final String manifestSha256;
@@ -104,7 +110,41 @@ final class BundleStore {
         } catch (IOException e) {
             throw new Refused("cannot copy the bundle out of the APK: " + e.getMessage() + "; free some storage and start again");
         }
-        return check(dir);
+        BundleStore b = check(dir);
+        b.cacheDir = new File(context.getCacheDir(), "rebuilt");
+        return b;
+    }
+
+    /**
+     * The .pte file ExecuTorch loads for {@code a} (it loads from a path, not from bytes): the bundle's own
+     * file, or for a compact record the bytes org.hydraedge.core.Rebuild rebuilds from the recipe over the
+     * largest artefact (returned only when their sha256 is the manifest's), written once to the cache dir
+     * through a temporary file. A file found there is used only when its sha256 is the manifest's.
+     */
+    File artefactFile(Artefact a) throws BundleException, IOException {
+        if (!a.compact) return file(a.file);
+        File out = new File(cacheDir, a.sha256 + ".pte");
+        if (out.isFile() && Hashes.sha256(out).equals(a.sha256)) return out;
+        if (coreManifest == null) coreManifest = Manifest.Companion.read(dir);
+        byte[] data = Rebuild.INSTANCE.artefactBytes(dir, coreManifest, a.heads);
+        cacheDir.mkdirs();
+        File tmp = new File(cacheDir, a.sha256 + ".pte.part");
+        OutputStream o = new FileOutputStream(tmp);
+        try {
+            o.write(data);
+            ((FileOutputStream) o).getFD().sync();
+        } finally {
+            o.close();
+        }
+        if (!tmp.renameTo(out)) {
+            tmp.delete();
+            throw new IOException("cannot write " + out + " (free some storage)");
+        }
+        if (!Hashes.sha256(out).equals(a.sha256)) {  // what ExecuTorch maps is what was checked
+            out.delete();
+            throw new IOException(out + ": sha256 differs from manifest.json's after writing it (storage full or failing?)");
+        }
+        return out;
     }
 
     /** Check a bundle folder: manifest, every file's sha256, the table's binding. */

@@ -1,117 +1,130 @@
 package org.hydraedge.demo;
 
-import org.json.JSONArray;
-import org.json.JSONException;
-import org.json.JSONObject;
+import android.util.Log;
+
+import java.io.File;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.Executor;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+
+import kotlin.jvm.functions.Function0;
+
+import org.hydraedge.core.AndroidReading;
+import org.hydraedge.core.LatencyLoop;
+import org.hydraedge.core.LoopSettings;
+import org.hydraedge.core.Logger;
+import org.hydraedge.core.SignalSettings;
+import org.hydraedge.core.SwitchEvent;
+import org.hydraedge.core.Switcher;
 
 /**
- * The one place the Activity asks which head count to run: the adapter to the switcher library
- * (apps/android-demo/core, org.hydraedge.core). The Activity uses only these four calls:
+ * The Activity's one door to the switcher library (org.hydraedge.core.Switcher): every decision is
+ * the library's, this class only turns Android's readings into its input and its events into text.
  *
- *   HeadSwitch.open(bundleDir)                 the bundle's lut.json, checked against its manifest
- *   int poll(Signals.Reading r)                read the signals once; the head count to run now
- *   void observe(int heads, double ms)         one single-image inference's time
- *   String lastReason()                        why the head count last changed ("start", "state: ...")
- *   double budgetMs(Signals.Reading r)         the latency budget now (lut.json budget_ms x battery scale)
- *
- * Wiring the library: poll maps to org.hydraedge.core.Switcher.poll(new AndroidReading(thermalStatus,
- * thermalHeadroom, batteryLevel, batteryStatus)), observe to Switcher.observe(heads, ms), lastReason to the
- * last of Switcher.reasons(1), budgetMs to Table.budget(batteryPct, charging). Until then this stand-in
- * follows the table's cells (battery band x thermal band, fewer heads at once, more only after the
- * table's min_dwell_s) without the library's fail-safe holds or latency loop.
+ *   HeadSwitch.open(bundle)                    lut.json checked against the manifest; the latency loop on,
+ *                                              its correction saved beside lut.json in the app's files dir
+ *   int poll(Signals.Reading r)                Switcher.poll: table, fail-safe holds, raise gate, latency cap
+ *   void observe(int heads, double ms)         Switcher.observe: one single-image inference's time
+ *   boolean loadFailed(int heads, String why)  Switcher.loadFailed: fewer heads from now on, as on a board
+ *   String lastReason()                        the last switch's reason, as the library words it
+ *   List<String> recent(int n)                 the last n switches ("12 -> 3 heads: reason")
+ *   double budgetMs(Signals.Reading r)         the latency loop's budget now (budget_ms x battery scale)
  */
 final class HeadSwitch {
-    private final int[] heads;
-    private final int[][] cells;
-    private final double[] thermalEdges;
-    private final double[] batteryMinPct;
-    private final double[] budgetScale;
-    private final double budgetMs;
-    private final double minDwellS;
-    private int running = -1;
-    private long switchedAtMs;
-    private String reason = "start";
+    private static final String TAG = "hydra-edge";
+    private static final int KEEP_EVENTS = 100;  // the display shows the last few; the library keeps the rest
 
-    private HeadSwitch(JSONObject lut) throws JSONException {
-        JSONArray c = lut.getJSONArray("candidates");
-        heads = new int[c.length()];
-        for (int i = 0; i < heads.length; i++) heads[i] = c.getJSONObject(i).getInt("heads");
-        JSONArray rows = lut.getJSONObject("selection").getJSONArray("cells");
-        cells = new int[rows.length()][];
-        for (int i = 0; i < cells.length; i++) {
-            JSONArray row = rows.getJSONArray(i);
-            cells[i] = new int[row.length()];
-            for (int j = 0; j < row.length(); j++) cells[i][j] = row.getInt(j);
-        }
-        thermalEdges = doubles(lut.getJSONObject("thermal").getJSONArray("edges"));
-        JSONObject battery = lut.getJSONObject("battery");
-        batteryMinPct = doubles(battery.getJSONArray("min_pct"));
-        budgetScale = doubles(battery.getJSONArray("budget_scale"));
-        budgetMs = lut.optDouble("budget_ms", Double.NaN);
-        minDwellS = lut.getJSONObject("selection").optDouble("min_dwell_s", 0);
+    final Switcher switcher;
+    /** Where corrections are written: one background thread, so an inference never waits for the disk. */
+    private final ExecutorService saver;
+
+    private HeadSwitch(Switcher switcher, ExecutorService saver) {
+        this.switcher = switcher;
+        this.saver = saver;
     }
 
     static HeadSwitch open(BundleStore bundle) throws BundleStore.Refused {
+        ExecutorService saver = Executors.newSingleThreadExecutor();
+        Function0<Double> monotonic = new Function0<Double>() {
+            @Override
+            public Double invoke() {
+                return System.nanoTime() / 1e9;
+            }
+        };
+        Function0<Double> wall = new Function0<Double>() {
+            @Override
+            public Double invoke() {
+                return System.currentTimeMillis() / 1e3;
+            }
+        };
+        Logger log = new Logger() {
+            @Override
+            public void log(String level, String message) {
+                if ("WARNING".equals(level)) Log.w(TAG, message);
+                else Log.i(TAG, message);
+            }
+        };
         try {
-            return new HeadSwitch(bundle.lut);
-        } catch (JSONException e) {
-            throw new BundleStore.Refused("lut.json is not a table hydra-edge lut writes (" + e.getMessage()
-                    + "); run hydra-edge lut for this bundle");
+            Switcher s = Switcher.Companion.open(bundle.dir, new SignalSettings(), monotonic,
+                    new File(bundle.dir, BundleStore.ASSET_LUT), new LoopSettings(), wall, log, (Executor) saver);
+            return new HeadSwitch(s, saver);
+        } catch (Exception e) {  // BundleException (Kotlin declares no checked exceptions), IllegalArgumentException
+            saver.shutdown();
+            throw new BundleStore.Refused(String.valueOf(e.getMessage()));
         }
-    }
-
-    private static double[] doubles(JSONArray a) throws JSONException {
-        double[] out = new double[a.length()];
-        for (int i = 0; i < out.length; i++) out[i] = a.getDouble(i);
-        return out;
-    }
-
-    private int batteryBand(Signals.Reading r) {
-        if (r.batteryPercent == null) return batteryMinPct.length;  // unknown: the lowest band
-        if (Boolean.TRUE.equals(r.charging)) return 0;
-        for (int i = 0; i < batteryMinPct.length; i++) {
-            if (r.batteryPercent >= batteryMinPct[i]) return i + 1;
-        }
-        return batteryMinPct.length;
-    }
-
-    private int thermalBand(Signals.Reading r) {
-        if (r.thermalStatus == null) return thermalEdges.length;  // unknown: the hottest band
-        int band = 0;
-        for (double edge : thermalEdges) {
-            if (r.thermalStatus >= edge) band++;
-        }
-        return band;
     }
 
     int poll(Signals.Reading r) {
-        int want = cells[batteryBand(r)][thermalBand(r)];
-        long now = r.timestampMs;
-        String why = "state: battery " + (r.batteryPercent == null ? "unknown" : r.batteryPercent + " %")
-                + (Boolean.TRUE.equals(r.charging) ? " charging" : "") + ", thermal "
-                + (r.thermalStatus == null ? "unknown" : r.thermalName());
-        if (running < 0) {
-            running = want;
-            switchedAtMs = now;
-            reason = "start: " + why;
-        } else if (want < running || (want > running && (now - switchedAtMs) / 1000.0 >= minDwellS)) {
-            running = want;
-            switchedAtMs = now;
-            reason = why;
-        }
-        return heads[running];
+        int heads = switcher.poll(new AndroidReading(r.thermalStatus,
+                Float.isNaN(r.thermalHeadroom) ? Double.NaN : (double) r.thermalHeadroom, r.batteryPercent, r.batteryStatusCode));
+        trim();
+        return heads;
     }
 
-    void observe(int ranHeads, double ms) {
-        // the library's latency loop caps the head count on missed budgets; the stand-in only shows them
+    void observe(int heads, double ms) {
+        switcher.observe(heads, ms);
+        trim();
+    }
+
+    /** The app could not rebuild or load {@code heads}' artefact; false when nothing fewer is left. */
+    boolean loadFailed(int heads, String why) {
+        return switcher.loadFailed(heads, why);
     }
 
     String lastReason() {
-        return reason;
+        List<String> last = switcher.reasons(1);
+        return last.isEmpty() ? "" : last.get(0);
     }
 
+    List<String> recent(int n) {
+        List<SwitchEvent> events = switcher.getEvents();
+        List<String> out = new ArrayList<String>();
+        for (int i = Math.max(0, events.size() - n); i < events.size(); i++) {
+            SwitchEvent e = events.get(i);
+            out.add((e.getFromHeads() == null ? "" : e.getFromHeads() + " -> ") + e.getToHeads() + " heads: " + e.getReason());
+        }
+        return out;
+    }
+
+    /** The latency budget now, or NaN without one (a refused table runs its fallback without a loop). */
     double budgetMs(Signals.Reading r) {
-        int band = batteryBand(r);
-        return band < budgetScale.length ? budgetMs * budgetScale[band] : budgetMs;
+        LatencyLoop loop = switcher.getLoop();
+        return loop == null ? Double.NaN : loop.getBudgetNow();
+    }
+
+    /** The table the switcher reads fell back to its fewest heads: why (one line), or null. */
+    String fallback() {
+        return switcher.getFallback();
+    }
+
+    void close() {
+        saver.shutdown();
+    }
+
+    private void trim() {
+        List<SwitchEvent> events = switcher.getEvents();
+        if (events.size() > KEEP_EVENTS) events.subList(0, events.size() - KEEP_EVENTS).clear();
     }
 }

@@ -35,6 +35,7 @@ public class MainActivity extends Activity {
     static final String EXECUTORCH_RUNTIME = "react-native-executorch 0.8.5 prebuilt (ExecuTorch Android JNI)";
     private static final int WINDOW = 50;  // inferences per head count kept for p50/p90
     private static final long PAUSE_MS = 200;
+    private static final int SHOWN_SWITCHES = 5;
 
     private TextView status;
     private TextView details;
@@ -193,19 +194,25 @@ public class MainActivity extends Activity {
         Map<Integer, List<Double>> times = new HashMap<Integer, List<Double>>();
         JSONArray classes = bundle.manifest.optJSONArray("classes");
         int image = 0;
+        String failed = null;  // the last head count that could not be rebuilt or loaded, and why
         try {
             while (running) {
                 Signals.Reading r = signals.read();
                 int heads = sw.poll(r);
                 BundleStore.Artefact a = bundle.byHeads(heads);
-                if (a.compact) {
-                    refuse(a.file + " is stored compact; this build cannot rebuild it yet: build the APK from a full "
-                            + "bundle (hydra-edge convert --layout full)");
-                    return;
-                }
                 Engine engine = engines.get(heads);
                 if (engine == null) {
-                    engine = Engine.load(a, bundle.file(a.file), threadsFor(a, 0));
+                    try {
+                        engine = Engine.load(a, bundle.artefactFile(a), threadsFor(a, 0));
+                    } catch (Exception e) {  // a failed rebuild or load: fewer heads, as on a board
+                        String why = oneLine(e);
+                        failed = heads + " heads cannot run: " + why;
+                        if (!sw.loadFailed(heads, why)) {
+                            refuse(failed);
+                            return;
+                        }
+                        continue;
+                    }
                     engines.put(heads, engine);
                 }
                 Map<String, Npy> golden = Npy.readNpz(bundle.file(a.golden));
@@ -241,7 +248,9 @@ public class MainActivity extends Activity {
                         .append(Float.isNaN(r.thermalHeadroom) ? "" : String.format("  headroom %.2f", r.thermalHeadroom)).append('\n');
                 s.append("battery  ").append(r.batteryPercent == null ? "unknown" : r.batteryPercent + " %")
                         .append(Boolean.TRUE.equals(r.charging) ? " charging" : "").append('\n');
-                s.append("switch   ").append(sw.lastReason()).append('\n');
+                if (failed != null) s.append("failed   ").append(failed).append('\n');
+                s.append("switches (newest last, as the switcher library words them)\n");
+                for (String line : sw.recent(SHOWN_SWITCHES)) s.append("  ").append(line).append('\n');
                 s.append("bundle   ").append(bundle.manifestSha256.substring(0, 12)).append("  lut ")
                         .append(bundle.lutSha256.substring(0, 12)).append('\n');
                 show(heads + " heads", budget >= lat.getDouble("p90_ms") || Double.isNaN(budget) ? Color.rgb(0, 128, 0)
@@ -252,6 +261,14 @@ public class MainActivity extends Activity {
             show("stopped", Color.RED, String.valueOf(e));
         } finally {
             for (Engine e : engines.values()) e.close();
+            sw.close();
         }
+    }
+
+    /** An exception as one line: its message's first line, or its class's name. */
+    static String oneLine(Throwable e) {
+        String m = e.getMessage();
+        if (m == null || m.trim().isEmpty()) return e.getClass().getSimpleName();
+        return m.trim().split("\n", 2)[0];
     }
 }

@@ -27,18 +27,22 @@ final class Signals {
         final Integer batteryPercent;
         final Boolean charging;
         final String batteryStatus;
+        /** BatteryManager.BATTERY_STATUS_* as the broadcast gives it (what the switcher library reads), or null. */
+        final Integer batteryStatusCode;
         final Float batteryTempC;
         final String thermalError;
         final String batteryError;
 
         Reading(long timestampMs, Integer thermalStatus, float thermalHeadroom, Integer batteryPercent,
-                Boolean charging, String batteryStatus, Float batteryTempC, String thermalError, String batteryError) {
+                Boolean charging, String batteryStatus, Integer batteryStatusCode, Float batteryTempC, String thermalError,
+                String batteryError) {
             this.timestampMs = timestampMs;
             this.thermalStatus = thermalStatus;
             this.thermalHeadroom = thermalHeadroom;
             this.batteryPercent = batteryPercent;
             this.charging = charging;
             this.batteryStatus = batteryStatus;
+            this.batteryStatusCode = batteryStatusCode;
             this.batteryTempC = batteryTempC;
             this.thermalError = thermalError;
             this.batteryError = batteryError;
@@ -99,6 +103,7 @@ final class Signals {
         Integer level = null;
         Boolean charging = null;
         String batteryStatus = null;
+        Integer statusCode = null;
         Float tempC = null;
         String batteryError = null;
         Intent battery = context.registerReceiver(null, new IntentFilter(Intent.ACTION_BATTERY_CHANGED));
@@ -113,6 +118,7 @@ final class Signals {
                 batteryError = "battery level " + raw + "/" + scale + " is not a percentage";
             }
             int st = battery.getIntExtra(BatteryManager.EXTRA_STATUS, -1);
+            if (st >= 0) statusCode = st;
             charging = st == BatteryManager.BATTERY_STATUS_CHARGING || st == BatteryManager.BATTERY_STATUS_FULL;
             batteryStatus = st == BatteryManager.BATTERY_STATUS_CHARGING ? "Charging"
                     : st == BatteryManager.BATTERY_STATUS_FULL ? "Full"
@@ -121,7 +127,7 @@ final class Signals {
             int tenths = battery.getIntExtra(BatteryManager.EXTRA_TEMPERATURE, Integer.MIN_VALUE);
             if (tenths != Integer.MIN_VALUE) tempC = tenths / 10f;
         }
-        return new Reading(System.currentTimeMillis(), status, headroom, level, charging, batteryStatus, tempC,
+        return new Reading(System.currentTimeMillis(), status, headroom, level, charging, batteryStatus, statusCode, tempC,
                 thermalError, batteryError);
     }
 }
