@@ -143,7 +143,12 @@ def run_task(task: dict[str, Any], work: Path, ns: argparse.Namespace, log: Path
         print(f"{task['name']}: fine-tuning the {label} base ...", flush=True)
         tuned, tune_s, advice = train(["--data", task["new_data"], "--checkpoint", str(base / "checkpoint.pt"),
                                        *seed, "--out", str(work / f"{tag}-tuned-{label}-{recipe_tag}")], log)
-        probe = linear_probe(base / "checkpoint.pt", task["new_data"], ns.seed)
+        kept_probe = base / "probe.json"  # the probe of a kept base on the same data is read back
+        if kept_probe.is_file() and json.loads(kept_probe.read_text())["data"] == task["new_data"]:
+            probe = {int(k): v for k, v in json.loads(kept_probe.read_text())["top1"].items()}
+        else:
+            probe = linear_probe(base / "checkpoint.pt", task["new_data"], ns.seed)
+            kept_probe.write_text(json.dumps({"data": task["new_data"], "top1": probe}))
         item = {"base": label, "base_epochs": epochs, "base_top1": before, "base_seconds": base_s,
                 "finetuned": tuned, "finetune_seconds": tune_s, "advice": advice, "probe": probe}
         if ns.previous and label == "good":
@@ -194,9 +199,6 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append("| mean | " + " | ".join(f"{_mean(acc):.1f}" for _, acc in cols) + " |")
         lines += ["", "Fine-tuned ahead of scratch at every head count: " + ", ".join(
             f"{base} base **{'yes' if ahead else 'no'}**" for base, ahead in task["ahead_everywhere"].items()), ""]
-        for b in bases:
-            if b["advice"]:
-                lines += [f"What `train` said before fine-tuning the {b['base']} base:", "", "```", *b["advice"], "```", ""]
     return "\n".join(lines)
 
 

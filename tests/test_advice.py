@@ -64,7 +64,8 @@ def test_a_base_of_another_input_kind_is_said_and_one_of_the_same_kind_is_not(tm
     assert "colour is averaged away" in line and "shrunk to 8 px" in line and "--preset mini" in line
     assert advice.other_input(cfg, str(_folder(tmp_path / "grey", colour=False, side=8)), "base.pt") is None
     assert advice.other_input(cfg, "digits", "base.pt") is None
-    assert "shrunk to 8 px" in advice.other_input(cfg, "mnist", "base.pt")  # 28 px digits into 8 px
+    shrunk = advice.other_input(cfg, "mnist", "base.pt")  # 28 px digits into 8 px: said, scratch not claimed
+    assert "shrunk to 8 px" in shrunk and "from scratch" not in shrunk
     assert advice.other_input(preset("mini", num_classes=3), str(colour), "base.pt") is None
 
 

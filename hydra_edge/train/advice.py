@@ -97,9 +97,12 @@ def other_input(cfg: "HydraConfig", source: str, origin: str | Path) -> Optional
     if not problems:
         return None
     kind = f"{side} px {'colour' if colour else 'grayscale'}"
+    # Colour photos into a grayscale base (issue 36's digits checkpoint) lose what tells them apart; a
+    # base that only shrinks images of its own kind still transferred in bench/transfer.py (28 px into 8).
+    verdict = ("its backbone never saw such images: from scratch with --preset mini (64 px RGB) will likely do "
+               "better" if colour and cfg.in_chans == 1 else "a base of their size would keep their detail")
     return (f"warning: {origin} takes {describe_input(cfg).removeprefix('input ')}, but {source} holds {kind} images: "
-            f"{' and '.join(problems)}, and its backbone never saw such images; from scratch with --preset "
-            "mini (64 px RGB) will likely do better")
+            f"{' and '.join(problems)}; {verdict}")
 
 
 def short_run(settings: "TrainSettings") -> Optional[str]:
