@@ -34,7 +34,7 @@ RECIPES: dict[str, dict[str, Any]] = {
     # A small folder of your own classes, from a pretrained checkpoint. Chosen by measurement
     # (bench/transfer.py; docs/training.md has the figures): the new classifier must move within a few
     # epochs, so the peak is the digits recipe's 3e-3 for 32 images (scaled linearly with the batch),
-    # one warm-up epoch, every layer at that rate (layer decay 0.75 trailed by 5 p.p. at every head
+    # one warm-up epoch, every layer at that rate (layer decay 0.75 trailed by 5-11 p.p. at every head
     # count), clipping for a new classifier's first gradients. No augmentation, mixup, drop path or
     # EMA: with them and 1e-3 per 512 images (the previous recipe) the loss stayed at chance for 5 epochs.
     "finetune": dict(
