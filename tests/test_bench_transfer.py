@@ -21,6 +21,7 @@ sys.modules["bench_transfer"] = bench
 spec.loader.exec_module(bench)
 
 
+@pytest.mark.slow  # trains a small base and probes it (about 40 s)
 def test_the_linear_probe_reads_every_head_counts_frozen_features_and_beats_chance(tmp_path):
     torch.manual_seed(0)
     model = HydraViT(preset("digits", heads=(3, 12)))
