@@ -41,20 +41,10 @@ from hydra_edge.model.hydravit import HydraViT
 from hydra_edge.model.slicing import weight_index
 from hydra_edge.profiling.report import save_report, subplots
 from hydra_edge.profiling.timing import host_cpu
+from nested_quant import random_model  # the same random weights that bench measures SQNR on
 
 ROOT = Path(__file__).resolve().parents[1]
 COARSER = 50.0
-
-
-@torch.no_grad()
-def random_model(name: str, seed: int) -> HydraViT:
-    """Random weights as the preset initialises them, plus biases and norms that are not 0 and 1."""
-    torch.manual_seed(seed)
-    model = HydraViT.from_preset(name)
-    for pname, p in model.named_parameters():
-        if p.dim() == 1:
-            p.normal_(1.0 if "norm" in pname and pname.endswith(".weight") else 0.0, 0.05)
-    return model.eval()
 
 
 @torch.no_grad()
