@@ -29,16 +29,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from live_page import bundle_here, random_images
-from switch_latency import calibrate_here
+from live_page import board_ready
 
 from hydra_edge.atomic import write_bytes, write_json
-from hydra_edge.commands.demo import demo_budget, loop_budget, scenario_steps
+from hydra_edge.commands.demo import loop_budget, scenario_steps
 from hydra_edge.commands.deploy import APP
-from hydra_edge.lut.make import make_lut
-from hydra_edge.model.config import parse_heads, preset
 from hydra_edge.profiling.timing import host_cpu
-from hydra_edge.records.manifest import read_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -151,13 +147,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = p.parse_args(argv)
     work = Path(args.work)
-    heads = ",".join(map(str, parse_heads(args.heads, preset(args.preset).num_heads)))
-    bundle = bundle_here(work, args.preset, heads, args.eval_images)
-    calibration = calibrate_here(bundle, args.runs, 1, work)
-    budget = demo_budget(bundle, calibration)
-    make_lut(bundle, calibration, bundle, budget_ms=budget)
-    model = read_manifest(bundle).model
-    images = random_images(work / "images", model["img_size"], model["in_chans"])
+    bundle, calibration, budget, images = board_ready(work, args.preset, args.heads, args.eval_images, args.runs)
     day = scenario_steps(args.images_per_step)
     steps = [day[i % len(day)] for i in range(args.steps)]
     scenario = work / "soak-scenario.json"

@@ -103,6 +103,20 @@ def bundle_here(work: Path, preset_name: str, heads: str, eval_images: int) -> P
     return out
 
 
+def board_ready(work: Path, preset_name: str, heads: str, eval_images: int,
+                runs: int) -> Tuple[Path, Path, float, Path]:
+    """What the board app needs, made here as ``hydra-edge demo`` makes it: the bundle, this machine's
+    calibration, the table for a budget of the largest head count's latency + 10 %, and images.
+    Returns (bundle, calibration, budget in ms, images folder)."""
+    heads = ",".join(map(str, parse_heads(heads, preset(preset_name).num_heads)))
+    bundle = bundle_here(work, preset_name, heads, eval_images)
+    calibration = calibrate_here(bundle, runs, 1, work)
+    budget = demo_budget(bundle, calibration)
+    make_lut(bundle, calibration, bundle, budget_ms=budget)
+    model = read_manifest(bundle).model
+    return bundle, calibration, budget, random_images(work / "images", model["img_size"], model["in_chans"])
+
+
 def random_images(folder: Path, size: int, channels: int, n: int = 16) -> Path:
     """Unlabelled random images: the model has random weights, only the timing matters."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -440,13 +454,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         p.error("needs two cores: one for the app, one for its clients")
     app_cores, client_cores = {min(allowed)}, allowed - {min(allowed)}
     work = Path(args.work)
-    heads = ",".join(map(str, parse_heads(args.heads, preset(args.preset).num_heads)))
-    bundle = bundle_here(work, args.preset, heads, args.eval_images)
-    calibration = calibrate_here(bundle, args.runs, 1, work)
-    budget = demo_budget(bundle, calibration)
-    make_lut(bundle, calibration, bundle, budget_ms=budget)
-    model = read_manifest(bundle).model
-    images = random_images(work / "images", model["img_size"], model["in_chans"])
+    bundle, calibration, budget, images = board_ready(work, args.preset, args.heads, args.eval_images, args.runs)
     sysfs = work / "cool-sysfs"  # on the charger, cool: the table's largest head count
     for path, text in (("sys/class/thermal/thermal_zone0/temp", "40000"),
                        ("sys/class/power_supply/battery/capacity", "100"),
