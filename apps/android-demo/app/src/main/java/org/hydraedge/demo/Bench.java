@@ -58,8 +58,8 @@ final class Bench {
         return e;
     }
 
-    /** One artefact as runner.measure does it: golden check, then warm-up and timed single-image runs. */
-    JSONObject measure(BundleStore bundle, BundleStore.Artefact a, int runs, int warmup, int threads) throws Exception {
+    /** A result line for artefact {@code a} that says "error" until the measurement fills it in. */
+    static JSONObject result(BundleStore.Artefact a) throws Exception {
         JSONObject r = new JSONObject();
         r.put("event", "result");
         r.put("heads", a.heads);
@@ -67,6 +67,12 @@ final class Bench {
         r.put("sha256", a.sha256);
         r.put("runner", "app");
         r.put("status", "error");
+        return r;
+    }
+
+    /** One artefact as runner.measure does it: golden check, then warm-up and timed single-image runs. */
+    JSONObject measure(BundleStore bundle, BundleStore.Artefact a, int runs, int warmup, int threads) throws Exception {
+        JSONObject r = result(a);
         r.put("state_before", signals.read().toStateJson());
         Map<String, Npy> golden = Npy.readNpz(bundle.file(a.golden));
         if (a.goldenInputs != null) golden.put("inputs", Npy.readNpz(bundle.file(a.goldenInputs)).get("inputs"));

@@ -149,13 +149,7 @@ public class MainActivity extends Activity {
                 try {
                     r = bench.measure(bundle, a, runs, warmup, threadsFor(a, threads));
                 } catch (Throwable e) {  // this artefact cannot run here; the others may
-                    r = new JSONObject();
-                    r.put("event", "result");
-                    r.put("heads", a.heads);
-                    r.put("artefact", a.id);
-                    r.put("sha256", a.sha256);
-                    r.put("runner", "app");
-                    r.put("status", "error");
+                    r = Bench.result(a);
                     r.put("error", e.getClass().getSimpleName() + ": " + e.getMessage());
                 }
                 bench.emit(r);
