@@ -278,3 +278,40 @@ def test_a_class_folder_linked_from_outside_the_data_folder_is_refused_in_one_li
                                        "--out", str(tmp_path / "run")])
     lines = result.output.strip().splitlines()
     assert result.exit_code == 1 and len(lines) == 1 and "links to" in lines[0] and not (tmp_path / "run").exists()
+
+
+# --- 3b. what libtiff itself prints about a damaged TIFF --------------------------------------------------
+
+
+def damaged_lzw_tiff() -> bytes:
+    """A 16 x 16 LZW-compressed TIFF whose one strip is 0xFF bytes: a valid header, pixels libtiff cannot decode
+    (libtiff prints ``tempfile.tif: Using code not yet in table.`` on stderr from C, before Pillow's error)."""
+    import io
+
+    buf = io.BytesIO()
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (16, 16), dtype=np.uint8)).save(
+        buf, "TIFF", compression="tiff_lzw")
+    data = bytearray(buf.getvalue())
+    with Image.open(io.BytesIO(bytes(data))) as im:
+        offset, size = im.tag_v2[273][0], im.tag_v2[279][0]  # StripOffsets, StripByteCounts
+    data[offset:offset + size] = b"\xff" * size
+    return bytes(data)
+
+
+def test_a_damaged_tiff_is_the_products_one_line_on_stderr_and_nothing_from_libtiff(tmp_path):
+    """libtiff's own error lines were written to file descriptor 2 by C code, past Python's warnings filters and
+    logging: the terminal showed them on top of the one line. The reader runs in a process of its own here, so
+    the test sees that process's stderr as a terminal would, at the descriptor."""
+    import subprocess
+
+    data = classes(tmp_path / "data")
+    (data / "cat" / "damaged.tif").write_bytes(damaged_lzw_tiff())
+    read = ("import sys; from hydra_edge.model.config import preset; from hydra_edge.train.data import load_data; "
+            "split = load_data(sys.argv[1], preset('digits', num_classes=2)); "
+            "print(len(split.train) + len(split.val))")
+    result = subprocess.run([sys.executable, "-c", read, str(data)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and result.stdout.split() == ["12"], result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"warning: skipped cannot read image {data / 'cat' / 'damaged.tif'}: "), lines
+    assert lines[0].endswith("; replace it with a good copy or remove it"), lines

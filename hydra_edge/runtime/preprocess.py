@@ -9,7 +9,9 @@ normalised with mean = std = 0.5, colour models with ImageNet's statistics, as b
 
 from __future__ import annotations
 
+import ctypes
 import errno
+import functools
 import math
 import os
 import stat
@@ -100,6 +102,7 @@ def read_image(path: Union[str, Path]) -> "Image.Image":
     warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
     warnings.filterwarnings("ignore", category=UserWarning, module=r"PIL\.")
     Image.init()  # every plugin: a list of formats stops Image.open from loading TIFF's and WebP's itself
+    _silence_libtiff()
     try:
         with _regular_file(path) as f, Image.open(f, formats=FORMATS) as im:
             width, height = im.size
@@ -155,6 +158,32 @@ def eight_bit(im: "Image.Image") -> "Image.Image":
         raise HydraEdgeError(f"Pillow cannot turn its {im.mode} pixels into grey or RGB ones; "
                              "save it as an 8- or 16-bit grey or RGB image")
     return Image.fromarray(np.round(scaled).astype(np.uint8), "L")
+
+
+@functools.lru_cache(maxsize=None)
+def _silence_libtiff() -> None:
+    """Stop the libtiff that Pillow decodes TIFFs with from printing its errors and warnings on stderr.
+
+    Why: libtiff writes a line from C to file descriptor 2 about many a damaged TIFF (``tempfile.tif: Using
+    code not yet in table.``, ``TIFFFetchStripThing: ...``), past Python's warnings filters and logging, on
+    top of the one line ``read_image`` gives for the file; Pillow reads only libtiff's return codes, never
+    these messages. libtiff's own switch for them (a null handler) is process-wide and costs nothing per
+    image, where redirecting descriptor 2 around each decode would also swallow what other threads print
+    while training's reader threads decode. The handlers are looked up through Pillow's ``_imaging`` module,
+    so it is the libtiff Pillow links (its wheel's own copy or the system's) that goes quiet; a Pillow built
+    without libtiff has nothing to silence.
+    """
+    from PIL import _imaging
+
+    try:
+        pillow = ctypes.CDLL(_imaging.__file__)  # already loaded: the same library, its dependencies in scope
+        for name in ("TIFFSetErrorHandler", "TIFFSetErrorHandlerExt",
+                     "TIFFSetWarningHandler", "TIFFSetWarningHandlerExt"):
+            setter = getattr(pillow, name)
+            setter.argtypes, setter.restype = [ctypes.c_void_p], ctypes.c_void_p
+            setter(None)
+    except (OSError, AttributeError):  # no libtiff behind this Pillow, or a platform that hides its symbols
+        pass
 
 
 class _TooManyPixels(Exception):
