@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -66,8 +66,29 @@ def check_inputs(opts: ConvertOptions) -> Inputs:
     # The class names a device labels its predictions with: the checkpoint's own, else its data's. The data
     # is loaded now so that a folder that is gone, or whose classes are not the model's, is one line.
     named = checkpoint_classes(saved, opts.checkpoint, cfg.num_classes)
+    _utf8_classes(named or [], opts.checkpoint)
     classes = load_data(DataSpec.from_dict(data), cfg, named).classes if data is not None else named
     return Inputs(target, variants, cfg, tuple(heads), data, classes, weights_entry(saved, opts.ema))
+
+
+def _utf8_classes(names: list[str], checkpoint: Path) -> None:
+    """Refuse, in one line naming the class, names no manifest can hold.
+
+    Why: ``train`` now refuses a class folder whose name is not UTF-8, but a checkpoint saved before carries
+    that name as Python read it (surrogate-escaped, ``caf\\udce9``), and manifest.json is UTF-8: the run
+    would fail at its first manifest write, with the bundle folder locked, instead of here.
+    """
+    for i, name in enumerate(names):
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            try:  # the bytes the folder's name had, printable (caf\xe9), as train's refusal shows them
+                shown = name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            except UnicodeEncodeError:  # a lone surrogate that was never a byte
+                shown = name.encode("utf-8", "backslashreplace").decode("ascii")
+            raise HydraEdgeError(f"{checkpoint}: class {i}'s name {shown} is not UTF-8 text (its class folder was "
+                                 "named in another encoding when it was trained), so no manifest can hold it; "
+                                 "rename that class folder in UTF-8 and train again") from None
 
 
 def _data_spec(raw: dict[str, Any], override: str | None) -> dict[str, Any] | None:
@@ -76,8 +97,7 @@ def _data_spec(raw: dict[str, Any], override: str | None) -> dict[str, Any] | No
 
     spec = raw.get("data") if isinstance(raw.get("data"), dict) else None
     if override is not None:
-        base = DataSpec.from_dict(spec) if spec else DataSpec()
-        return replace(base, source=override).to_dict()
+        return DataSpec.from_dict({**(spec or DataSpec().to_dict()), "source": override}).to_dict()
     return DataSpec.from_dict(spec).to_dict() if spec else None
 
 

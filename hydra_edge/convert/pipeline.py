@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from contextlib import ExitStack
 from dataclasses import replace
+from pathlib import Path
 from typing import Sequence
 
 from ..errors import HydraEdgeError
@@ -71,12 +72,20 @@ def convert_targets(runs: Sequence[ConvertOptions], report: Report | None = None
     inputs = [check_inputs(opts) for opts in runs]
     if len({opts.out.resolve() for opts in runs}) < len(runs):
         raise HydraEdgeError("two targets would write the same bundle folder; give each its own --out")
-    for opts in runs:
-        prepare_out(opts.out)
+    created = {opts.out: _created_by(opts.out) for opts in runs}
+    try:
+        for opts in runs:
+            prepare_out(opts.out)
+    except HydraEdgeError:
+        _discard_unused(created)
+        raise
     prefixes = [f"{i.target.name}/" if len(runs) > 1 else "" for i in inputs]  # names progress shows
     with ExitStack() as locks:
         for opts in sorted(runs, key=lambda o: str(o.out.resolve())):  # one order: two runs cannot deadlock
             locks.enter_context(exclusive(opts.out / LOCK, f"bundle {opts.out}", opts.wait))
+        # Runs before the locks are released: a run waiting for this one never finds its lock file removed
+        # after it acquired it. Returns None, so the exception goes on.
+        locks.push(lambda kind, error, trace: _discard_unused(created) if kind else None)
         for opts in runs:
             remove_stale(opts.out)
         plans = [plan(opts, i, shown) for opts, i, shown in zip(runs, inputs, prefixes)]
@@ -91,6 +100,38 @@ def convert_targets(runs: Sequence[ConvertOptions], report: Report | None = None
             apply_layout(opts.out, result.manifest, opts.layout, str(opts.checkpoint),
                          lambda file, stage, size: report(shown + file, stage, size), ema=i.weights in EMA_ENTRIES)
         return results
+
+
+def _created_by(out: Path) -> Path | None:
+    """The top folder that creating ``out`` would create (``out`` or an ancestor), or None if it exists."""
+    top = None
+    for folder in (out, *out.parents):
+        if folder.exists() or folder.is_symlink():
+            return top
+        top = folder
+    return top
+
+
+def _discard_unused(created: dict[Path, Path | None]) -> None:
+    """Remove the bundle folders this run created that hold nothing but their lock, and the folders above
+    them it created, once empty: a run that stopped at its start (a refusal, Ctrl-C, a full disk before the
+    first manifest) leaves no empty folder holding ``.lock`` that looks like a bundle and that the next run,
+    or a user choosing another ``--out``, trips over. Anything else in a folder keeps it."""
+    for out, top in created.items():
+        if top is None or not out.is_dir():
+            continue
+        lock_files = {LOCK, LOCK + ".owner"}
+        if any(entry.name not in lock_files for entry in out.iterdir()):
+            continue
+        for name in lock_files:
+            (out / name).unlink(missing_ok=True)
+        for folder in (out, *out.parents):
+            try:
+                folder.rmdir()
+            except OSError:  # not empty: another target's bundle, or what someone else put there
+                break
+            if folder == top:
+                break
 
 
 def _model_bytes(cfg: HydraConfig) -> int:

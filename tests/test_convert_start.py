@@ -1,0 +1,78 @@
+"""A ``convert`` that stops at its start leaves nothing behind: no bundle folder, no ``.lock``, and a refusal is one line.
+
+The checkpoints here are untrained (what is checked is the run's start, never an artefact), so the file is fast.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from hydra_edge.commands.convert import convert
+from hydra_edge.convert import pipeline
+from hydra_edge.model.config import preset
+from hydra_edge.model.hydravit import HydraViT
+
+ONNX_FP32 = 'name = "host"\nthreads = 2\n[[artefacts]]\nformat = "onnx"\nquant = "fp32"\n' \
+            'runtime = "onnxruntime"\nruntime_min_version = "1.17"\n'
+
+
+def old_checkpoint(path: Path, classes: list[str]) -> Path:
+    """A digits HydraViT saved with ``classes`` as its class names, as ``train`` saved them: checkpoints written
+    before training refused non-UTF-8 class folders carry such a name surrogate-escaped (``caf\\udce9``)."""
+    HydraViT(preset("digits", depth=1, heads=(3, 12))).save(path, classes=classes)
+    return path
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> Path:
+    f = tmp_path / "host.toml"
+    f.write_text(ONNX_FP32)
+    return f
+
+
+def run(*args: str | Path) -> tuple[int, list[str]]:
+    result = CliRunner().invoke(convert, [str(a) for a in args])
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    return result.exit_code, result.output.strip().splitlines()
+
+
+def test_a_checkpoint_with_a_class_name_that_is_not_utf8_is_refused_in_one_line_creating_nothing(tmp_path, host):
+    names = [str(d) for d in range(10)]
+    names[3] = os.fsdecode(b"caf\xe9")  # the Latin-1 folder name as Python read it: "caf\udce9"
+    checkpoint = old_checkpoint(tmp_path / "old.pt", names)
+    out = tmp_path / "bundles" / "host"
+    code, lines = run("-c", checkpoint, "-t", host, "-o", out, "--heads", "3")
+    assert code == 1 and len(lines) == 1, lines
+    assert lines[0].startswith(f"Error: {checkpoint}: class 3's name caf\\xe9 is not UTF-8 text"), lines
+    assert "rename" in lines[0] and "train again" in lines[0], lines
+    assert not (tmp_path / "bundles").exists()
+
+
+def test_a_multi_target_convert_that_cannot_create_a_bundle_folder_removes_the_ones_it_created(tmp_path):
+    """``-t rpi,jetson -o bundles`` where ``bundles/rpi`` is a file: ``bundles/android`` was created before the
+    refusal and stayed, empty."""
+    out = tmp_path / "bundles"
+    out.mkdir()
+    (out / "rpi").write_text("not a folder")
+    code, lines = run("-c", old_checkpoint(tmp_path / "model.pt", [str(d) for d in range(10)]), "-t", "android,rpi",
+                      "-o", out, "--heads", "3")
+    assert code == 1 and len(lines) == 1 and lines[0].startswith(f"Error: cannot create output folder {out / 'rpi'}")
+    assert sorted(p.name for p in out.iterdir()) == ["rpi"] and (out / "rpi").read_text() == "not a folder"
+
+
+def test_ctrl_c_before_the_first_manifest_leaves_no_bundle_folder_nor_lock(tmp_path, host, monkeypatch):
+    """Ctrl-C while the run plans (hashing a large checkpoint), the bundle folder locked, nothing written yet."""
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline, "plan", interrupted)
+    out = tmp_path / "new" / "host"
+    options = pipeline.ConvertOptions(checkpoint=old_checkpoint(tmp_path / "model.pt", [str(d) for d in range(10)]),
+                                      target=str(host), out=out, heads="3")
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.convert(options)
+    assert not (tmp_path / "new").exists()
