@@ -438,3 +438,55 @@ def test_trtexec_times_a_compact_bundle_from_model_files_rebuilt_on_the_host(tmp
     pushed = {p.name for p in next((device / "bundles").iterdir()).iterdir()}
     assert pushed == {"manifest.json", small.file, large.file}  # no skeleton, recipe or golden pair
     assert not list(Path(tempfile.gettempdir()).glob("hydra-rebuilt-*"))  # the host's rebuilt copy is gone
+
+
+# What a device sends that reaches the terminal: an OSC sequence that would set the terminal's title (ESC ] ... BEL),
+# rich markup, and a newline that would forge a line of its own.
+OSC = "\x1b]0;owned\x07[blink]x"
+HOSTILE = OSC + "\nError: forged"
+OSC_SHOWN = "\\x1b]0;owned\\x07[blink]x"
+HOSTILE_SHOWN = OSC_SHOWN + "\\nError: forged"
+
+# Stands between the runner and hydra-edge as a compromised or broken device would: its board name and its
+# error text for 12 heads are HOSTILE, and its runtime chatter on stderr too.
+HOSTILE_DEVICE = f"""\
+import json, sys
+hostile = {HOSTILE!r}
+print("chatter " + {OSC!r}, file=sys.stderr, flush=True)  # a line of stderr ends at a newline: none here
+for line in sys.stdin:
+    event = json.loads(line) if line.startswith("{{") else None
+    if isinstance(event, dict) and event.get("event") == "device":
+        event["device"]["model"] = hostile
+    elif isinstance(event, dict) and event.get("event") == "result" and event["heads"] == 12:
+        event.update(status="error", latency=None, error="runtime failed: " + hostile)
+    print(json.dumps(event) if isinstance(event, dict) else line, end="" if event is None else "\\n", flush=True)
+"""
+
+
+def test_what_the_device_sends_reaches_the_terminal_escaped_one_line_each(rpi_bundle: Path, device_python: Path,
+                                                                          tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A board's name, a runner's error text and its runtimes' chatter come from the device: printed as they
+    are, an OSC sequence set the terminal's title and a newline forged an ``Error:`` line. Each is shown
+    escaped (``terminal.shown``), on its own line, in the summary, the device's chatter (-v) and the error."""
+    (tmp_path / "hostile.py").write_text(HOSTILE_DEVICE)
+    device = tmp_path / "python-of-a-hostile-device"
+    device.write_text(f'#!/bin/sh\ncase "$1" in\n  *runner.py) "{device_python}" "$@" | "{sys.executable}" '
+                      f'"{tmp_path / "hostile.py"}"; exit 0;;\n  *) exec "{device_python}" "$@";;\nesac\n')
+    device.chmod(0o755)
+    monkeypatch.delenv(VERBOSE, raising=False)
+    result = CliRunner().invoke(main, ["calibrate", "-v", "--bundle", str(rpi_bundle), "--local", "--python",
+                                       str(device), "--out", str(tmp_path / "cal.json"), "--runs", "3",
+                                       "--warmup", "0"])
+    output = result.output
+    assert result.exit_code == 1 and "Traceback" not in output, output
+    assert not any(c in output for c in "\x1b\x07\x9b\x9d"), repr(output)  # no sequence a terminal obeys
+    assert not any(line.startswith("Error: forged") for line in output.splitlines()), output
+    # each is there, escaped and whole: the board's name in the table's title, the chatter, the error line
+    assert output.count(HOSTILE_SHOWN) >= 2, output
+    assert f": chatter {OSC_SHOWN}\n" in output, output
+    assert f"\n12 heads: runtime failed: {HOSTILE_SHOWN}\n" in output, output
+    last = output.strip().splitlines()[-1]
+    assert last.startswith("Error: 1 head count(s) failed: local:") and f"(runtime failed: {OSC_SHOWN}); " in last
+    # the record keeps what the device said, as it said it
+    assert read_calibration(tmp_path / "cal.json").device["model"] == HOSTILE

@@ -17,6 +17,7 @@ from ..measure.device import device_python
 from ..measure.session import CalibrateOptions, Session, safe_name
 from ..measure.soak import parse_duration
 from ..records.calibration import Calibration
+from ..runtime.terminal import rich_shown, shown
 from ..transport import DeviceArg, Transport
 from .base import Number, command
 
@@ -66,11 +67,11 @@ class _Progress:
                             BarColumn(), MofNCompleteColumn(), console=console, transient=False)
 
     def say(self, text: str) -> None:
-        """One line above the bars, as it is (a device's output is no rich markup)."""
-        self.bar.console.print(text, markup=False, highlight=False, soft_wrap=True)
+        """One line above the bars (``_say``)."""
+        _say(self.bar.console, text)
 
     def reporter(self, device: str, total: int):
-        task = self.bar.add_task("connecting", device=device, heads="-", total=total)
+        task = self.bar.add_task("connecting", device=rich_shown(device), heads="-", total=total)
 
         def report(stage: str, heads: int | None) -> None:
             self.bar.update(task, description=stage, heads="-" if heads is None else heads,
@@ -89,7 +90,7 @@ def _calibrate_one(device: DeviceArg, options: dict[str, Any], opts: CalibrateOp
         path.parent.mkdir(parents=True, exist_ok=True)
         # One calibration per record file: two writing it would each drop what the other saved.
         with exclusive(path.with_name(path.name + ".lock"), f"calibration record {path}", wait,
-                       say=progress.bar.console.print):
+                       say=progress.say):
             session = Session(transport, opts, path)
             session.report = progress.reporter(transport.device_id, len(session.artefacts))
             session.echo = progress.say
@@ -98,10 +99,19 @@ def _calibrate_one(device: DeviceArg, options: dict[str, Any], opts: CalibrateOp
     return calibration, path, png
 
 
+def _say(console: Any, text: str) -> None:
+    """One line on the terminal, escaped (``terminal.shown``): what calibrate prints comes from the device (its
+    name, its board's, its runner's and runtimes' words, artefact names from records) or from files, and a
+    device's ESC or OSC sequence must be printed, never obeyed, a newline never forge a line of its own; nor
+    is it rich markup or emoji codes."""
+    console.print(shown(text), markup=False, highlight=False, emoji=False, soft_wrap=True)
+
+
 def _summary(console: Any, calibration: Calibration, path: Path, png: Path) -> None:
     from rich.table import Table
 
-    table = Table(title=f"{calibration.device_id}: {calibration.device.get('model') or calibration.device.get('cpu_model') or ''}")
+    board = calibration.device.get("model") or calibration.device.get("cpu_model") or ""
+    table = Table(title=rich_shown(f"{calibration.device_id}: {board}"))
     for column in ("heads", "status", "p50 ms", "p90 ms", "load s", "rebuild s", "peak RSS MiB"):
         table.add_column(column, justify="right")
     for r in calibration.results:
@@ -112,13 +122,13 @@ def _summary(console: Any, calibration: Calibration, path: Path, png: Path) -> N
     console.print(table)
     for r in calibration.results:
         if r.error:
-            console.print(f"{r.heads} heads: {r.error}", soft_wrap=True)
+            _say(console, f"{r.heads} heads: {r.error}")
     if calibration.soak:
         steps = ", ".join(f"{t:g} °C x{m:.2f}" for t, m in calibration.soak.by_temperature)
         console.print(f"soak ({calibration.soak.heads} heads, {calibration.soak.duration_s:g} s): {steps or 'no temperatures'}")
-    console.print(f"wrote {path} and {png}", soft_wrap=True)
+    _say(console, f"wrote {path} and {png}")
     if device_log(path).is_file():
-        console.print(f"the device's own output: {device_log(path)}", soft_wrap=True)
+        _say(console, f"the device's own output: {device_log(path)}")
 
 
 @command()
@@ -181,7 +191,10 @@ def calibrate(bundle: Path, hosts: tuple[str, ...], serial: str | None, local: b
     devices = _devices(hosts, serial, local)
     options = {k: v for k, v in {"remote_dir": remote_dir, "identity_file": identity_file, "known_hosts": known_hosts,
                                  "ssh_config": ssh_config, "adb_port": adb_port}.items() if v is not None}
-    _run_all(devices, options, opts, out, Console(), wait=not no_wait)
+    try:
+        _run_all(devices, options, opts, out, Console(), wait=not no_wait)
+    except HydraEdgeError as e:  # its text may quote the device (its runner's last words, a fatal message)
+        raise HydraEdgeError(shown(str(e))) from None
 
 
 def _check_app_options(hosts: tuple[str, ...], local: bool, setup: bool, pip_args: tuple[str, ...],
@@ -225,7 +238,7 @@ def _run_all(devices: list[DeviceArg], options: dict[str, Any], opts: CalibrateO
     for calibration, path, png in done:
         _summary(console, calibration, path, png)
     for line in failures:
-        console.print(line, soft_wrap=True)
+        _say(console, line)
     if failures:
         raise HydraEdgeError(f"{len(failures)} of {len(devices)} devices failed (see above); "
                              "run the same command again to finish them")

@@ -22,6 +22,7 @@ from ..errors import HydraEdgeError
 from ..logs import LineLog, device_log, terminal
 from ..records.calibration import Calibration, HeadResult
 from ..records.codec import convert
+from ..runtime.terminal import shown
 from ..records.manifest import MANIFEST, ArtefactRecord, Manifest, bundle_files, read_manifest
 from ..shipped import shipped
 from ..transport import ConnectionLostError, RemoteCommandError, Transport, TransportError
@@ -123,7 +124,7 @@ class Session:
     def __init__(self, transport: Transport, opts: CalibrateOptions, out: Path, report: Report | None = None) -> None:
         self.t, self.opts, self.out = transport, opts, out
         self.report: Report = report or (lambda stage, heads: None)
-        self.echo: Echo = lambda text: print(text, file=terminal(), flush=True)
+        self.echo: Echo = lambda text: print(shown(text), file=terminal(), flush=True)  # the device's words
         self.manifest = read_manifest(opts.bundle)
         self.artefacts = select_artefacts(self.manifest, opts.quant)
         self.tool = native.tool_for(self.artefacts[0].format) if opts.runner else None
