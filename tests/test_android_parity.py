@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 import msgspec
 import numpy as np
 import pytest
-from test_lut import ANDROID_SIGNALS, table
+from test_lut import ANDROID_SIGNALS, PHONE_SIGNALS, table
 
 from hydra_edge.records import lut as lut_record
 from hydra_edge.records.calibration import Derating
@@ -73,20 +73,35 @@ def lut_document(tmp: Path, spec: Dict[str, Any]) -> Path:
                     by_thermal_status=spec.get("by_thermal_status", {"NONE": 1.0, "LIGHT": 1.3, "MODERATE": 1.9,
                                                                      "SEVERE": 3.5}))
     doc = table(tmp, {int(h): ms for h, ms in spec["latency_ms"].items()}, spec["budget_ms"], soak=soak,
-                signals=ANDROID_SIGNALS)
+                signals=PHONE_SIGNALS if spec.get("headroom") else ANDROID_SIGNALS)
+    assert doc["thermal"]["headroom"] is bool(spec.get("headroom"))
     bundle = tmp / "bundle"
     (bundle / "lut.json").write_bytes(lut_record.encode(doc, "lut.json"))
     return bundle
 
 
+def java_float(value: float) -> str:
+    """``Float.toString`` as ``cmd thermalservice headroom`` prints it (NaN, 1.0E-5, 0.53)."""
+    if math.isnan(value):
+        return "NaN"
+    text = repr(value)
+    mantissa, _, exponent = text.partition("e")
+    return f"{mantissa if '.' in mantissa else mantissa + '.0'}E{int(exponent)}" if exponent else text
+
+
 class Phone:
-    """``dumpsys thermalservice`` and ``dumpsys battery`` as the trace says the phone reports now: a
-    null status or level is a dump without it (the command failed); the rest is printed as Android does."""
+    """``dumpsys thermalservice``, ``cmd thermalservice headroom 10`` and ``dumpsys battery`` as the trace
+    says the phone reports now: a null status or level is a dump without it (the command failed); a null
+    headroom is the HAL's ``Error:`` answer, "nan" a printed NaN; the rest is printed as Android does."""
 
     def __init__(self) -> None:
         self.reading: Dict[str, Any] = {}
 
     def run(self, argv: List[str]) -> Optional[str]:
+        if list(argv[:3]) == ["cmd", "thermalservice", "headroom"]:
+            headroom = self.reading.get("headroom")
+            return "Error: thermal HAL is not ready\n" if headroom is None else \
+                f"Headroom in {argv[3]} seconds: {java_float(float(headroom))}\n"
         if "thermalservice" in argv:
             status = self.reading.get("status")
             return None if status is None else f"IsStatusOverride: false\nThermal Status: {status}\n"
@@ -137,7 +152,9 @@ class PythonReplay:
         self.sw = self.open()
 
     def open(self) -> Switcher:
-        signals = {**ANDROID_SIGNALS, **{k: v for k, v in self.trace.get("signals", {}).items() if v is not None}}
+        # the profile names headroom, as targets/android.toml does; it counts only where the table does too
+        # (a trace's "signals": {"headroom": false} is a phone that does not read it, as an app on API < 30)
+        signals = {**PHONE_SIGNALS, **{k: v for k, v in self.trace.get("signals", {}).items() if v is not None}}
         loop = self.trace.get("loop")
         return Switcher(self.bundle, signals=signals, run=self.phone.run, clock=self.clock, timer=self.timer,
                         wall_clock=self.wall, prefetch=False,
@@ -254,7 +271,8 @@ def test_there_are_traces_for_every_rule() -> None:
     rules = {"bands", "hysteresis", "dwell", "stale", "unknown thermal status", "headroom nan", "unreadable battery",
              "battery out of range", "assumed_hot", "raise_after", "latency down", "probe up", "probe fails",
              "switch rate", "absurd timings", "battery budget", "correction save and restore", "correction expired",
-             "correction refused", "lut refused"}
+             "correction refused", "lut refused", "headroom severe", "headroom failed held then safe",
+             "headroom recovery", "headroom not named"}
     assert rules <= covered, f"no trace covers {sorted(rules - covered)}"
 
 
@@ -325,6 +343,11 @@ def mutations(doc: Dict[str, Any]) -> Iterator[tuple]:
     yield "edges falling", changed(lambda d: d["thermal"].update(edges=list(reversed(d["thermal"]["edges"]))))
     yield "edges repeated", changed(lambda d: d["thermal"]["edges"].__setitem__(1, d["thermal"]["edges"][0]))
     yield "unknown thermal source", changed(lambda d: d["thermal"].update(source="sysfs"))
+    yield "headroom named", changed(lambda d: d["thermal"].update(headroom=True))
+    yield "headroom absent (older tables)", changed(lambda d: d["thermal"].pop("headroom"))
+    yield "headroom null", changed(lambda d: d["thermal"].update(headroom=None))
+    yield "headroom 1", changed(lambda d: d["thermal"].update(headroom=1))
+    yield "headroom on a temperature table", changed(lambda d: d["thermal"].update(headroom=True, source="temperature"))
     yield "throttled_c missing", changed(lambda d: d["thermal"].pop("throttled_c"))
     yield "margin over 1000", changed(lambda d: d["thermal"].update(margin=1001.0))
     yield "battery rising", changed(lambda d: d["battery"].update(min_pct=list(reversed(d["battery"]["min_pct"]))))

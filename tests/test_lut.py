@@ -33,6 +33,8 @@ from hydra_edge.runtime.lut import read_table
 PI_SIGNALS = {"files": {"temperature_mC": "/sys/class/thermal/thermal_zone0/temp"},
               "commands": {"throttled": "vcgencmd get_throttled"}}
 ANDROID_SIGNALS = {"commands": {"thermal": "dumpsys thermalservice", "battery": "dumpsys battery"}}
+# targets/android.toml's: the thermal headroom forecast besides the status and the battery
+PHONE_SIGNALS = {"commands": {**ANDROID_SIGNALS["commands"], "headroom": "cmd thermalservice headroom 10"}}
 
 
 def fake_bundle(folder: Path, heads: list[int], top1: dict[int, float] | None = None,
@@ -132,6 +134,47 @@ def test_android_targets_use_thermal_status(tmp_path: Path) -> None:
     assert t["source"] == "android" and t["names"][3] == "SEVERE" and t["edges"] == [1, 2, 3, 4, 5, 6]
     assert t["derating"][:4] == [1.0, 1.2, 1.2, 1.5] and t["margin"] == 0 and t["throttled_c"] is None
     assert heads_grid(doc)[0] == [12, 3, 3, 3, 3, 3, 3]
+
+
+@pytest.mark.parametrize("signals, policy_source, named", [
+    (PHONE_SIGNALS, "auto", True),  # targets/android.toml: the phone's forecast counts
+    (ANDROID_SIGNALS, "auto", False),  # a profile without the headroom line (a phone that cannot forecast)
+    ({**PHONE_SIGNALS, "headroom": "none"}, "auto", False),  # switched off by its flat key
+    (PHONE_SIGNALS, "temperature", False),  # a temperature table: headroom is an Android forecast
+    (None, "auto", False),  # a board
+])
+def test_the_table_records_whether_the_phone_selects_on_its_thermal_headroom(
+        tmp_path: Path, signals: dict | None, policy_source: str, named: bool) -> None:
+    policy = policy_from_dict({"thermal": {"source": policy_source}})
+    doc = table(tmp_path, {3: 10, 12: 40}, budget_ms=45, policy=policy, signals=signals)
+    assert doc["thermal"]["headroom"] is named
+    path = tmp_path / "lut.json"
+    path.write_bytes(record.encode(doc, "lut.json"))
+    assert read_table(path).thermal_headroom is named
+
+
+def test_a_table_written_before_headroom_was_recorded_reads_as_not_naming_it(tmp_path: Path) -> None:
+    doc = table(tmp_path, {3: 10, 12: 40}, budget_ms=45, signals=PHONE_SIGNALS)
+    del doc["thermal"]["headroom"]
+    path = tmp_path / "lut.json"
+    path.write_text(json.dumps(doc))
+    assert read_table(path).thermal_headroom is False
+
+
+@pytest.mark.parametrize("edit, says", [
+    ({"headroom": True, "source": "temperature"}, "thermal headroom is an Android forecast; it needs source"),
+    ({"headroom": None}, "expected `bool`, got `null`"),
+    ({"headroom": "yes"}, "expected `bool`, got `str`"),
+])
+def test_a_bad_headroom_field_is_refused_in_one_line(tmp_path: Path, edit: dict, says: str) -> None:
+    doc = table(tmp_path, {3: 10, 12: 40}, budget_ms=45, signals=PHONE_SIGNALS)
+    doc["thermal"].update(edit)
+    path = tmp_path / "lut.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(HydraEdgeError) as raised:
+        read_table(path)
+    message = str(raised.value)
+    assert message.startswith(f"{path}: $.thermal.headroom: ") and says in message and "\n" not in message
 
 
 def test_measured_power_caps_energy_in_a_battery_band(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from hydra_edge.runtime.signals import (
     parse_battery,
     parse_get_throttled,
     parse_getprop,
+    parse_headroom,
     parse_measure_temp,
     parse_tegrastats,
     parse_thermalservice,
@@ -437,6 +438,57 @@ def test_android_state_over_an_injected_runner():
     assert state.power_w is None
 
 
+# ``cmd thermalservice headroom 10`` on Android 14+: the forecast as Java's Float.toString prints it.
+@pytest.mark.parametrize("text, headroom", [
+    ("Headroom in 10 seconds: 0.53\n", 0.53),
+    ("Headroom in 10 seconds: 1.0", 1.0),
+    ("Headroom in 0 seconds: 0.0\n", 0.0),
+    ("Headroom in 60 seconds: 1.0E-5\n", 1e-5),
+    ("Headroom in 10 seconds: 10.0\n", 10.0),
+])
+def test_a_thermal_headroom_forecast_is_read(text: str, headroom: float):
+    assert parse_headroom(text) == (headroom, None)
+
+
+@pytest.mark.parametrize("text, why", [
+    ("Headroom in 10 seconds: NaN\n", "thermal headroom NaN: the phone cannot forecast now"),
+    ("Error: thermal HAL is not ready\n", "cmd thermalservice headroom: Error: thermal HAL is not ready"),
+    ("Error: forecast second input should be in range [0,60]\n",
+     "cmd thermalservice headroom: Error: forecast second input should be in range [0,60]"),
+    ("Headroom in 10 seconds: -0.25\n", "thermal headroom -0.25 is outside 0..10"),
+    ("Headroom in 10 seconds: 11.0\n", "thermal headroom 11 is outside 0..10"),
+    ("Headroom in 10 seconds: Infinity\n", "thermal headroom inf is outside 0..10"),
+    ("Headroom in 10 seconds: 0.5 C\n", "printed 'Headroom in 10 seconds: 0.5 C', not a forecast"),
+    ("Headroom in 10 seconds: 0x1p-1\n", "not a forecast"),
+    ("Headroom in 10 seconds: 1_0.0\n", "not a forecast"),
+    ("Unknown command: headroom\n", "printed 'Unknown command: headroom', not a forecast"),
+    ("", "printed '', not a forecast"),
+])
+def test_a_thermal_headroom_that_is_no_forecast_says_why(text: str, why: str):
+    headroom, said = parse_headroom(text)
+    assert headroom is None and why in said and "\n" not in said
+
+
+def test_the_headroom_a_profile_names_is_read_and_a_failed_one_is_an_error():
+    line = ("cmd", "thermalservice", "headroom", "10")
+    assert COMMANDS["headroom"] == line  # the forecast the app asks PowerManager for: 10 s ahead
+    signals = PROFILE_TABLES["android"]
+    good = read_state(signals, run=fake_runner({line: "Headroom in 10 seconds: 0.53\n",
+                                                tuple(COMMANDS["thermalservice"]): THERMALSERVICE,
+                                                tuple(COMMANDS["battery"]): BATTERY_CHARGING}))
+    assert good.android_thermal_headroom == 0.53 and good.errors == {}
+    assert DeviceState.from_dict(good.to_dict()).android_thermal_headroom == 0.53
+    nan = read_state(signals, run=fake_runner({line: "Headroom in 10 seconds: NaN\n"}))
+    assert nan.android_thermal_headroom is None and nan.errors["headroom"].startswith("thermal headroom NaN")
+    failed = read_state(signals, run=fake_runner({}))
+    assert failed.errors["headroom"] == "`cmd thermalservice headroom 10` failed or printed nothing"
+    other = read_state({"commands": {"headroom": "cmd thermalservice headroom 30"}},
+                       run=fake_runner({("cmd", "thermalservice", "headroom", "30"): "Headroom in 30 seconds: 0.9"}))
+    assert other.android_thermal_headroom == 0.9  # the profile's own forecast period
+    unnamed = read_state({"thermal": "dumpsys"}, run=fake_runner({line: "Headroom in 10 seconds: 0.53\n"}))
+    assert unnamed.android_thermal_headroom is None and "headroom" not in unnamed.errors
+
+
 def test_getprop_and_android_device_info():
     props = parse_getprop(GETPROP)
     assert props["ro.product.model"] == "Pixel 7"
@@ -709,8 +761,8 @@ PROFILE_TABLES = {
                          "temperature": "vcgencmd measure_temp",
                          "arm_clock": "vcgencmd measure_clock arm"}},
     "android": {"files": {"temperature_mC": "/sys/class/thermal/thermal_zone0/temp"},
-                "commands": {"thermal": "dumpsys thermalservice", "battery": "dumpsys battery",
-                             "cpu_info": "dumpsys cpuinfo"}},
+                "commands": {"thermal": "dumpsys thermalservice", "headroom": "cmd thermalservice headroom 10",
+                             "battery": "dumpsys battery", "cpu_info": "dumpsys cpuinfo"}},
     "jetson": {"files": {"temperature_mC": "/sys/devices/virtual/thermal/thermal_zone0/temp",
                          "power_mode": "/etc/nvpmodel.conf"},
                "commands": {"tegrastats": "tegrastats --interval 500",
@@ -720,7 +772,7 @@ PROFILE_TABLES = {
 
 def test_target_profile_tables_map_onto_signals():
     assert signals_from_profile(PROFILE_TABLES["rpi"]) == {"thermal": "sysfs", "vcgencmd": True}
-    assert signals_from_profile(PROFILE_TABLES["android"]) == {"thermal": "dumpsys",
+    assert signals_from_profile(PROFILE_TABLES["android"]) == {"thermal": "dumpsys", "headroom": "cmd",
                                                                "battery": "dumpsys"}
     assert signals_from_profile(PROFILE_TABLES["jetson"]) == {"thermal": "sysfs",
                                                               "tegrastats": True}

@@ -19,7 +19,7 @@ from typing import Callable, Set
 import numpy as np
 import pytest
 import torch
-from test_lut import calibration
+from test_lut import ANDROID_SIGNALS, PHONE_SIGNALS, calibration, table
 from test_signals import within
 
 from hydra_edge.convert import pipeline
@@ -28,6 +28,8 @@ from hydra_edge.errors import HydraEdgeError
 from hydra_edge.lut.make import make_lut
 from hydra_edge.model.config import preset
 from hydra_edge.model.hydravit import HydraViT
+from hydra_edge.records import lut as lut_record
+from hydra_edge.records.calibration import Derating
 from hydra_edge.records.manifest import read_manifest
 from hydra_edge.runtime import rebuild as rebuild_module
 from hydra_edge.runtime.engines import load, load_bytes
@@ -781,3 +783,103 @@ def test_the_latency_loop_times_the_real_artefact_and_leaves_a_budget_it_meets_a
         assert 0 < status["p90_ms"][12] < 41 and status["cap"] == 12 and status["ignored"] == {}
         assert [e.to_heads for e in sw.events] == [12]
     assert not (tmp_path / "lut.correction.json").exists()
+
+
+# --- Android's thermal headroom forecast ----------------------------------------------------------
+
+class Phone:
+    """``dumpsys thermalservice``, ``cmd thermalservice headroom 10`` and ``dumpsys battery`` as a phone
+    prints them; ``headroom`` is the command's text (None: the command fails), 80 % discharging."""
+
+    def __init__(self) -> None:
+        self.status = 0
+        self.forecast(0.5)
+
+    def forecast(self, value: float) -> None:
+        self.headroom = f"Headroom in 10 seconds: {value}\n"
+
+    def run(self, argv) -> str | None:
+        if list(argv[:3]) == ["cmd", "thermalservice", "headroom"]:
+            return self.headroom
+        if "thermalservice" in argv:
+            return f"Thermal Status: {self.status}\n"
+        return "  AC powered: false\n  status: 3\n  level: 80\n"
+
+
+def phone_switcher(tmp_path: Path, phone: Phone, clock: Clock, table_signals: dict = PHONE_SIGNALS,
+                   signals: dict = PHONE_SIGNALS, edit: Callable[[dict], None] = lambda doc: None) -> Switcher:
+    """A manifest-only Android bundle (no engine is loaded: only polls) whose table picks 12, 9, 6 and 3 heads
+    for NONE, LIGHT, MODERATE and SEVERE or hotter at 80 % (latencies 10/20/30/40 ms, budget 41 ms)."""
+    soak = Derating(heads=12, duration_s=60, samples=[], by_temperature=[],
+                    by_thermal_status={"NONE": 1.0, "LIGHT": 1.3, "MODERATE": 1.9, "SEVERE": 3.5})
+    doc = table(tmp_path, {3: 10, 6: 20, 9: 30, 12: 40}, 41, soak=soak, signals=table_signals)
+    edit(doc)
+    (tmp_path / "bundle" / "lut.json").write_text(json.dumps(doc))
+    return Switcher(tmp_path / "bundle", signals=signals, run=phone.run, clock=clock)
+
+
+def test_a_forecast_at_or_past_severe_counts_as_severe_whatever_the_status(tmp_path: Path) -> None:
+    phone, clock = Phone(), Clock()
+    with phone_switcher(tmp_path, phone, clock) as sw:
+        assert sw.table.thermal_headroom and sw.poll() == 12
+        phone.forecast(0.99)  # just short of severe: the status alone
+        clock.now += 1
+        assert sw.poll() == 12
+        phone.forecast(1.0)
+        clock.now += 1
+        assert sw.poll() == 3 and sw.reading.thermal == 3.0
+        assert sw.events[-1].reason == "state: thermal headroom 1 counts as SEVERE"
+        phone.status = 5  # a status hotter than the forecast's band is the band
+        phone.forecast(1.5)
+        clock.now += 1
+        assert sw.poll() == 3 and sw.reading.thermal == 5.0
+
+
+@pytest.mark.parametrize("bad", ["Headroom in 10 seconds: NaN\n", "Error: thermal HAL is not ready\n", None,
+                                 "Headroom in 10 seconds: -0.5\n", "Headroom in 10 seconds: 11.0\n", "garbage\n"])
+def test_a_failed_forecast_is_held_then_the_hottest_band_and_heads_return_after_raise_after_s(
+        tmp_path: Path, bad: str | None, caplog: pytest.LogCaptureFixture) -> None:
+    phone, clock = Phone(), Clock()
+    with caplog.at_level(logging.WARNING, logger="hydra_edge.switcher"), phone_switcher(tmp_path, phone, clock) as sw:
+        assert sw.poll() == 12
+        phone.headroom = bad
+        for _ in range(29):  # held for stale_after_s (30 s): one bad forecast moves nothing
+            clock.now += 1
+            assert sw.poll() == 12
+        clock.now += 1
+        assert sw.poll() == 3 and math.isnan(sw.reading.thermal)
+        assert sw.events[-1].reason == "state: thermal headroom unknown since 30 s"
+        phone.forecast(0.4)
+        waited = 0
+        while sw.poll() == 3:  # never more heads before raise_after_s of fresh forecasts
+            clock.now += 1
+            waited += 1
+        assert sw.heads == 12 and waited >= sw.settings.raise_after_s
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 2 and warnings[0].startswith("thermal headroom unreadable (")  # once, not per poll
+    assert warnings[1].startswith("thermal headroom readable again (0.4) after ")
+
+
+@pytest.mark.parametrize("case", ["table without headroom", "profile without headroom", "table before headroom"])
+def test_the_forecast_plays_no_part_unless_the_table_and_the_profile_name_it(tmp_path: Path, case: str) -> None:
+    """A phone that cannot forecast drops the profile's line; a board's or an older table never names it."""
+    phone, clock = Phone(), Clock()
+    kw = {"table without headroom": {"table_signals": ANDROID_SIGNALS},
+          "profile without headroom": {"signals": ANDROID_SIGNALS},
+          "table before headroom": {"edit": lambda doc: doc["thermal"].pop("headroom")}}[case]
+    with phone_switcher(tmp_path, phone, clock, **kw) as sw:
+        for headroom in ["Headroom in 10 seconds: 1.5\n", "Headroom in 10 seconds: NaN\n", None] * 20:
+            phone.headroom = headroom
+            assert sw.poll() == 12
+            clock.now += 1
+        assert [e.reason for e in sw.events] == ["start"]
+
+
+def test_an_unknown_forecast_is_assumed_hot_where_the_profile_says_so(tmp_path: Path) -> None:
+    phone, clock = Phone(), Clock()
+    signals = {**PHONE_SIGNALS, "assumed_hot": 2.0, "stale_after_s": 5}  # MODERATE
+    with phone_switcher(tmp_path, phone, clock, signals=signals) as sw:
+        assert sw.poll() == 12
+        phone.headroom = "Headroom in 10 seconds: NaN\n"
+        clock.now += 5
+        assert sw.poll() == 6 and sw.reading.thermal == 2.0

@@ -22,7 +22,7 @@ from ..measure.pareto import Point, pareto
 from ..records.calibration import Calibration, Derating
 from ..records.lut import SCHEMA, SCHEMA_VERSION
 from ..records.manifest import MANIFEST, Manifest
-from ..runtime.signals import signals_from_profile
+from ..runtime.signals import configured, signals_from_profile
 from .policy import ANDROID_STATUSES, Policy
 
 
@@ -65,6 +65,12 @@ def thermal_source(policy: Policy, manifest: Manifest, soak: Derating | None) ->
     signals = signals_from_profile(manifest.target.get("signals", {}))
     android = signals.get("thermal") == "dumpsys" or bool(soak and soak.by_thermal_status)
     return "android" if android else "temperature"
+
+
+def names_headroom(source: str, manifest: Manifest) -> bool:
+    """Whether the device selects on Android's thermal headroom: an Android table whose target's signals
+    name it (a ``cmd thermalservice headroom`` line). Recorded in lut.json, so the phone app knows too."""
+    return source == "android" and "headroom" in configured(manifest.target.get("signals", {}))
 
 
 def _bins_max(bins: list[tuple[float, float]], width: float, lo: float, hi: float) -> float | None:
@@ -169,7 +175,8 @@ def build_table(bundle: Path, manifest: Manifest, calibration: Calibration, cali
     front, dominated = pareto(pts)
     front, out_of_order = _fewer_heads_first(front)
     dominated += out_of_order
-    thermal = thermal_axis(policy, thermal_source(policy, manifest, calibration.soak), calibration.soak)
+    source = thermal_source(policy, manifest, calibration.soak)
+    thermal = {**thermal_axis(policy, source, calibration.soak), "headroom": names_headroom(source, manifest)}
     battery = battery_axis(policy)
     cells: list[list[int]] = []
     expected, meets = [], []

@@ -72,10 +72,16 @@ class ThermalAxis(msgspec.Struct, forbid_unknown_fields=True):
     throttled_c: Optional[Finite]
     derating: List[PosFloat]
     derating_basis: List[Literal["soak", "default"]]
+    # The target's signals name Android's thermal headroom (``cmd thermalservice headroom``): a forecast at
+    # or past 1.0 counts as SEVERE, one that cannot be read as a failed thermal signal. Absent (tables
+    # written before it was recorded) is false.
+    headroom: bool = False
 
     def __post_init__(self) -> None:
         if list(self.edges) != sorted(set(self.edges)):
             raise ValueError("`.edges`: thermal band edges must rise strictly")
+        if self.headroom and self.source != "android":
+            raise ValueError("`.headroom`: thermal headroom is an Android forecast; it needs source \"android\"")
 
 
 class BatteryAxis(msgspec.Struct, forbid_unknown_fields=True):

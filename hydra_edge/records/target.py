@@ -21,6 +21,8 @@ HINT = "see targets/rpi.toml for the format"
 
 # A thermal or battery source; "none" or false: the board has none (e.g. a battery on mains power).
 Source = Optional[Union[Literal["sysfs", "dumpsys", "none"], bool]]
+# Android's thermal headroom forecast, read with ``cmd thermalservice headroom``; "none" or false: not read.
+HeadroomSource = Optional[Union[Literal["cmd", "none"], bool]]
 
 
 class Signals(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -29,10 +31,11 @@ class Signals(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # name -> device file; what is read (hydra_edge.runtime.signals.state): a key ending in _mC is a
     # temperature in m°C, a file under /sys/class/power_supply/ names the battery; others are notes
     files: Dict[str, str] = msgspec.field(default_factory=dict)
-    # name -> command line, run as written when it starts vcgencmd, tegrastats or dumpsys
+    # name -> command line, run as written when it starts vcgencmd, tegrastats, dumpsys or cmd thermalservice headroom
     commands: Dict[str, str] = msgspec.field(default_factory=dict)
     thermal: Source = None
     battery: Source = None
+    headroom: HeadroomSource = None
     vcgencmd: bool = False
     tegrastats: bool = False
     thermal_zones: Optional[List[Name]] = None  # keep only these sensors
@@ -44,6 +47,8 @@ class Signals(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         for key in ("thermal", "battery"):
             if getattr(self, key) is True:
                 raise ValueError(f"`.{key}`: true names no source; use \"sysfs\", \"dumpsys\", \"none\" or false")
+        if self.headroom is True:
+            raise ValueError("`.headroom`: true names no source; use \"cmd\", \"none\" or false")
 
 
 def signals(table: Mapping[str, Any], where: str) -> Signals:

@@ -58,6 +58,7 @@ class Table:
     candidates: Tuple[Candidate, ...]  # fastest first
     cells: Tuple[Tuple[int, ...], ...]  # (battery bands, thermal bands)
     thermal_source: str
+    thermal_headroom: bool  # the target names Android's thermal headroom (lut.json's thermal.headroom)
     thermal_edges: Tuple[float, ...]  # ascending
     thermal_margin: float
     throttled_c: Optional[float]  # temperature source: a throttled Raspberry Pi counts as this hot
@@ -131,6 +132,7 @@ def _table(doc: record.LutDocument, sha256: str = "") -> Table:
         candidates=tuple(doc.candidates),
         cells=tuple(tuple(row) for row in doc.selection.cells),
         thermal_source=doc.thermal.source,
+        thermal_headroom=doc.thermal.headroom,
         thermal_edges=tuple(doc.thermal.edges),
         thermal_margin=doc.thermal.margin,
         throttled_c=doc.thermal.throttled_c,

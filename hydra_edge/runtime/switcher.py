@@ -22,7 +22,9 @@ sensor never stands in for a hot one that stopped reading (where the profile rea
 zone rather than naming its sensors, a zone counts once it has given a reading). A read that does
 not return (a FIFO where a sensor was, a driver that hangs) never stops the polling: files open
 without blocking, and a read that takes longer than ``read_timeout_s`` counts as every sensor
-failing. A battery the profile names but that cannot be read is unknown (the lowest battery
+failing. On a phone whose table and profile name Android's thermal headroom, a forecast at or past 1.0
+counts as at least SEVERE and a forecast that fails (NaN, an error, garbage) is held and then unknown,
+like the thermal status. A battery the profile names but that cannot be read is unknown (the lowest battery
 band), not mains; only a profile that names no battery (``battery = "none"``) means a board on mains.
 
 With ``latency_loop`` (``LoopSettings``) the switcher also closes the loop on latency
@@ -64,13 +66,18 @@ from .rebuild import load_record
 from .lut import Candidate, LutError, Table, read_table
 from .signals import (READ_TIMEOUT_S, THERMAL_SIGNALS, BoundedReader, DeviceState, Runner, configured,
                       reads_every_zone, run_command)
-from .signals.android import thermal_status_name
+from .signals.android import THERMAL_STATUS_NAMES, thermal_status_name
 
 log = logging.getLogger("hydra_edge.switcher")
 
 # Switch events kept in ``Switcher.events``, the latest: a board serves for months (the fail-safe rules and
 # the loop allow a few switches a minute), so the log is bounded; ``Switcher.switches`` counts them all.
 MAX_EVENTS = 1000
+
+# Android's thermal headroom (PowerManager.getThermalHeadroom): 1.0 is where SEVERE throttling begins, so a
+# forecast at or past it counts as at least that status (the Kotlin library's Switcher does the same).
+HEADROOM_SEVERE = 1.0
+SEVERE = float(THERMAL_STATUS_NAMES.index("SEVERE"))
 
 
 @dataclass(frozen=True)
@@ -120,7 +127,8 @@ def fallback_table(bundle: Path) -> Table:
     smallest = min(artefacts, key=lambda a: a.heads)
     only = Candidate(heads=smallest.heads, artefact=smallest.id, file=smallest.file, sha256=smallest.sha256,
                      format=smallest.format, threads=smallest.threads, latency_ms=math.nan, accuracy=math.nan)
-    return Table(candidates=(only,), cells=((0,),), thermal_source="temperature", thermal_edges=(),
+    return Table(candidates=(only,), cells=((0,),), thermal_source="temperature", thermal_headroom=False,
+                 thermal_edges=(),
                  thermal_margin=0.0, throttled_c=None, battery_min_pct=(), battery_margin_pct=0.0,
                  min_dwell_s=0.0, manifest_sha256="")
 
@@ -201,6 +209,12 @@ class Switcher:
         assume = "the hottest band" if hot is None else f"{self._describe_thermal(hot)} (assumed_hot)"
         # the thermal signal as one value (Android's status, or no sensor at all), and temperature sensors one by one
         self._thermal: Hold[float] = Hold("thermal", self._describe_thermal, unknown, assume, self.settings, log)
+        self._unknown_thermal = unknown
+        # Android's thermal forecast counts where the table was built on it and these signals read it (a phone
+        # that cannot forecast drops the profile's line; a table without it never asks for it)
+        self._names_headroom = self.table.thermal_headroom and "headroom" in named
+        self._headroom: Hold[float] = Hold("thermal headroom", lambda h: f"{h:g}", math.nan, assume, self.settings,
+                                           log)
         self._sensors = Hottest(self._describe_thermal, unknown, assume, self.settings, log,
                                 named=not reads_every_zone(self.signals))
         self._battery: Hold[Tuple[float, bool]] = Hold(
@@ -230,7 +244,22 @@ class Switcher:
         thermal = self.table.thermal_input(state.max_temp_c, throttled, state.android_thermal_status)
         why = self._no_thermal or error or "no sensor gave a reading"
         value, note = self._thermal.update(None if math.isnan(thermal) else thermal, why, now)
-        return _Input(value, note, self._thermal.held)
+        status = _Input(value, note, self._thermal.held)
+        return self._with_forecast(status, state, now) if self._names_headroom else status
+
+    def _with_forecast(self, status: "_Input", state: DeviceState, now: float) -> "_Input":
+        """The hotter of the thermal status and Android's headroom forecast: a forecast at or past 1.0 is at
+        least SEVERE (the phone says severe throttling is seconds away, whatever its status says now); one
+        that fails is held like any signal, then unknown: the hottest band (or assumed_hot)."""
+        why = state.errors.get("headroom", "no thermal headroom")
+        headroom, note = self._headroom.update(state.android_thermal_headroom, why, now)
+        forecast = self._unknown_thermal if math.isnan(headroom) else \
+            SEVERE if headroom >= HEADROOM_SEVERE else -math.inf
+        thermal = math.nan if math.isnan(status.value) or math.isnan(forecast) else max(status.value, forecast)
+        if note is None and forecast > status.value:
+            note = f"thermal headroom {headroom:g} counts as {THERMAL_STATUS_NAMES[int(SEVERE)]}"
+        notes = ", ".join(n for n in (status.note, note) if n) or None
+        return _Input(thermal, notes, status.held or self._headroom.held)
 
     def _battery_input(self, state: DeviceState, now: float) -> "_Input":
         """This poll's (battery %, charging) after the fail-safe rules: (-1, False) without a battery."""

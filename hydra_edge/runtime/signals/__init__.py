@@ -1,13 +1,14 @@
 """Device-side signals: temperature, battery, power and throttling, read into dataclasses.
 
 Pure standard library (Python 3.9+), so the package can be pushed to a board and run as-is.
-``linux`` reads sysfs, vcgencmd and tegrastats; ``android`` parses dumpsys and getprop text;
+``linux`` reads sysfs, vcgencmd and tegrastats; ``android`` parses dumpsys, ``cmd thermalservice headroom``
+and getprop text;
 ``state`` and ``info`` put one reading and one device
 description together.
 """
 
-from .android import (THERMAL_STATUS_NAMES, AndroidBattery, AndroidThermal, parse_battery,
-                      parse_getprop, parse_thermalservice, thermal_status_name)
+from .android import (HEADROOM_RANGE, THERMAL_STATUS_NAMES, AndroidBattery, AndroidThermal, parse_battery,
+                      parse_getprop, parse_headroom, parse_thermalservice, thermal_status_name)
 from .info import DeviceInfo, android_device_info, read_device_info
 from .linux import (PowerSupply, TegraStats, ThermalZone, Throttling, TripPoint,
                     parse_get_throttled, parse_measure_temp, parse_tegrastats,
@@ -16,8 +17,8 @@ from .state import (COMMANDS, READ_TIMEOUT_S, SIGNALS, THERMAL_SIGNALS, BoundedR
                     configured, read_state, reads_every_zone, run_command, signals_from_profile, zone_temperatures)
 
 __all__ = [
-    "THERMAL_STATUS_NAMES", "AndroidBattery", "AndroidThermal", "parse_battery", "parse_getprop",
-    "parse_thermalservice", "thermal_status_name",
+    "HEADROOM_RANGE", "THERMAL_STATUS_NAMES", "AndroidBattery", "AndroidThermal", "parse_battery", "parse_getprop",
+    "parse_headroom", "parse_thermalservice", "thermal_status_name",
     "DeviceInfo", "android_device_info", "read_device_info",
     "PowerSupply", "TegraStats", "ThermalZone", "Throttling", "TripPoint", "parse_get_throttled",
     "parse_measure_temp", "parse_tegrastats", "read_power_supplies", "read_thermal_zones",

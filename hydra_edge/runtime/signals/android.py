@@ -1,12 +1,14 @@
-"""Android signals as text: ``dumpsys thermalservice``, ``dumpsys battery`` and ``getprop``.
+"""Android signals as text: ``dumpsys thermalservice``, ``cmd thermalservice headroom``, ``dumpsys battery``
+and ``getprop``.
 
 A stock phone has no Python, so these parsers run on the host over text fetched with
 ``adb shell``; on a rooted phone with Python they run on the device just the same.
 """
 
+import math
 import re
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 from ...records.fields import ANDROID_THERMAL_STATUSES
 from ._text import COLON_LINES, integer, number, pairs
@@ -22,6 +24,38 @@ _PLUG_SOURCES = (("AC powered", "ac"), ("USB powered", "usb"),
 # android.os.Temperature.toString(): Temperature{mValue=41.5, mType=0, mName=CPU0, mStatus=0}
 _TEMPERATURE = re.compile(r"Temperature\{mValue=([^,]+), mType=-?\d+, mName=([^,}]+)")
 _GETPROP = re.compile(r"^\[([^\]]+)\]: \[(.*)\]\s*$", re.MULTILINE)
+
+
+# PowerManager.getThermalHeadroom: 1.0 is where SEVERE throttling begins; 0 is no load. What counts as a
+# reading: more than 10x the severe point is a broken HAL, not a hot phone, and a negative one is garbage.
+HEADROOM_RANGE = (0.0, 10.0)
+# ``cmd thermalservice headroom 10`` (Android 14+) prints the forecast as Java's Float.toString writes it.
+_HEADROOM = re.compile(r"Headroom in \d+ seconds?: (\S+)")
+_JAVA_FLOAT = re.compile(r"NaN|-?Infinity|-?\d+\.\d+(?:E-?\d+)?")
+
+
+def parse_headroom(text: Optional[str]) -> Tuple[Optional[float], Optional[str]]:
+    """``cmd thermalservice headroom N``'s forecast: (headroom, None), or (None, why it is no reading).
+
+    Why not: an ``Error: ...`` line (the thermal HAL is not ready, a forecast outside 0..60 s), any other
+    text, NaN (the phone cannot forecast, or was asked again within a second) or a value outside
+    ``HEADROOM_RANGE``. Each is a failed read, never a cool phone: the switcher holds the last good
+    forecast and then assumes the hottest band.
+    """
+    line = (text or "").strip()
+    if line.startswith("Error:"):
+        return None, f"cmd thermalservice headroom: {line[:100]}"
+    match = _HEADROOM.fullmatch(line)
+    if match is None or not _JAVA_FLOAT.fullmatch(match.group(1)):
+        return None, f"cmd thermalservice headroom printed {line[:60]!r}, not a forecast"
+    value = float(match.group(1))
+    if math.isnan(value):
+        return None, ("thermal headroom NaN: the phone cannot forecast now (or at all: a phone that never can "
+                      "should not name headroom in its profile's [signals.commands])")
+    low, high = HEADROOM_RANGE
+    if not low <= value <= high:
+        return None, f"thermal headroom {value:g} is outside {low:g}..{high:g} (1.0: severe throttling begins)"
+    return value, None
 
 
 def thermal_status_name(status: Optional[int]) -> Optional[str]:

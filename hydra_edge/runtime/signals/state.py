@@ -4,6 +4,7 @@
 
     [signals]
     thermal = "sysfs"        # or "dumpsys" (Android thermalservice)
+    headroom = "cmd"         # Android 14+: cmd thermalservice headroom 10, the thermal forecast
     battery = "sysfs"        # or "dumpsys" (Android battery)
     vcgencmd = true          # Raspberry Pi: SoC temperature and throttling bits
     tegrastats = true        # Jetson: sensors, rails, RAM
@@ -35,7 +36,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 
 from ...errors import HydraEdgeError
 from ._text import range_error
-from .android import parse_battery, parse_thermalservice, thermal_status_name
+from .android import parse_battery, parse_headroom, parse_thermalservice, thermal_status_name
 from .linux import (CAPACITY_RANGE_PCT, TEMPERATURE_RANGE_C, TegraStats, ThermalZone, Throttling,
                     parse_get_throttled, parse_measure_temp, parse_tegrastats, read_power_supplies,
                     read_power_supply, read_temperature_files, read_thermal_zones, under)
@@ -49,10 +50,12 @@ TOOLS: Dict[str, Tuple[Tuple[str, ...], Tuple[str, Any]]] = {
     "get_throttled": (("vcgencmd", "get_throttled"), ("vcgencmd", True)),
     "tegrastats": (("tegrastats",), ("tegrastats", True)),
     "thermalservice": (("dumpsys", "thermalservice"), ("thermal", "dumpsys")),
+    "headroom": (("cmd", "thermalservice", "headroom"), ("headroom", "cmd")),
     "battery": (("dumpsys", "battery"), ("battery", "dumpsys")),
 }
 # What each tool runs where the profile's [signals.commands] has no line for it.
-DEFAULT_LINES = {"tegrastats": "tegrastats --interval 100"}
+# The headroom forecast is 10 s ahead, as the phone app asks PowerManager.getThermalHeadroom(10).
+DEFAULT_LINES = {"tegrastats": "tegrastats --interval 100", "headroom": "cmd thermalservice headroom 10"}
 
 
 def _argv(tool: str, line: str) -> Tuple[str, ...]:
@@ -98,8 +101,9 @@ class DeviceState:
 
     ``thermal_zones`` maps a sensor name to °C; ``battery_capacity`` is in % (0-100);
     ``charging`` is true only while the battery status is Charging; ``power_w`` is measured
-    draw, when the battery or a Jetson input rail reports it. ``errors`` maps a signal the
-    profile names (``thermal``, ``battery``, ``tegrastats``) to why it gave no
+    draw, when the battery or a Jetson input rail reports it. ``android_thermal_headroom`` is Android's
+    forecast (1.0: severe throttling begins), only where the profile names ``headroom``. ``errors`` maps
+    a signal the profile names (``thermal``, ``headroom``, ``battery``, ``tegrastats``) to why it gave no
     usable reading; a signal that is not named is simply absent. ``zone_errors`` maps each
     temperature sensor that was read (or named) but gave no temperature to why: with several
     sensors, one failing is no ``errors`` line while another reads, yet the switcher must not
@@ -115,6 +119,7 @@ class DeviceState:
     power_w: Optional[float] = None
     throttling: Optional[Throttling] = None
     android_thermal_status: Optional[int] = None
+    android_thermal_headroom: Optional[float] = None
     tegrastats: Optional[TegraStats] = None
     errors: Dict[str, str] = field(default_factory=dict)
     zone_errors: Dict[str, str] = field(default_factory=dict)
@@ -240,6 +245,15 @@ def _dumpsys_thermal(root: str, run: Runner, table: Mapping[str, Any]) -> Dict[s
     return {"thermal_zones": thermal.temperatures_c, "android_thermal_status": status, "error": error}
 
 
+def _cmd_headroom(root: str, run: Runner, table: Mapping[str, Any]) -> Dict[str, Any]:
+    argv = command(table, "headroom")
+    text = run(argv)
+    if not text:
+        return {"error": _no_output(argv)}
+    headroom, error = parse_headroom(text)
+    return {"android_thermal_headroom": headroom, "error": error}
+
+
 def _dumpsys_battery(root: str, run: Runner, table: Mapping[str, Any]) -> Dict[str, Any]:
     argv = command(table, "battery")
     text = run(argv)
@@ -284,6 +298,7 @@ def _tegrastats(root: str, run: Runner, table: Mapping[str, Any]) -> Dict[str, A
 _SOURCES: Dict[Tuple[str, Any], Callable[[str, Runner, Mapping[str, Any]], Dict[str, Any]]] = {
     ("thermal", "sysfs"): _sysfs_thermal,
     ("thermal", "dumpsys"): _dumpsys_thermal,
+    ("headroom", "cmd"): _cmd_headroom,
     ("battery", "sysfs"): _sysfs_battery,
     ("battery", "dumpsys"): _dumpsys_battery,
     ("vcgencmd", True): _vcgencmd,

@@ -67,8 +67,14 @@ final class HeadSwitch {
             }
         };
         try {
-            Switcher s = Switcher.Companion.open(bundle.dir, new SignalSettings(), monotonic,
+            // the thermal headroom forecast is API 30's; an older phone does not name it, so it plays no part
+            SignalSettings settings = new SignalSettings().namingHeadroom(Signals.readsHeadroom());
+            Switcher s = Switcher.Companion.open(bundle.dir, settings, monotonic,
                     new File(bundle.dir, BundleStore.ASSET_LUT), new LoopSettings(), wall, log, (Executor) saver);
+            if (s.getTable().getThermalHeadroom() && !Signals.readsHeadroom()) {
+                log.log("WARNING", "this phone (API " + android.os.Build.VERSION.SDK_INT + ") cannot forecast its "
+                        + "thermal headroom (API 30+): the table's headroom plays no part, the thermal status alone counts");
+            }
             return new HeadSwitch(s, saver);
         } catch (Exception e) {  // BundleException (Kotlin declares no checked exceptions), IllegalArgumentException
             saver.shutdown();

@@ -17,6 +17,8 @@ import org.json.JSONObject;
  * sticky battery broadcast (level, charging, temperature).
  */
 final class Signals {
+    /** The state's error for a NaN forecast (a failed read, as a board's `cmd thermalservice headroom` NaN is). */
+    static final String HEADROOM_NAN = "getThermalHeadroom(10) answered NaN: the phone cannot forecast now";
     static final String[] THERMAL_NAMES = {"NONE", "LIGHT", "MODERATE", "SEVERE", "CRITICAL", "EMERGENCY", "SHUTDOWN"};
 
     /** One reading. {@code null} / NaN: the phone did not say. */
@@ -59,6 +61,7 @@ final class Signals {
             JSONObject errors = new JSONObject();
             if (thermalError != null) errors.put("thermal", thermalError);
             if (batteryError != null) errors.put("battery", batteryError);
+            if (readsHeadroom() && Float.isNaN(thermalHeadroom)) errors.put("headroom", HEADROOM_NAN);
             JSONObject zones = new JSONObject();
             if (batteryTempC != null) zones.put("battery", (double) batteryTempC);
             JSONObject s = new JSONObject();
@@ -71,6 +74,7 @@ final class Signals {
             s.put("power_w", JSONObject.NULL);
             s.put("throttling", JSONObject.NULL);
             s.put("android_thermal_status", thermalStatus == null ? JSONObject.NULL : thermalStatus);
+            s.put("android_thermal_headroom", Float.isNaN(thermalHeadroom) ? JSONObject.NULL : (Object) (double) thermalHeadroom);
             s.put("tegrastats", JSONObject.NULL);
             s.put("errors", errors);
             s.put("zone_errors", new JSONObject());
@@ -78,6 +82,11 @@ final class Signals {
             s.put("android_thermal_status_name", thermalName() == null ? JSONObject.NULL : thermalName());
             return s;
         }
+    }
+
+    /** Whether this phone can forecast its thermal headroom (PowerManager.getThermalHeadroom, API 30+). */
+    static boolean readsHeadroom() {
+        return Build.VERSION.SDK_INT >= 30;
     }
 
     private final Context context;
@@ -93,7 +102,7 @@ final class Signals {
         PowerManager pm = (PowerManager) context.getSystemService(Context.POWER_SERVICE);
         if (Build.VERSION.SDK_INT >= 29 && pm != null) {
             status = pm.getCurrentThermalStatus();
-            if (Build.VERSION.SDK_INT >= 30) {
+            if (readsHeadroom()) {
                 headroom = pm.getThermalHeadroom(10);  // forecast 10 s ahead; NaN when unsupported
             }
         } else {

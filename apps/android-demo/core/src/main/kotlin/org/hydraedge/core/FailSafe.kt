@@ -14,7 +14,16 @@ class SignalSettings(
     val raiseAfterS: Double = 10.0,
     /** In the table's thermal unit (an Android thermal status); null: unknown is the hottest band. */
     val assumedHot: Double? = null,
+    /**
+     * Whether this phone reads Android's thermal headroom (`PowerManager.getThermalHeadroom`, API 30+), as a
+     * board's profile names `cmd thermalservice headroom`: the forecast counts only where this and the
+     * table (lut.json's thermal.headroom) both name it. An app on API < 30 passes false.
+     */
+    val namesHeadroom: Boolean = true,
 ) {
+    /** These settings on a phone that does ([named]) or does not read the thermal headroom. */
+    fun namingHeadroom(named: Boolean): SignalSettings = SignalSettings(staleAfterS, raiseAfterS, assumedHot, named)
+
     init {
         // hydra_edge.records.target.Signals: the same ranges, so a phone refuses what a board refuses
         require(staleAfterS > 0 && staleAfterS <= Checks.LARGE) { "stale_after_s = $staleAfterS: must be > 0" }

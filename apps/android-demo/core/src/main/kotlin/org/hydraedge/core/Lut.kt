@@ -40,6 +40,8 @@ class Table(
     val budgetScale: DoubleArray = DoubleArray(0),
     /** sha256 of the bytes read, so nothing reads the file twice; "" when not read from one. */
     val sha256: String = "",
+    /** lut.json's thermal.headroom: the target names Android's thermal headroom forecast (false when absent). */
+    val thermalHeadroom: Boolean = false,
 ) {
     val heads: List<Int> = candidates.map { it.heads }
 
@@ -123,7 +125,8 @@ object Lut {
         val root = Records.header(data, where, "lookup table", HINT, SCHEMA, SCHEMA_VERSION) { m, p -> LutException(m, p) }
         return document(Fields(root, "$", fail), fail).let { t ->
             Table(t.candidates, t.cells, t.thermalSource, t.thermalEdges, t.thermalMargin, t.throttledC, t.batteryMinPct,
-                t.batteryMarginPct, t.minDwellS, t.manifestSha256, t.budgetMs, t.budgetScale, Records.sha256Hex(data))
+                t.batteryMarginPct, t.minDwellS, t.manifestSha256, t.budgetMs, t.budgetScale, Records.sha256Hex(data),
+                t.thermalHeadroom)
         }
     }
 
@@ -153,8 +156,10 @@ object Lut {
         val throttled = thermal.optDouble("throttled_c", -Checks.LARGE, Checks.LARGE, required = true)
         Checks.list(thermal.array("derating"), thermal.at("derating"), fail = fail) { v, at -> Checks.double(v, at, 0.0, Checks.LARGE, true, fail) }
         Checks.list(thermal.array("derating_basis"), thermal.at("derating_basis"), fail = fail) { v, at -> Checks.literal(v, at, listOf("soak", "default"), fail) }
+        val headroom = if (thermal.has("headroom")) thermal.bool("headroom") else false // absent in older tables
         thermal.noOthers()
         if (!Checks.rising(edges)) fail(thermal.at("edges"), "thermal band edges must rise strictly")
+        if (headroom && source != "android") fail(thermal.at("headroom"), "thermal headroom is an Android forecast; it needs source \"android\"")
         val battery = f.obj("battery")
         strings(battery, "names", fail)
         val minPct = Checks.list(battery.array("min_pct"), battery.at("min_pct"), maxLength = 100, fail = fail) { v, at ->
@@ -209,7 +214,7 @@ object Lut {
             }
         }
         return Table(candidates, cells.map { r -> r.map { it.toInt() }.toIntArray() }, source, edges.toDoubleArray(), margin,
-            throttled, minPct.toDoubleArray(), marginPct, dwell, manifestSha, budget, scales.toDoubleArray())
+            throttled, minPct.toDoubleArray(), marginPct, dwell, manifestSha, budget, scales.toDoubleArray(), thermalHeadroom = headroom)
     }
 
     /** Refuse a cell running more heads than the cell one thermal band cooler or one battery band fuller. */

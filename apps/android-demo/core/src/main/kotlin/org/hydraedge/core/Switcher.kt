@@ -9,9 +9,11 @@ import java.util.concurrent.Executor
  *
  * * [thermalStatus]: `PowerManager.getCurrentThermalStatus()` (API 29), 0 NONE .. 6 SHUTDOWN; null
  *   when it cannot be read (older API, a failing service).
- * * [thermalHeadroom]: `PowerManager.getThermalHeadroom(s)` (API 30); NaN when unsupported or polled
- *   too often. Shown, never selected on: the table was built on thermal status bands (as a board's
- *   `dumpsys thermalservice` gives them), so a headroom, NaN or not, never moves the head count.
+ * * [thermalHeadroom]: `PowerManager.getThermalHeadroom(10)` (API 30), where 1.0 is the start of severe
+ *   throttling; NaN when the phone cannot forecast or is asked again within a second. Where the table and
+ *   the settings name headroom, a forecast at or past 1.0 counts as at least SEVERE and one that is NaN,
+ *   negative or absurd (outside [HEADROOM_MIN]..[HEADROOM_MAX]) is a failed read, as on a board
+ *   (`cmd thermalservice headroom`); elsewhere it plays no part.
  * * [batteryLevel]: `BatteryManager.BATTERY_PROPERTY_CAPACITY` in %, null when unreadable
  *   (Integer.MIN_VALUE from the API means unreadable too: pass it, it is outside 0..100).
  * * [batteryStatus]: `BatteryManager.BATTERY_STATUS_*` (2 CHARGING, 5 FULL, ...), null if unknown.
@@ -33,6 +35,16 @@ data class AndroidReading(
         else -> null
     }
 
+    /** The thermal headroom as the switcher takes it: null (a failed read) unless within HEADROOM_MIN..HEADROOM_MAX. */
+    val validHeadroom: Double? get() = thermalHeadroom.takeIf { it >= HEADROOM_MIN && it <= HEADROOM_MAX }
+
+    /** Why the thermal headroom gave no reading, or null when it did. */
+    val headroomError: String? get() = when {
+        thermalHeadroom.isNaN() -> "thermal headroom NaN: the phone cannot forecast now"
+        validHeadroom == null -> "thermal headroom ${Py.g(thermalHeadroom)} is outside ${Py.g(HEADROOM_MIN)}..${Py.g(HEADROOM_MAX)}"
+        else -> null
+    }
+
     /** The battery level as the switcher takes it: null (unknown) unless 0..100 %. */
     val validBatteryLevel: Int? get() = batteryLevel?.takeIf { it in 0..100 }
 
@@ -40,6 +52,12 @@ data class AndroidReading(
 
     companion object {
         const val BATTERY_STATUS_CHARGING = 2
+        /** hydra_edge.runtime.signals.android.HEADROOM_RANGE: beyond 10x the severe point is a broken HAL. */
+        const val HEADROOM_MIN = 0.0
+        const val HEADROOM_MAX = 10.0
+        /** Where Android's headroom says severe throttling begins: a forecast at or past it counts as SEVERE. */
+        const val HEADROOM_SEVERE = 1.0
+        val SEVERE = Lut.ANDROID_THERMAL_STATUSES.indexOf("SEVERE").toDouble()
     }
 }
 
@@ -93,6 +111,9 @@ class Switcher(
     private val unknownThermal = settings.assumedHot ?: Double.NaN
     private val assume = if (settings.assumedHot == null) "the hottest band" else "${describeThermal(settings.assumedHot)} (assumed_hot)"
     private val thermal = Hold("thermal", ::describeThermal, unknownThermal, assume, settings, log)
+    /** The forecast counts where the table was built on it and this phone reads it. */
+    private val namesHeadroom = table.thermalHeadroom && settings.namesHeadroom
+    private val headroom = Hold<Double>("thermal headroom", { h -> Py.g(h) }, Double.NaN, assume, settings, log)
     private val battery = Hold<Pair<Double, Boolean>>("battery", { b -> "${Py.f(b.first, 0)} %${if (b.second) " charging" else ""}" },
         Double.NaN to false, "the lowest battery band", settings, log)
     private val raiseGate = RaiseGate(settings.raiseAfterS)
@@ -182,7 +203,22 @@ class Switcher(
         val t = table.androidThermalInput(state.validThermalStatus)
         val why = state.thermalError ?: "no sensor gave a reading"
         val (value, note) = thermal.update(if (t.isNaN()) null else t, why, now)
-        return Input(value, note, thermal.held)
+        val status = Input(value, note, thermal.held)
+        return if (namesHeadroom) withForecast(status, state, now) else status
+    }
+
+    /**
+     * The hotter of the thermal status and the headroom forecast: at or past 1.0 at least SEVERE; a failed
+     * forecast held like any signal, then unknown (the hottest band, or assumed_hot).
+     */
+    private fun withForecast(status: Input<Double>, state: AndroidReading, now: Double): Input<Double> {
+        val (h, note) = headroom.update(state.validHeadroom, state.headroomError, now)
+        val forecast = if (h.isNaN()) unknownThermal else if (h >= AndroidReading.HEADROOM_SEVERE) AndroidReading.SEVERE else Double.NEGATIVE_INFINITY
+        val t = if (status.value.isNaN() || forecast.isNaN()) Double.NaN else Math.max(status.value, forecast)
+        val forecastNote = if (note == null && forecast > status.value)
+            "thermal headroom ${Py.g(h)} counts as ${Lut.ANDROID_THERMAL_STATUSES[AndroidReading.SEVERE.toInt()]}" else note
+        val notes = listOfNotNull(status.note, forecastNote)
+        return Input(t, if (notes.isEmpty()) null else notes.joinToString(", "), status.held || headroom.held)
     }
 
     private fun batteryInput(state: AndroidReading, now: Double): Input<Pair<Double, Boolean>> {

@@ -25,7 +25,7 @@ object TraceReplay {
         fun open(): Switcher = Switcher.open(
             bundle,
             SignalSettings(signals.optDouble("stale_after_s", 30.0), signals.optDouble("raise_after_s", 10.0),
-                if (signals.isNull("assumed_hot")) null else signals.getDouble("assumed_hot")),
+                if (signals.isNull("assumed_hot")) null else signals.getDouble("assumed_hot"), signals.optBoolean("headroom", true)),
             clock = { clock },
             loop = loop?.let { settings(it) },
             wallClock = { wall })
@@ -43,14 +43,17 @@ object TraceReplay {
         minSamples = o.optInt("min_samples", 5), maxSamples = o.optInt("max_samples", 256),
         absurdMs = o.optDouble("absurd_ms", 60_000.0), expireS = o.optDouble("expire_s", 3600.0))
 
-    /** The phone's reading a trace step scripts: null fields are unreadable signals, a null headroom NaN. */
+    /**
+     * The phone's reading a trace step scripts: null fields are unreadable signals; a headroom that is null
+     * (the board's command fails) or "nan" (it prints NaN) is what getThermalHeadroom gives then, NaN.
+     */
     fun reading(o: JSONObject) = AndroidReading(
         thermalStatus = if (o.isNull("status")) null else o.getInt("status"),
-        thermalHeadroom = if (o.isNull("headroom")) Double.NaN else o.getDouble("headroom"),
+        thermalHeadroom = if (o.isNull("headroom")) Double.NaN else latency(o.get("headroom")),
         batteryLevel = if (o.isNull("level")) null else o.getInt("level"),
         batteryStatus = if (o.isNull("battery_status")) null else o.getInt("battery_status"))
 
-    /** A scripted latency: a number, or "nan", "inf", "-inf" (JSON has no spelling for them). */
+    /** A scripted number: a number, or "nan", "inf", "-inf" (JSON has no spelling for them). */
     private fun latency(v: Any): Double = when (v) {
         is String -> when (v) { "nan" -> Double.NaN; "inf" -> Double.POSITIVE_INFINITY; "-inf" -> Double.NEGATIVE_INFINITY; else -> v.toDouble() }
         is Number -> v.toDouble()
