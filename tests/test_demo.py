@@ -145,9 +145,13 @@ def test_sigterm_to_a_serving_demo_stops_the_app_it_started_and_frees_its_port(
         if proc.poll() is None:
             proc.kill()
     text = output.text()
-    assert proc.returncode not in (0, -signal.SIGTERM, 128 + signal.SIGTERM), (proc.returncode, text)
+    assert proc.returncode == 130, (proc.returncode, text)  # as Ctrl-C ends it
     assert gone(app, within_s=10), running(app)
     assert "stopped" in text.splitlines() and re.search(r"^ *\d+ heads: \d+ images", text, re.M), text
+    assert text.strip().splitlines()[-2:] == [
+        f"Interrupted: every finished stage is kept in {out}, and the stage it stopped in goes on from its last "
+        "epoch, artefact or head count.",
+        f"Resume with: hydra-edge {' '.join(ARGS)} --out {out} --serve 127.0.0.1:{port} --hold"], text
     assert "Traceback" not in text and "holds the day's end" not in text, text
     socket.create_server(("127.0.0.1", port)).close()  # the port is free again
 
@@ -184,8 +188,8 @@ def test_deploy_serves_the_page_through_an_ssh_forward(first_run: tuple[Path, in
         if host.poll() is None:
             host.kill()
     output = output.text()
-    assert host.returncode == 1 and "Traceback" not in output, output
-    assert output.strip().splitlines()[-1].startswith("Error: interrupted")
+    assert host.returncode == 130 and "Traceback" not in output and "sh -c" not in output, output
+    assert output.strip().splitlines()[-2].startswith("Interrupted: the app deploy started was stopped")
     assert gone(str(remote), within_s=10) and not on_board(sshd_server, str(remote))  # the app on the board
     assert gone(f"127.0.0.1:{local_port}:127.0.0.1:{board_port}", within_s=5)
     socket.create_server(("127.0.0.1", local_port)).close()  # the forward's port is free again

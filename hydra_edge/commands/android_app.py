@@ -9,7 +9,7 @@ import click
 from .base import command
 
 
-@command("android-app")
+@command("android-app", kept=lambda params: f"nothing: {params['out']} is written only once the APK is whole")
 @click.option("--bundle", "-b", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Bundle folder written by hydra-edge convert --target android (.pte artefacts).")
 @click.option("--lut", "-l", required=True, type=click.Path(dir_okay=False, path_type=Path),

@@ -1,6 +1,7 @@
 """What every ``hydra-edge`` command shares: ``-h``, ``-v`` (on the group and on each command, so
-``hydra-edge -v calibrate`` and ``hydra-edge calibrate -v`` mean the same), and a ``HydraEdgeError``
-as one line and exit 1; the options several commands take (``Number``, ``--ema``); the tables they print.
+``hydra-edge -v calibrate`` and ``hydra-edge calibrate -v`` mean the same), a ``HydraEdgeError``
+as one line and exit 1, Ctrl-C or SIGTERM as a plain summary and exit 130 (``Command.invoke``); the
+options several commands take (``Number``, ``--ema``); the tables they print.
 
 Commands are declared with ``@command()`` (or on the group, which makes ``Command``s), so each is
 the same whether run under ``hydra-edge`` or invoked on its own (tests, ``CliRunner``).
@@ -8,6 +9,7 @@ the same whether run under ``hydra-edge`` or invoked on its own (tests, ``CliRun
 
 from __future__ import annotations
 
+import shlex
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import click
@@ -15,26 +17,59 @@ import click
 from ..bounds import parse_number
 from ..errors import HydraEdgeError
 from ..logs import set_verbose
+from ..runtime.terminal import restore_signals, shown, stop_on_signals
+from ..transport.errors import TransportInterrupted
 
 if TYPE_CHECKING:
     from ..model.config import HydraConfig
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+INTERRUPTED = 130  # what a shell reports for a command stopped by Ctrl-C (128 + SIGINT)
+Kept = Callable[[dict[str, Any]], str]  # the command's parameters -> what an interrupted run kept
 
 
 class Command(click.Command):
-    """A click command whose user errors (``HydraEdgeError``) end as one ``Error:`` line, exit 1."""
+    """A click command whose user errors (``HydraEdgeError``) end as one ``Error:`` line, exit 1, and
+    whose interruption (Ctrl-C, SIGTERM) ends as a summary of what it kept and how to go on, exit 130.
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    ``kept``: what an interrupted run leaves to resume from, as a phrase (its parameters given);
+    ``resume_flag``: what the command line needs added to resume (``train``'s ``--resume``).
+    """
+
+    def __init__(self, *args: Any, kept: Optional[Kept] = None, resume_flag: Optional[str] = None,
+                 **kwargs: Any) -> None:
         kwargs.setdefault("context_settings", CONTEXT)
         super().__init__(*args, **kwargs)
         self.params.append(verbose_option())
+        self.kept, self.resume_flag = kept, resume_flag
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["hydra_edge.argv"] = list(args)  # the command line as typed: the resume line repeats it
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
+        # SIGTERM (systemd's stop, kill, a supervisor's) stops a command as Ctrl-C does, so the same
+        # except/finally blocks stop what it started on a device and keep what it finished
+        previous = stop_on_signals()
         try:
             return super().invoke(ctx)
+        except (KeyboardInterrupt, TransportInterrupted):  # a transport's: Ctrl-C while a device command ran
+            self.interrupted(ctx)
         except HydraEdgeError as e:
             raise click.ClickException(str(e)) from None
+        finally:
+            restore_signals(previous)
+
+    def interrupted(self, ctx: click.Context) -> None:
+        """Say what was kept and the command line that goes on from it, then exit 130: never a traceback,
+        click's ``Aborted!`` or the device command that happened to be running."""
+        argv = ctx.meta.get("hydra_edge.argv", [])
+        if self.resume_flag and self.resume_flag not in argv:
+            argv = [*argv, self.resume_flag]
+        kept = self.kept(ctx.params) if self.kept else "nothing was left half-done"
+        click.echo(shown(f"Interrupted: {kept}."), err=True)
+        click.echo(shown(f"Resume with: {shlex.join(['hydra-edge', self.name or '', *argv])}"), err=True)
+        ctx.exit(INTERRUPTED)
 
 
 class Group(click.Group):
@@ -58,8 +93,10 @@ def _verbose(ctx: click.Context, param: click.Parameter, on: bool) -> None:
     set_verbose(on)
 
 
-def command(name: str | None = None) -> Callable[[Callable[..., Any]], Command]:
-    return click.command(name, cls=Command)
+def command(name: str | None = None, kept: Optional[Kept] = None,
+            resume_flag: Optional[str] = None) -> Callable[[Callable[..., Any]], Command]:
+    """A ``Command``; ``kept`` and ``resume_flag`` make its interruption's summary (see ``Command``)."""
+    return click.command(name, cls=Command, kept=kept, resume_flag=resume_flag)
 
 
 class Number(click.FloatRange):

@@ -131,7 +131,8 @@ def _summary(console: Any, calibration: Calibration, path: Path, png: Path) -> N
         _say(console, f"the device's own output: {device_log(path)}")
 
 
-@command()
+@command(kept=lambda params: f"each head count measured so far is saved in {params['out']}; the rest are "
+                            "measured when it resumes")
 @click.option("--bundle", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="A bundle folder made by hydra-edge convert.")
 @click.option("--host", "hosts", multiple=True, help="ssh device: user@host[:port] or an ssh config alias; repeat for a fleet.")
@@ -231,7 +232,7 @@ def _run_all(devices: list[DeviceArg], options: dict[str, Any], opts: CalibrateO
         except KeyboardInterrupt:  # wherever it lands: in a device stream, a save or the progress bar
             for transport in list(transports):  # stops every device's command and drops ssh masters
                 transport.close()
-            raise HydraEdgeError("interrupted; measured head counts are saved, run the same command again") from None
+            raise  # the command's summary says what was saved and how to go on
         finally:
             if pool is not None:
                 pool.shutdown()

@@ -98,7 +98,8 @@ def _summary(result: ConvertResult) -> None:
         click.echo(f"converter output: {result.out / LOGS}")
 
 
-@command()
+@command(kept=lambda params: f"every artefact finished is kept in {params['out']} and listed in its manifest; "
+                            "the rest are converted when it resumes")
 @click.option("--checkpoint", "-c", required=True, type=click.Path(path_type=Path), envvar="HYDRA_EDGE_CHECKPOINT",
               help="HydraViT checkpoint (hydra-edge, official release or timm layout).")
 @click.option("--target", "-t", "targets", required=True, multiple=True,

@@ -29,7 +29,7 @@ import click
 from ..atomic import write_json, write_text
 from ..errors import HydraEdgeError
 from ..runtime.live_page import URL_LINE
-from ..runtime.terminal import restore_signals, shown, shown_lines, stop_on_signals
+from ..runtime.terminal import shown, shown_lines
 from ..shipped import package_path
 from .base import Number, command
 from .calibrate import RUNS
@@ -247,7 +247,8 @@ def _stage(n: int, title: str) -> None:
     Console(stderr=True, width=None if sys.stderr.isatty() else len(text) + 8).rule(f"[bold]{text}")
 
 
-@command()
+@command(kept=lambda params: f"every finished stage is kept in {params['out']}, and the stage it stopped in "
+                            "goes on from its last epoch, artefact or head count")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("hydra-edge-demo"),
               show_default=True, help="Folder for everything the demo makes.")
 @click.option("--epochs", default=30, show_default=True, type=EPOCHS, help="Training epochs on digits.")
@@ -274,17 +275,6 @@ def demo(ctx: click.Context, out: Path, epochs: int, heads: str, runs: int, imag
 
     Example: hydra-edge demo --serve
     """
-    # SIGTERM stops the demo as Ctrl-C does, so the app it plays and the page it holds stop with it
-    previous = stop_on_signals()
-    try:
-        _demo(ctx, out, epochs, heads, runs, images_per_step, jobs, target, serve, serve_remote, pace_s, hold)
-    finally:
-        restore_signals(previous)
-
-
-def _demo(ctx: click.Context, out: Path, epochs: int, heads: str, runs: int, images_per_step: int,
-          jobs: int | None, target: str, serve: str | None, serve_remote: bool, pace_s: float, hold: bool) -> None:
-    """The demo's stages (``demo``'s options)."""
     from ..runtime.closed_loop import correction_path
     from .calibrate import calibrate
     from .convert import convert

@@ -131,7 +131,8 @@ def local_board_dir() -> Path:
     return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "hydra-edge" / "local-board"
 
 
-@command()
+@command(kept=lambda params: "the app deploy started was stopped; the files already on the board stay there and "
+                            "are not sent again")
 @click.option("--bundle", "-b", type=click.Path(file_okay=False, exists=True, path_type=Path),
               help="The bundle (required for a board; a phone's --apk carries its own).")
 @click.option("--lut", "-l", "lut_path", type=click.Path(exists=True, path_type=Path),
@@ -209,12 +210,10 @@ def deploy(bundle: Path | None, lut_path: Path | None, apk: Path | None, serial:
     app_args = ["--plain"] + (["--max-images", str(max_images)] if max_images is not None else [])
     if serve_port is not None:
         app_args += ["--serve", f"{LOOPBACK}:{serve_port}"]
-    try:
-        with DeviceArg("local", None).open(options) if local else DeviceArg("host", host).open(options) as transport, \
-                transport.forward(serve_port, local_port) if serve_port is not None else nullcontext() as page_port:
-            # the forward is up (its local port checked) before anything is sent, and down once the app ends
-            deploy_to(transport, bundle, lut_file, images, camera, python, setup, pip_args, app_args, detach,
-                      None if page_port is None else page_line(transport, page_port, serve_port))
-    except KeyboardInterrupt:  # between device commands; one that runs is stopped by its transport
-        raise HydraEdgeError("interrupted; what deploy started on the board was stopped "
-                             "(run the same command again: files already there are not sent again)") from None
+    # Ctrl-C stops the device command running (its transport's doing) and closes the forward; the
+    # command's summary follows (``base.Command``)
+    with DeviceArg("local", None).open(options) if local else DeviceArg("host", host).open(options) as transport, \
+            transport.forward(serve_port, local_port) if serve_port is not None else nullcontext() as page_port:
+        # the forward is up (its local port checked) before anything is sent, and down once the app ends
+        deploy_to(transport, bundle, lut_file, images, camera, python, setup, pip_args, app_args, detach,
+                  None if page_port is None else page_line(transport, page_port, serve_port))

@@ -10,7 +10,7 @@ from ..convert.expand import expand
 from .base import command
 
 
-@command("expand")
+@command("expand", kept=lambda params: f"nothing: {params['out']} gets its files only once every one has passed")
 @click.option("--bundle", "-b", required=True, type=click.Path(path_type=Path), help="Bundle folder (manifest.json).")
 @click.option("--out", "-o", required=True, type=click.Path(path_type=Path),
               help="A new or empty folder for the full files.")

@@ -61,7 +61,7 @@ def setting_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
-@command()
+@command(kept=lambda params: _kept(params["out"]), resume_flag="--resume")
 @click.option("--data", default="digits", show_default=True, help="Built in: 'digits' (8x8) or 'mnist' (5000 images, 28x28); or a folder with a sub-folder of images per class.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/digits"), show_default=True)
 @click.option("--val-fraction", type=Bounded(0, 1, min_open=True, max_open=True), default=None,
@@ -184,6 +184,17 @@ def train(data: str, out: Path, val_fraction: float | None, preset_name: str | N
         if falls:
             click.echo(falls)
         click.echo(f"checkpoint: {result.checkpoint}\nreport: {out / 'accuracy.json'}, {out / 'accuracy.png'}")
+
+
+def _kept(out: Path) -> str:
+    """What an interrupted run leaves in ``out``: the checkpoint of its last finished epoch, which
+    ``--resume`` continues exactly, or nothing yet (``--resume`` then starts the run afresh)."""
+    from ..train.loop import CHECKPOINT
+
+    checkpoint = out / CHECKPOINT
+    if checkpoint.is_file():
+        return f"the checkpoint of the last finished epoch is kept in {checkpoint}"
+    return f"no epoch had finished, so {out} holds nothing to go on from; the run starts again"
 
 
 def _typed(names: dict[str, str]) -> set[str]:

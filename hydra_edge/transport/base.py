@@ -104,6 +104,9 @@ def remote_command(argv: Sequence[str], cwd: str | None = None, env: Mapping[str
     return line
 
 
+_WATCH = 'exec 3<&0; "$@" '  # how ``host_watch``'s code starts: ``shown`` leaves the wrapper out
+
+
 def host_watch(redirects: str) -> str:
     """sh code that runs ``"$@"`` (with ``redirects``: its stdin at least) until it ends or the host goes.
 
@@ -115,7 +118,7 @@ def host_watch(redirects: str) -> str:
     watcher stops the command. The watcher writes nowhere, so it never keeps a channel open; ``$?``
     is the command's status when the code ends.
     """
-    return (f'exec 3<&0; "$@" {redirects} & pid=$!; '
+    return (f'{_WATCH}{redirects} & pid=$!; '
             '{ cat <&3 >/dev/null 2>&1; kill -TERM "$pid" 2>/dev/null; } >/dev/null 2>&1 & '
             'wait "$pid"')
 
@@ -133,7 +136,10 @@ def check_argv(argv: Sequence[str]) -> list[str]:
 
 
 def shown(argv: Sequence[str], limit: int = 120) -> str:
-    """A command as a user would type it, cut short for one-line messages."""
+    """A command as a user would type it, cut short for one-line messages; a command run under
+    ``host_watch`` is shown without that wrapper, which is this toolkit's doing, not the user's."""
+    if len(argv) > 4 and list(argv[:2]) == ["sh", "-c"] and argv[2].startswith(_WATCH):
+        argv = argv[4:]
     text = shlex.join(argv)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
