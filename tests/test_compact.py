@@ -657,3 +657,55 @@ def test_compaction_reading_a_fifo_for_an_artefact_is_one_line_and_never_blocks(
     error = without_blocking(lambda: apply_layout(bundle, manifest, "compact", str(root / "m.pt"),
                                                   lambda *report: None), path, 60)
     assert isinstance(error, HydraEdgeError) and f"{path} is a FIFO" in str(error), error
+
+
+def _another_slice(doc: dict) -> None:
+    """The recipe's first range made to take a neighbouring slice of its source tensor: the last span of an axis
+    that ends before the tensor does moves one row on. Same shape, same bytes count, other weights: a recipe
+    every file check and the range checks accept, whose rebuilt bytes are not the verified artefact's."""
+    for r in doc["ranges"]:
+        for axis, spans in enumerate(r["index"]):
+            if spans[-1][1] < r["shape"][axis]:
+                spans[-1] = [spans[-1][0] + 1, spans[-1][1] + 1]
+                return
+    raise AssertionError("no range takes less than its whole source tensor")
+
+
+def test_a_recipe_that_passes_every_file_check_but_rebuilds_other_bytes_is_refused_on_the_device(
+        root: Path, device_python: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every file of the bundle has the sha256 the manifest (or its recipe) records, so the host pushes it and
+    the device reads it: only the rebuilt bytes' sha256, checked on the device by the rebuild that the
+    calibration runner, the board app's switcher and ``expand`` share, tells. It refuses in one line naming
+    the recipe and the artefact, and nothing runs: the runner records an error and times nothing, the
+    switcher's load hands no bytes to a runtime, ``expand`` writes nothing."""
+    from hydra_edge.runtime.rebuild import load_record
+
+    bundle = _copy(root, tmp_path)
+    recipe = _recipe_changed(bundle, _another_slice)
+    manifest = read_manifest(bundle)
+    h3 = manifest.artefacts[0]
+    # the device-side check's line, after the recipe's path (on the device, the folder calibrate pushed it to)
+    said = (rf"/{re.escape(recipe.name)}: artefact {re.escape(h3.file)} rebuilt by the recipe sha256 is "
+            rf"[0-9a-f]{{12}}\.\.\., expected {h3.sha256[:12]}\.\.\.; re-push the bundle or re-run hydra-edge convert")
+    # the host side passes: every file it pushes has its recorded sha256, the recipe is well formed
+    bundle_files(bundle, manifest.artefacts)
+    read_recipe(recipe)
+    # the calibration runner on the device (calibrate --local pushes, the runner rebuilds)
+    out = tmp_path / "cal.json"
+    result = calibrate_cli("--bundle", bundle, "--local", "--python", device_python, "--out", out, "--runs", 3,
+                           "--warmup", 1)
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    results = {r.heads: r for r in read_calibration(out).results}
+    assert [(k, r.status) for k, r in results.items()] == [(3, "error"), (6, "ok"), (12, "ok")]
+    error = results[3].error or ""
+    assert re.fullmatch(".+" + said, error), error
+    assert results[3].latency is None and not results[3].golden  # nothing was timed nor checked against golden
+    # the board app's switcher loads through load_record: no bytes reach a runtime
+    loaded: List[object] = []
+    monkeypatch.setattr(engines, "load_bytes", lambda *a, **k: loaded.append(a))
+    with pytest.raises(HydraEdgeError) as e:
+        load_record(bundle, h3, 1)
+    assert re.fullmatch(re.escape(str(bundle)) + said, str(e.value)) and loaded == [], str(e.value)
+    monkeypatch.undo()
+    # expand: the same line, nothing written
+    assert _expand_line(bundle, tmp_path / "files") == f"Error: {e.value}"
