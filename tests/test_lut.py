@@ -148,6 +148,7 @@ def test_the_table_records_whether_the_phone_selects_on_its_thermal_headroom(
     policy = policy_from_dict({"thermal": {"source": policy_source}})
     doc = table(tmp_path, {3: 10, 12: 40}, budget_ms=45, policy=policy, signals=signals)
     assert doc["thermal"]["headroom"] is named
+    assert ("Thermal headroom: a forecast at or past 1.0 runs as at least SEVERE" in markdown(doc)) is named
     path = tmp_path / "lut.json"
     path.write_bytes(record.encode(doc, "lut.json"))
     assert read_table(path).thermal_headroom is named

@@ -99,4 +99,8 @@ def markdown(lut: dict[str, Any]) -> str:
         lines.append(f"| {battery['names'][b]} (≤{budget:.3g} ms) | " + " | ".join(cells) + " |")
     lines += ["", f"Hysteresis: switch up only after {sel['min_dwell_s']:g} s, and only as far as the cell holds "
               f"{thermal['margin']:g} hotter and {battery['margin_pct']:g} % emptier; switch down at once."]
+    if thermal.get("headroom"):
+        lines += ["", "Thermal headroom: a forecast at or past 1.0 runs as at least SEVERE; one the phone cannot "
+                  "give (NaN, an error) is held, then the hottest band (a phone that cannot forecast: drop the "
+                  "profile's headroom line)."]
     return "\n".join(lines) + "\n"
