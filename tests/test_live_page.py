@@ -111,6 +111,30 @@ def test_page_and_state_are_served(page: LivePage) -> None:
     assert tick["error"] is None and tick["state"]["heads"] == 3 and tick["state"]["predicted"] == "seven"
 
 
+@pytest.mark.parametrize("power, battery, charging", [
+    ({"battery_pct": None, "charging": None, "mains": True}, "mains", "no battery"),
+    ({"battery_pct": 71.0, "charging": False}, "71 %", "on battery"),
+    ({"battery_pct": 40.0, "charging": True}, "40 %", "charging"),
+], ids=["no battery", "discharging", "charging"])
+def test_a_browser_shows_mains_for_a_board_without_a_battery(power: Dict[str, Any], battery: str,
+                                                            charging: str) -> None:
+    """What a person reads on the page's battery card: a Pi on mains (its profile names no battery) is
+    "mains", never "on battery"; a board with one shows its charge and whether it charges."""
+    from browser import Chromium
+
+    shown = PageState(heads=3, t=12.5, switches=[Switch(1.5, None, 3, "start")], **power)
+    with LivePage(lambda: shown, port=0, tick_s=TICK_S) as page:
+        browser = Chromium(page.url)
+        try:
+            deadline = time.monotonic() + 30
+            while browser.text("heads") != "3" and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert (browser.text("battery"), browser.text("charging")) == (battery, charging)
+            assert browser.text("switches") == "1.5 s: start \u2192 3 heads, start"
+        finally:
+            browser.close()
+
+
 def test_the_stream_follows_the_state(page: LivePage, app: App) -> None:
     stream = Stream(page)
     assert stream.status == 200 and stream.response.getheader("Content-Type") == "text/event-stream"

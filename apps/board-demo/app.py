@@ -11,8 +11,13 @@ reacts is ``--loop-window-s``, ``--loop-sustain-s`` and ``--loop-dwell-s`` (shor
 missed for less time, and a shorter burst of load costs heads). Images come
 from a folder (class per sub-folder gives live accuracy) or from a camera through OpenCV when
 ``--camera`` is given. Each prediction is shown by its class name when the bundle has names (its
-manifest's ``classes``), by its index otherwise; as a line per image with ``--plain``, except while
-a scenario is replayed, where the switches are what is shown.
+manifest's ``classes``), by its index otherwise. With ``--plain`` (what ``deploy`` and ``demo`` stream)
+the app prints each switch as it happens and, every ``--summary-s`` seconds, one line of what it
+served since it started (images, rate, head count, p50/p90, switches): a board classifies hundreds of
+images a second, and a line for each would bury the switches; ``--each-image`` adds a line per image.
+
+Times (the switches on the live page, its chart, the ``--log`` events) are seconds since the app
+started, or on the scripted day's clock when one plays: never the machine's uptime.
 
 ``--scenario`` replays a scripted day instead of reading the real board: it writes battery and
 temperature into a simulated sysfs tree (``--sysfs-root``) step by step on a simulated clock,
@@ -36,7 +41,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Deque, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -55,6 +60,7 @@ from hydra_edge.runtime.terminal import ShownFormatter, rich_shown, shown, stop_
 
 MAX_BUDGET_MS = 60_000.0  # the loop ignores a timing over a minute as absurd: a larger budget could never be missed
 MAX_LOOP_S = 86_400.0  # the loop's windows and dwell: a day is longer than any board waits to react
+SUMMARY_S = 10.0  # between the plain output's summary lines: a few a minute, read as they come
 Sample = Tuple[np.ndarray, Optional[int]]  # (C, H, W) image, label if known
 
 
@@ -228,6 +234,38 @@ def describe(event: Dict[str, Any], accuracy: Dict[int, Optional[float]], stats:
     return f"switch {event['from']} -> {event['to']} heads [{event['reason']}] at {state}: {bought}{after}"
 
 
+class Summary:
+    """The ``--plain`` line every ``every_s`` seconds of ``clock`` (the host's, from the app's start, also
+    while a scripted day plays), and once more at the end: what was served since the start, with the
+    running head count's latency over its latest ``Stats.WINDOW`` images."""
+
+    def __init__(self, every_s: float, clock: Any, stats: Stats) -> None:
+        self.every_s, self.clock, self.stats = every_s, clock, stats
+        self.due = clock() + every_s
+        self.images, self.heads, self.switches, self.predicted = 0, 0, 0, ""
+
+    def after(self, images: int, heads: int, switches: int, predicted: str) -> Optional[str]:
+        """Note one more image; the summary when one is due, else None (a comparison per image)."""
+        self.images, self.heads, self.switches, self.predicted = images, heads, switches, predicted
+        return self.line() if self.clock() >= self.due else None
+
+    def line(self) -> str:
+        """The summary line now; the next is due ``every_s`` after it."""
+        now = self.clock()
+        self.due = now + self.every_s
+        recent = sorted(self.stats.heads[self.heads].latency_ms)
+        rate = f"{self.images / now:.1f}/s" if now > 0 else "-"
+        return (f"{now:.0f} s: {self.images} images ({rate}), {self.heads} heads, "
+                f"p50 {percentile(recent, 50):.2f} ms, p90 {percentile(recent, 90):.2f} ms, "
+                f"{self.switches} switches, last {self.predicted}")
+
+
+def since_start() -> Callable[[], float]:
+    """A monotonic clock reading 0 when called: the board app's times are seconds since it started."""
+    start = time.monotonic()
+    return lambda: time.monotonic() - start
+
+
 def latency_columns(switcher: Switcher) -> Dict[str, str]:
     """The latency loop's budget now and the running head count's windowed p90, for the status row."""
     status = switcher.latency_status()
@@ -287,6 +325,7 @@ class PageFeed:
         status = self.switcher.latency_status() or {}
         reading = self.switcher.reading
         known = lambda v: v if v is not None and math.isfinite(v) and v >= 0 else None  # noqa: E731
+        mains = reading is not None and reading.battery_pct < 0  # -1: the profile names no battery; NaN: unknown
         switches = [Switch(t=e.time, from_heads=e.from_heads, to_heads=e.to_heads, reason=page_reason(e))
                     for e in self.switcher.events[-20:]]  # the last few only: a board runs for months
         return PageState(
@@ -294,7 +333,8 @@ class PageFeed:
             p50_ms=percentile(running, 50) if running else None, p90_ms=percentile(running, 90) if running else None,
             temp_c=known(reading.thermal) if reading else None,
             battery_pct=known(reading.battery_pct) if reading else None,
-            charging=reading.charging if reading else None, top1=self.accuracy.get(heads), images=images,
+            charging=reading.charging if reading and not mains else None, mains=mains,
+            top1=self.accuracy.get(heads), images=images,
             predicted=predicted, switches=switches, history=history)
 
 
@@ -316,8 +356,9 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     model = manifest.model
     scenario = read_scenario(Path(args.scenario)) if args.scenario else None
     board = SimulatedBoard(Path(args.sysfs_root), scenario) if scenario else None
+    clock = board.clock if board else since_start()  # the switches' and the page's times, from the start
     switcher = Switcher(bundle, lut=args.lut, root=args.sysfs_root or "/", poll_s=args.poll_s, threads=args.threads,
-                        clock=board.clock if board else time.monotonic,
+                        clock=clock,
                         latency_loop=LoopSettings(budget_ms=args.budget_ms, window_s=args.loop_window_s,
                                                   sustain_s=args.loop_sustain_s, dwell_s=args.loop_dwell_s))
     # The held-out accuracy of the artefact each head count runs (a bundle may hold several per head count).
@@ -330,9 +371,10 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         samples = itertools.cycle(folder_images(Path(args.images), model["img_size"], model["in_chans"],
                                                 manifest.classes))
     steps = scenario or [{"images": args.max_images or 10**12}]
-    feed = PageFeed(switcher, accuracy, board.clock if board else time.monotonic)
+    feed = PageFeed(switcher, accuracy, clock)
     page = LivePage(feed.snapshot, *parse_address(args.serve), allow_remote=args.serve_remote) if args.serve else None
     display, stats, shown, count, step_now = Display(args.plain), Stats(), 0, 0, {}
+    summary = Summary(args.summary_s, since_start(), stats)  # the host's seconds, on a scripted day too
 
     def classify(image: np.ndarray, label: Optional[int]) -> None:
         """Run one image; show the switches it caused (each with its reason) and the status."""
@@ -347,9 +389,13 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
             display.line(describe(event_record(event), accuracy, stats))
         name = class_name(predicted, manifest.classes)
         feed.record(prediction.heads, ms, name)
-        if display.live is None and not board:
-            labelled = "" if label is None else f", labelled {class_name(label, manifest.classes)}"
-            display.line(f"image {count}: {name} ({prediction.heads} heads, {ms:.2f} ms{labelled})")
+        if display.live is None:
+            if args.each_image and not board:
+                labelled = "" if label is None else f", labelled {class_name(label, manifest.classes)}"
+                display.line(f"image {count}: {name} ({prediction.heads} heads, {ms:.2f} ms{labelled})")
+            line = summary.after(count, prediction.heads, switcher.switches, name)
+            if line is not None:
+                display.line(line)
         display.status({"class": name, "heads": prediction.heads, "latency ms": f"{ms:.2f}",
                         **latency_columns(switcher), "held-out top-1": accuracy.get(prediction.heads), **step_now})
 
@@ -375,6 +421,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     except KeyboardInterrupt:
         display.line("stopped")
     finally:
+        if display.live is None and summary.images:  # what was served, also when stopped
+            display.line(summary.line())
         display.close()
         if page is not None:
             page.stop()
@@ -413,7 +461,12 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="seconds the p90 must stay over budget before fewer heads run")
     parser.add_argument("--loop-dwell-s", type=number_arg(0, MAX_LOOP_S, low_open=True), default=loop.dwell_s,
                         help="seconds the slow-down must have been gone before more heads are tried again")
-    parser.add_argument("--plain", action="store_true", help="plain lines instead of the live table")
+    parser.add_argument("--plain", action="store_true", help="plain lines instead of the live table: each switch, "
+                                                              "and a summary every --summary-s seconds")
+    parser.add_argument("--summary-s", type=number_arg(0, MAX_LOOP_S, low_open=True), default=SUMMARY_S,
+                        help="seconds between the plain output's summary lines")
+    parser.add_argument("--each-image", action="store_true",
+                        help="with plain output, also a line per image (hundreds a second on a fast board)")
     parser.add_argument("--serve", metavar="HOST:PORT",
                         help="serve a live page of the board's state here (read-only; e.g. 127.0.0.1:8765, "
                              "opened from another machine through ssh -L)")

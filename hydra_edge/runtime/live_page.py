@@ -76,7 +76,7 @@ class LivePageError(HydraEdgeError):
 class Switch(msgspec.Struct):
     """One change of head count, as the page lists it."""
 
-    t: float  # the app's clock, seconds (the scripted day's clock when one plays)
+    t: float  # the app's clock: seconds since it started (the scripted day's clock when one plays)
     from_heads: Optional[int]  # None for the first choice
     to_heads: int
     reason: str  # the switcher's reason: "state", "latency p90 1.9 ms over budget 1.2 ms for 10 s", ...
@@ -107,6 +107,7 @@ class PageState(msgspec.Struct, kw_only=True):
     temp_c: Optional[float] = None
     battery_pct: Optional[float] = None
     charging: Optional[bool] = None
+    mains: bool = False  # the device has no battery (its profile names none): the page says mains, not "on battery"
     top1: Optional[float] = None  # held-out top-1 (%) of the head count running
     images: int = 0  # images classified so far
     predicted: Optional[str] = None  # the latest image's predicted class name
@@ -798,8 +799,9 @@ function render(tick) {
   $("p90").className = judged ? (s.p90_ms > s.budget_ms ? "over" : "ok") : "";
   $("p50").textContent = "p50 " + num(s.p50_ms, 2, " ms") + ", budget " + num(s.budget_ms, 2, " ms");
   $("temp").textContent = num(s.temp_c, 1, " \\u00b0C");
-  $("battery").textContent = num(s.battery_pct, 0, " %");
-  $("charging").textContent = s.charging === true ? "charging" : s.charging === false ? "on battery" : "";
+  $("battery").textContent = s.mains ? "mains" : num(s.battery_pct, 0, " %");
+  $("charging").textContent = s.mains ? "no battery" :
+    s.charging === true ? "charging" : s.charging === false ? "on battery" : "";
   $("predicted").textContent = s.predicted == null ? "\\u2013" : s.predicted;
   $("images").textContent = s.images + " images";
   const thumb = $("thumb");
@@ -877,7 +879,7 @@ _HTML = """<!doctype html>
 <span id="images"></span></div>
 </main>
 <section><canvas id="chart" aria-label="latency (blue) against the budget (red) and heads (yellow)"></canvas></section>
-<section><span>switches, newest first</span><ol id="switches"></ol></section>
+<section><span>switches, newest first (seconds since the app started)</span><ol id="switches"></ol></section>
 <script>{script}</script></body></html>
 """
 
