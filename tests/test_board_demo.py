@@ -149,6 +149,39 @@ def test_deploy_local_runs_this_interpreter_from_a_folder_that_outlives_it(board
     assert "4 images" in log.read_text()
 
 
+def test_deploy_local_says_what_it_keeps_and_fresh_removes_a_saved_correction(
+        board: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """deploy --local keeps the board's files under the user's data folder between runs, and with them the
+    latency correction an earlier run saved, which caps the next start: it says where, how big, how old the
+    correction is and what it does, and how to clear them; --fresh removes the correction."""
+    from hydra_edge.records import correction
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    folder = tmp_path / "data" / "hydra-edge" / "local-board"
+    args = ["--bundle", str(board["bundle"]), "--lut", str(board["lut"]), "--local", "--images", str(board["images"]),
+            "--max-images", "2"]
+    first = CliRunner().invoke(deploy, args)
+    assert first.exit_code == 0, first.output
+    assert f"local board: its files go to {folder}, kept between runs (rm -r it to remove them)" in first.output
+
+    saved, planted = folder / "app" / "bundle" / "lut.correction.json", time.time() - 300
+    saved.write_bytes(correction.encode(correction.CorrectionDocument(
+        created_by="an earlier run", saved_at=planted, manifest_sha256="0" * 64, lut_sha256="0" * 64, budget_ms=10.0,
+        learned=[correction.LearnedLatency(heads=12, p90_ms=30.0, slowdown=3.0, samples=100)]), str(saved)))
+    again = CliRunner().invoke(deploy, args)
+    assert again.exit_code == 0, again.output
+    said = re.search(rf"^local board: {re.escape(str(folder))} holds ([\d.]+) MB kept between runs \(the app, the "
+                     rf"bundle, the images\), and the latency correction {re.escape(str(saved))}, saved (\d+) s ago: "
+                     r"for 3600 s after it was saved it caps the head count the app starts with; --fresh removes it, "
+                     r"rm -r the folder removes everything$", again.output, re.M)
+    assert said and float(said.group(1)) > 0 and 300 <= int(said.group(2)) < 600, again.output
+
+    fresh = CliRunner().invoke(deploy, [*args, "--fresh"])
+    assert fresh.exit_code == 0, fresh.output
+    assert f"--fresh: the latency correction {saved} is removed, the app starts from the table" in fresh.output
+    assert not saved.exists() or correction.read(saved).saved_at != planted  # gone (or learned anew by this run)
+
+
 def test_deploy_refuses_a_table_of_another_bundle(board: dict[str, Path], tmp_path: Path) -> None:
     other = tmp_path / "other.json"
     table = json.loads(board["lut"].read_text())

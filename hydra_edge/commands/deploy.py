@@ -6,6 +6,11 @@ The device gets the torch-free ``hydra_edge`` package, ``app.py``, the artefacts
 ``--serve PORT`` has the app serve its live page on the board's loopback, and forwards it to this
 machine's (``Transport.forward``: ssh -L over the same checked connection settings) while the app runs.
 
+The board keeps what it learns between runs: the latency loop's correction (``lut.correction.json``
+beside the table), which caps the head count for up to ``LoopSettings.expire_s`` after it was saved.
+``--fresh`` removes it before the app starts; ``deploy --local`` says at its start where this machine's
+board folder is, what it holds and how to clear it (``local_state``).
+
 A phone gets the Android demo app instead (``--serial S --apk demo.apk``): the APK carries its bundle and
 table, so it is installed (``adb install -r``, checked by sha256 on the phone) and started (``measure.app``).
 """
@@ -15,15 +20,19 @@ from __future__ import annotations
 import os
 import posixpath
 import shlex
+import time
 from contextlib import nullcontext
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import click
 
 from ..bounds import MAX_CAMERA, MAX_IMAGES
 from ..errors import HydraEdgeError
 from ..measure.device import device_python, ensure_python, package_files, push_files, runtime_requirements
+from ..records import correction
 from ..records.manifest import MANIFEST, bundle_files, read_manifest
+from ..runtime.closed_loop import correction_path
+from ..runtime.latency_governor import LoopSettings
 from ..runtime.live_page import URL_LINE
 from ..runtime.lut import read_table
 from ..runtime.preprocess import IMAGE_SUFFIXES
@@ -73,11 +82,12 @@ def payload(bundle: Path, lut: Path, images: Path | None,
 
 def deploy_to(transport: Transport, bundle: Path, lut: Path, images: Path | None, camera: int | None,
               python: str, setup: bool, pip_args: tuple[str, ...], app_args: list[str], detach: bool,
-              page: str | None = None) -> int:
+              page: str | None = None, fresh: bool = False) -> int:
     """Push, prepare the device's Python, start the app; returns its exit code (0 when detached).
 
     ``page``: what to show for the app's line naming its live page (the board's own address), as soon
-    as the page serves: the URL that opens it from this machine.
+    as the page serves: the URL that opens it from this machine. ``fresh``: remove the latency
+    correction an earlier run saved on the board, so the app starts from the table alone.
     """
     digests: dict[str, str] = {}
     files = payload(bundle, lut, images, digests)
@@ -86,6 +96,8 @@ def deploy_to(transport: Transport, bundle: Path, lut: Path, images: Path | None
     requirements = {**runtime_requirements(read_manifest(bundle).artefacts), "PIL": "pillow"}
     python = ensure_python(transport, python, requirements, setup, pip_args)
     root = transport.remote_path(APP_DIR)
+    if fresh:
+        transport.run(["rm", "-f", str(correction_path(PurePosixPath(root, "bundle", "lut.json")))])
     source = ["--images", posixpath.join(root, "images")] if images is not None else ["--camera", str(camera)]
     argv = [python, posixpath.join(root, "app.py"), "--bundle", posixpath.join(root, "bundle"), *source, *app_args]
     env = {"PYTHONPATH": root}
@@ -131,6 +143,27 @@ def local_board_dir() -> Path:
     return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "hydra-edge" / "local-board"
 
 
+def local_state(folder: Path, fresh: bool) -> str:
+    """What ``deploy --local`` keeps between runs, said as it starts: the folder, its size, and the latency
+    correction an earlier run saved there (how old, what it does to this start), with how to clear each."""
+    if not folder.is_dir():
+        return f"local board: its files go to {folder}, kept between runs (rm -r it to remove them)"
+    size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and not f.is_symlink())
+    held = f"local board: {folder} holds {size / 1e6:.1f} MB kept between runs (the app, the bundle, the images)"
+    saved = correction_path(folder / APP_DIR / "bundle" / "lut.json")
+    if not saved.is_file():
+        return f"{held}; rm -r it to remove them"
+    if fresh:
+        return f"{held}; --fresh: the latency correction {saved} is removed, the app starts from the table"
+    try:
+        age = f"saved {time.time() - correction.read(saved).saved_at:.0f} s ago"
+    except correction.CorrectionError:
+        age = "unreadable (the app will say why and not use it)"
+    return (f"{held}, and the latency correction {saved}, {age}: for {LoopSettings().expire_s:.0f} s after it "
+            "was saved it caps the head count the app starts with; --fresh removes it, rm -r the folder "
+            "removes everything")
+
+
 @command(kept=lambda params: "the app deploy started was stopped; the files already on the board stay there and "
                             "are not sent again")
 @click.option("--bundle", "-b", type=click.Path(file_okay=False, exists=True, path_type=Path),
@@ -155,6 +188,8 @@ def local_board_dir() -> Path:
 @click.option("--setup", is_flag=True, help="Create a venv on the board and pip install what it lacks (reused).")
 @click.option("--pip-arg", "pip_args", multiple=True, help="Extra argument for pip on the board.")
 @click.option("--detach", is_flag=True, help="Leave the app running on the board (output in app.log there).")
+@click.option("--fresh", is_flag=True, help="Remove the latency correction an earlier run saved on the board "
+                                            "(lut.correction.json), so the app starts from the table alone.")
 @click.option("--serve", "serve_port", type=PORT, default=None,
               help="Serve the app's live page on the board's 127.0.0.1:PORT and forward it to this machine while the "
                    "app runs (over ssh; --local: opened as it is). Read-only; e.g. 8765.")
@@ -167,7 +202,7 @@ def local_board_dir() -> Path:
 def deploy(bundle: Path | None, lut_path: Path | None, apk: Path | None, serial: str | None, adb_port: int | None,
            host: str | None, local: bool, images: Path | None, camera: int | None,
            max_images: int | None, python: str | None, setup: bool, pip_args: tuple[str, ...], detach: bool,
-           serve_port: int | None, local_port: int | None, remote_dir: str | None, identity_file: str | None,
+           fresh: bool, serve_port: int | None, local_port: int | None, remote_dir: str | None, identity_file: str | None,
            known_hosts: str | None, ssh_config: str | None) -> None:
     """Push the board demo app, the artefacts and the lookup table to a board and start the app.
 
@@ -178,7 +213,8 @@ def deploy(bundle: Path | None, lut_path: Path | None, apk: Path | None, serial:
     if apk is not None or serial is not None or adb_port is not None:
         given = (("--bundle", bundle), ("--lut", lut_path), ("--host", host), ("--local", local),
                  ("--images", images), ("--camera", camera), ("--max-images", max_images), ("--python", python),
-                 ("--setup", setup), ("--pip-arg", pip_args), ("--detach", detach), ("--serve", serve_port),
+                 ("--setup", setup), ("--pip-arg", pip_args), ("--detach", detach), ("--fresh", fresh),
+                 ("--serve", serve_port),
                  ("--local-port", local_port), ("--remote-dir", remote_dir), ("--identity", identity_file),
                  ("--known-hosts", known_hosts), ("--ssh-config", ssh_config))
         board = [name for name, value in given if value is not None and value is not False and value != ()]
@@ -204,8 +240,9 @@ def deploy(bundle: Path | None, lut_path: Path | None, apk: Path | None, serial:
     lut_file = lut_path / "lut.json" if lut_path.is_dir() else lut_path
     options = {k: v for k, v in {"remote_dir": remote_dir, "identity_file": identity_file,
                                  "known_hosts": known_hosts, "ssh_config": ssh_config}.items() if v is not None}
-    if local and remote_dir is None:  # the app, its files and its log stay after deploy returns
-        options["remote_dir"] = str(local_board_dir())
+    if local:  # the app, its files and its log stay after deploy returns: said, with how to clear them
+        options.setdefault("remote_dir", str(local_board_dir()))
+        click.echo(local_state(Path(options["remote_dir"]), fresh), err=True)
     python = device_python(python, local)
     app_args = ["--plain"] + (["--max-images", str(max_images)] if max_images is not None else [])
     if serve_port is not None:
@@ -216,4 +253,4 @@ def deploy(bundle: Path | None, lut_path: Path | None, apk: Path | None, serial:
             transport.forward(serve_port, local_port) if serve_port is not None else nullcontext() as page_port:
         # the forward is up (its local port checked) before anything is sent, and down once the app ends
         deploy_to(transport, bundle, lut_file, images, camera, python, setup, pip_args, app_args, detach,
-                  None if page_port is None else page_line(transport, page_port, serve_port))
+                  None if page_port is None else page_line(transport, page_port, serve_port), fresh)
