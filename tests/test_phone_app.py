@@ -147,9 +147,11 @@ def calibrate_app(device: AdbDevice, bundle: Path, out: Path, *args: object) -> 
                                                            "--adb-port", device.server.port, "--out", out, *args)])
 
 
-def bench_start(runs: int, warmup: int, threads: int) -> list[str]:
+def bench_start(runs: int, warmup: int, threads: int, bundle: Path, heads: tuple = (3, 12)) -> list[str]:
+    """The ``am start`` of bench mode, timing the artefacts of ``heads`` only (``--esa only``)."""
+    only = ",".join(a.id for a in read_manifest(bundle).artefacts if a.heads in heads)
     return ["am", "start", "-S", "-n", COMPONENT, "--es", "mode", "bench", "--ei", "runs", str(runs),
-            "--ei", "warmup", str(warmup), "--ei", "threads", str(threads)]
+            "--ei", "warmup", str(warmup), "--ei", "threads", str(threads), "--esa", "only", only]
 
 
 # --- calibrate --runner app ---------------------------------------------------------------------------
@@ -164,7 +166,7 @@ def test_the_apps_record_is_the_python_runners_for_the_same_lines(adb_device: Ad
                         "--warmup", 1)
     assert app.exit_code == 0, app.output
     commands = sent(phone)
-    start = bench_start(5, 1, 0)
+    start = bench_start(5, 1, 0, pte_bundle)
     assert ["rm", "-f", BENCH_FILE] in commands and start in commands and ["cat", BENCH_FILE] in commands
     assert commands.index(["rm", "-f", BENCH_FILE]) < commands.index(start) < commands.index(["cat", BENCH_FILE])
     assert not installs(phone) and not any(c[:1] == ["sha256sum"] for c in commands)  # the APK carries the bundle
@@ -205,7 +207,7 @@ def test_the_apps_settings_are_the_ones_asked(adb_device: AdbDevice, phone: Phon
                            "--warmup", 3, "--threads", 2)
     line = one_line_error(result)
     assert "2 head count(s) failed" in line and "missing or its sha256 differs" in line
-    assert bench_start(7, 3, 2) in sent(phone)
+    assert bench_start(7, 3, 2, manifest_only) in sent(phone)
     record = read_calibration(tmp_path / "cal.json")
     assert [r.status for r in record.results] == ["error", "error"] and record.settings["runner"] == "app"
 
@@ -229,6 +231,47 @@ def test_a_silent_app_times_out_in_one_line(adb_device: AdbDevice, phone: Phone,
                                         "--app-timeout", 2))
     assert "the app wrote no line to " + BENCH_FILE + " for 2 s" in line and "0 of 2 head counts are saved" in line
     assert ["am", "force-stop", PACKAGE] in sent(phone)
+
+
+def test_a_resumed_calibration_has_the_app_time_only_what_the_record_lacks(
+        adb_device: AdbDevice, phone: Phone, pte_bundle: Path, tmp_path: Path) -> None:
+    lines = runner_lines(pte_bundle, "--runs", "5", "--warmup", "1")
+    installed(phone)
+    bench(phone, [line for line in lines if json.loads(line)["event"] != "done"][:2])  # 3 heads, then it hangs
+    out = tmp_path / "cal.json"
+    line = one_line_error(calibrate_app(adb_device, pte_bundle, out, "--runner", "app", "--runs", 5, "--warmup", 1,
+                                        "--app-timeout", 2))
+    assert "1 of 2 head counts are saved" in line and bench_start(5, 1, 0, pte_bundle) in sent(phone)
+    first = read_calibration(out).result(3)
+
+    bench(phone, lines)  # the app answers only what it is asked for
+    phone.dir.joinpath("commands.jsonl").unlink()
+    resumed = calibrate_app(adb_device, pte_bundle, out, "--runner", "app", "--runs", 5, "--warmup", 1)
+    assert resumed.exit_code == 0, resumed.output
+    assert [c for c in sent(phone) if c[:2] == ["am", "start"]] == [bench_start(5, 1, 0, pte_bundle, heads=(12,))]
+    written = phone.bench_file(PACKAGE).read_text().splitlines()
+    assert [json.loads(x).get("heads") for x in written if json.loads(x)["event"] == "result"] == [12]
+    record = read_calibration(out)
+    assert [r.heads for r in record.measured()] == [3, 12] and record.result(3) == first
+
+
+def test_an_app_that_dies_is_one_line_within_seconds_not_at_the_timeout(
+        adb_device: AdbDevice, phone: Phone, pte_bundle: Path, tmp_path: Path) -> None:
+    lines = runner_lines(pte_bundle, "--runs", "5", "--warmup", "1")
+    installed(phone)
+    bench(phone, lines[:2])  # its device line and 3 heads' result, then the process is gone (a crash)
+    (phone.dir / "bench-end").write_text("exits")
+    began = time.monotonic()
+    line = one_line_error(calibrate_app(adb_device, pte_bundle, tmp_path / "cal.json", "--runner", "app",
+                                        "--runs", 5, "--warmup", 1))  # --app-timeout: its 600 s default
+    assert time.monotonic() - began < 60
+    twelve = next(a for a in read_manifest(pte_bundle).artefacts if a.heads == 12)
+    assert f"the demo app died on adb:{adb_device.serial} while timing 12 heads ({twelve.id}); " in line
+    assert f"`adb -P {adb_device.server.port} -s {adb_device.serial} logcat -d -s hydra-edge AndroidRuntime:E` " \
+           "shows why" in line
+    assert ["pidof", PACKAGE] in sent(phone) and ["am", "force-stop", PACKAGE] in sent(phone)
+    record = read_calibration(tmp_path / "cal.json")
+    assert [(r.heads, r.status) for r in record.results] == [(3, "ok"), (12, "crashed")]
 
 
 def test_an_app_built_from_another_bundle_is_refused(adb_device: AdbDevice, phone: Phone, manifest_only: Path,

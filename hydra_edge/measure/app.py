@@ -35,6 +35,10 @@ BENCH_FILE = f"/sdcard/Android/data/{PACKAGE}/files/bench.jsonl"
 APP_FORMAT = "executorch"  # the app runs ExecuTorch programs (.pte) only
 APP_IDLE_S = 600.0  # the app writes a line per artefact; this long without one is a hung or killed app
 POLL_S = 0.5
+# While no line comes, whether the app's process is still there is asked this often; it is dead when two asks
+# in a row find none (the first ask may come before a just-started process is listed), so a crash is one line
+# within about twice this, not at APP_IDLE_S.
+ALIVE_CHECK_S = 2.0
 DEPLOY_HINT = "build it with hydra-edge android-app --bundle B --lut L --out demo.apk"
 
 # What ``pm install`` refusals mean for this app, and the one thing to do about each.
@@ -56,6 +60,10 @@ INSTALL_HINTS = {
 
 class AppError(HydraEdgeError):
     """The demo app cannot be installed, started or run as asked; the message says what to do."""
+
+
+class AppDied(AppError):
+    """The app's process is gone while the host waits for its next bench line: it crashed or was killed."""
 
 
 def _serial_flags(transport: Transport) -> str:
@@ -145,11 +153,13 @@ def install(transport: Transport, apk: Path) -> str:
 # --- starting and following the app -------------------------------------------------------------
 
 
-def bench_argv(runs: int, warmup: int, threads: int) -> list[str]:
+def bench_argv(runs: int, warmup: int, threads: int, only: Sequence[str]) -> list[str]:
     """``am start`` of bench mode with the settings the Python runner gets (threads 0: each artefact's
-    own). ``-S`` stops a running app first, so its ``onCreate`` reads these extras."""
+    own; ``only``: these artefact ids, as the runner's ``--only``). ``-S`` stops a running app first, so
+    its ``onCreate`` reads these extras. ``--esa`` splits its value at commas, so one in an id is escaped."""
+    ids = ",".join(artefact.replace(",", "\\,") for artefact in only)
     return ["am", "start", "-S", "-n", ACTIVITY, "--es", "mode", "bench", "--ei", "runs", str(runs),
-            "--ei", "warmup", str(warmup), "--ei", "threads", str(threads)]
+            "--ei", "warmup", str(warmup), "--ei", "threads", str(threads), "--esa", "only", ids]
 
 
 def start(transport: Transport, argv: Sequence[str]) -> None:
@@ -178,33 +188,56 @@ def stop(transport: Transport) -> None:
         pass
 
 
+def running(transport: Transport) -> bool:
+    """Whether the app has a process on the phone. ``pidof`` (toybox, Android 7+) exits 1, printing
+    nothing, when there is none; any other failure (no pidof, a shell error) cannot tell, and counts as
+    running, so the idle timeout still decides."""
+    result = transport.run(["pidof", PACKAGE], check=False, timeout=30)
+    return not (result.returncode == 1 and not result.stdout.strip())
+
+
+def logcat_hint(transport: Transport) -> str:
+    """The adb command that shows the app's own lines and a crash's stack trace."""
+    return f"`adb{_serial_flags(transport)} logcat -d -s hydra-edge AndroidRuntime:E`"
+
+
 def follow(transport: Transport, path: str, idle_s: float, poll_s: float = POLL_S,
            clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> Iterator[str]:
     """Each complete line of the device file ``path`` once, as the app writes it; runs until the caller stops.
 
     The file is read whole with ``cat`` each ``poll_s`` (it is a few kB); text after its last newline
-    is a line still being written and waits for the next read. No new line for ``idle_s`` (a file
-    never created included) raises ``TransportTimeout``.
+    is a line still being written and waits for the next read. While no line comes, every
+    ``ALIVE_CHECK_S`` the app's process is looked for; none twice in a row raises ``AppDied`` (after the
+    lines it wrote before dying). No new line for ``idle_s`` (a file never created included) raises
+    ``TransportTimeout``.
     """
-    seen, last_new = 0, clock()
+    seen, last_new, last_check, missing = 0, clock(), clock(), 0
     while True:
         result = transport.run(["cat", path], check=False, timeout=60)
         lines = result.stdout.split("\n")[:-1] if result.ok else []
         if len(lines) > seen:
             yield from lines[seen:]
-            seen, last_new = len(lines), clock()
+            seen, last_new, missing = len(lines), clock(), 0
         elif clock() - last_new > idle_s:
             raise TransportTimeout(f"the app wrote no line to {path} for {idle_s:g} s (hung, or stopped: see "
-                                   f"`adb{_serial_flags(transport)} logcat -s hydra-edge`); stopped it")
+                                   f"{logcat_hint(transport)}); stopped it")
+        elif clock() - last_check >= ALIVE_CHECK_S:
+            last_check = clock()
+            missing = 0 if running(transport) else missing + 1
+            if missing >= 2:
+                result = transport.run(["cat", path], check=False, timeout=60)  # what it wrote before it went
+                yield from (result.stdout.split("\n")[:-1] if result.ok else [])[seen:]
+                raise AppDied(f"{PACKAGE} is no longer running on {transport.device_id}")
         sleep(poll_s)
 
 
-def bench_lines(transport: Transport, runs: int, warmup: int, threads: int, idle_s: float) -> Iterator[str]:
-    """The app's bench lines, from a fresh start: the file an earlier run left (its ``done`` included)
-    is removed first, so every line read is this run's."""
+def bench_lines(transport: Transport, runs: int, warmup: int, threads: int, only: Sequence[str],
+                idle_s: float) -> Iterator[str]:
+    """The app's bench lines for the artefacts ``only`` names, from a fresh start: the file an earlier run
+    left (its ``done`` included) is removed first, so every line read is this run's."""
     require_adb(transport)
     transport.run(["rm", "-f", BENCH_FILE], check=False, timeout=60)
-    start(transport, bench_argv(runs, warmup, threads))
+    start(transport, bench_argv(runs, warmup, threads, only))
     yield from follow(transport, BENCH_FILE, idle_s)
 
 

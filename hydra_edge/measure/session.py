@@ -310,16 +310,17 @@ class Session:
 
     def _run_app(self, todo: list[ArtefactRecord]) -> None:
         """The demo app's bench mode: its lines go through ``_on_line`` as the Python runner's do. It times
-        every artefact its APK carries, so a result for one already measured replaces it (same settings).
-        A ``fatal`` line, a result for another bundle's artefact or a silent app is one line; the app is
-        then stopped."""
+        only what the record lacks (``--esa only``, as the runner's ``--only``), so a resumed run does not
+        time again what was saved. A ``fatal`` line, a result for another bundle's artefact, a silent app or
+        one that dies is one line; the app is then stopped. A death is recorded against the artefact it was
+        timing, as the Python runner's is, so a re-run goes on with the others."""
         self.report("starting the app", None)
         samples: list[dict[str, Any]] = []
         finished = False
         try:
             with self._chatter("the app's other lines") as chatter:
                 lines = demo_app.bench_lines(self.t, self.opts.runs, self.opts.warmup, self.opts.threads or 0,
-                                             self.opts.app_idle_s)
+                                             [a.id for a in todo], self.opts.app_idle_s)
                 self.report("timing", todo[0].heads if todo else None)
                 for line in lines:
                     foreign = demo_app.foreign_result(line, self.artefacts)
@@ -330,6 +331,15 @@ class Session:
                     if self._on_line(line, todo, samples, chatter):
                         finished = True
                         break
+        except demo_app.AppDied:
+            culprit = self._in_flight(todo)
+            timing = f"{culprit.heads} heads ({culprit.id})" if culprit else "its bench"
+            if culprit is not None:
+                self._put(HeadResult(culprit.heads, culprit.id, culprit.sha256, "crashed", "app",
+                                     error="the app died timing it; --force tries it again"))
+            raise HydraEdgeError(f"the demo app died on {self.t.device_id} while timing {timing}; "
+                                 f"{demo_app.logcat_hint(self.t)} shows why"
+                                 + ("; it is recorded as crashed, run again to measure the rest" if culprit else ""))
         finally:
             if not finished:
                 demo_app.stop(self.t)

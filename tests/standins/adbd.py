@@ -116,8 +116,8 @@ class Device:
         script.chmod(0o755)
 
     def write_phone_tools(self) -> None:
-        """``am`` and ``pm`` on the shell's PATH, answered by ``Phone`` (this module run as a tool)."""
-        for tool in ("am", "pm"):
+        """``am``, ``pm`` and ``pidof`` on the shell's PATH, answered by ``Phone`` (this module run as a tool)."""
+        for tool in ("am", "pm", "pidof"):
             script = self.bin_dir / tool
             script.write_text(f"#!/bin/sh\nexec {_sh_quote(sys.executable)} -m {__package__}.adbd --phone-tool {tool} "
                               f"--root {_sh_quote(str(self.sandbox.parent))} -- \"$@\"\n")
@@ -134,8 +134,11 @@ class Phone:
 
     Set by the test: ``install-answer`` (what ``adb install`` answers instead of ``Success``),
     ``apk-package`` (the package an installed APK declares; default the demo app's), ``bench-lines``
-    (what the app writes in bench mode) and ``bench-delay`` (seconds between those lines). Read by the
-    test: ``commands.jsonl`` (one JSON object per shell command or install received).
+    (what the app writes in bench mode; a ``result`` line for an artefact ``--esa only`` leaves out is not
+    written, as the app times only those), ``bench-delay`` (seconds between those lines) and
+    ``bench-end`` (after its lines the app ``stays``, as a real one does showing its summary, or ``exits``
+    as a crash does; default ``stays``). Read by the test: ``commands.jsonl`` (one JSON object per shell
+    command or install received).
     """
 
     dir: Path
@@ -196,6 +199,9 @@ class Phone:
                 pass
             elif word == "-n" and words:
                 component = words.pop(0)
+            elif word == "--esa" and len(words) >= 2:  # a string array: comma-separated, "\\," a comma
+                key, value = words.pop(0), words.pop(0)
+                extras[key] = [item.replace("\\,", ",") for item in re.split(r"(?<!\\),", value)]
             elif word in ("--es", "--ei", "--ez") and len(words) >= 2:
                 key, value = words.pop(0), words.pop(0)
                 if word == "--ei" and not re.fullmatch(r"-?[0-9]+", value):
@@ -216,8 +222,10 @@ class Phone:
             print(f"Error: Activity class {{{package}/{activity}}} does not exist.", file=sys.stderr)
             return 255
         if extras.get("mode") == "bench":  # the app's worker thread: runs on after am returns
+            only = extras.get("only")
             proc = subprocess.Popen([sys.executable, "-m", f"{__package__}.adbd", "--phone-tool", "bench-app",
-                                     "--root", str(self.dir.parent), "--", package],
+                                     "--root", str(self.dir.parent), "--", package,
+                                     *(["--only", *only] if isinstance(only, list) else [])],
                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                     start_new_session=True)
             (self.dir / "app.pid").write_text(str(proc.pid))
@@ -233,17 +241,34 @@ class Phone:
         print(f"Error: unknown command {argv}", file=sys.stderr)
         return 255
 
-    def bench_app(self, package: str) -> None:
-        """The app in bench mode: its file started afresh, then the test's lines one at a time."""
+    def pidof(self, argv: list[str]) -> int:
+        """``pidof PKG``: the bench app's process id while it runs (a zombie is gone), else nothing and 1."""
+        pid = self.dir / "app.pid"
+        if argv == [self.package_default] and pid.is_file():
+            stat = Path(f"/proc/{pid.read_text().strip()}/stat")
+            if stat.is_file() and stat.read_text().split(") ")[-1][:1] != "Z":
+                print(pid.read_text().strip())
+                return 0
+        return 1
+
+    def bench_app(self, args: list[str]) -> None:
+        """The app in bench mode (``PKG [--only ID...]``): its file started afresh, then the test's lines one
+        at a time, those of the artefacts asked for; then it stays, or exits (``bench-end``)."""
+        package, only = args[0], (set(args[2:]) if args[1:2] == ["--only"] else None)
         out = self.bench_file(package)
         out.parent.mkdir(parents=True, exist_ok=True)
         lines = self.dir / "bench-lines"
         delay = float(self.setting("bench-delay", "0.05"))
         with open(out, "w") as f:
             for line in (lines.read_text().splitlines() if lines.is_file() else []):
+                event = json.loads(line) if line.startswith("{") else {}
+                if only is not None and event.get("event") == "result" and event.get("artefact") not in only:
+                    continue
                 time.sleep(delay)
                 f.write(line + "\n")
                 f.flush()
+        if self.setting("bench-end", "stays") == "stays":
+            time.sleep(3600)  # the Activity stays open; am force-stop (or am start -S) ends it
 
 
 _LOG_LOCK = threading.Lock()
@@ -659,8 +684,8 @@ def serve(device: Device, port: int) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--phone-tool", choices=("am", "pm", "bench-app"), default=None,
-                        help="answer as the phone's am or pm (or be the app's bench mode), then exit")
+    parser.add_argument("--phone-tool", choices=("am", "pm", "pidof", "bench-app"), default=None,
+                        help="answer as the phone's am, pm or pidof (or be the app's bench mode), then exit")
     parser.add_argument("--port", type=int, default=None)
     parser.add_argument("--root", type=Path, required=True, help="holds sandbox/ (/data/local/tmp) and bin/")
     parser.add_argument("--serial", default="HYDRA0001")
@@ -671,7 +696,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.phone_tool is not None:
         phone = Phone(args.root / "phone")
         if args.phone_tool == "bench-app":
-            phone.bench_app(args.tool_args[0])
+            phone.bench_app(args.tool_args)
             return
         sys.exit(getattr(phone, args.phone_tool)(args.tool_args))
     if args.port is None:

@@ -17,6 +17,7 @@ import org.json.JSONObject;
 import java.io.File;
 import java.io.IOException;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -28,7 +29,8 @@ import java.util.Map;
  * headroom, battery, the predicted class and why the head count last changed. A bundle or table whose
  * sha256 is not the manifest's is refused on screen and nothing runs.
  *
- * Started with --es mode bench it times every artefact instead (see Bench) and writes bench.jsonl.
+ * Started with --es mode bench it times every artefact instead (see Bench) and writes bench.jsonl;
+ * --esa only ID,ID times those artefacts alone.
  */
 public class MainActivity extends Activity {
     /** The ExecuTorch runtime the APK carries (recorded in bench.jsonl's device line). */
@@ -70,11 +72,12 @@ public class MainActivity extends Activity {
         final int runs = getIntent().getIntExtra("runs", 50);
         final int warmup = getIntent().getIntExtra("warmup", 10);
         final int threads = getIntent().getIntExtra("threads", 0);
+        final String[] only = getIntent().getStringArrayExtra("only");  // --esa only ID,ID: these artefacts alone
         running = true;
         work.post(new Runnable() {
             @Override
             public void run() {
-                if (bench) runBench(runs, warmup, threads);
+                if (bench) runBench(runs, warmup, threads, only);
                 else runDemo();
             }
         });
@@ -118,7 +121,28 @@ public class MainActivity extends Activity {
         return Math.min(asked > 0 ? asked : a.threads, cores);
     }
 
-    private void runBench(int runs, int warmup, int threads) {
+    /**
+     * The artefacts bench mode times: every one the bundle holds, or those {@code only} names in the bundle's
+     * order (calibration/runner.py's --only; a resumed calibration asks for what it lacks).
+     */
+    static List<BundleStore.Artefact> benchArtefacts(List<BundleStore.Artefact> all, String[] only)
+            throws BundleStore.Refused {
+        if (only == null) return all;
+        Map<String, BundleStore.Artefact> byId = new HashMap<String, BundleStore.Artefact>();
+        for (BundleStore.Artefact a : all) byId.put(a.id, a);
+        for (String id : only) {
+            if (!byId.containsKey(id)) {
+                throw new BundleStore.Refused("bench mode was asked for artefact '" + id + "', which the app's bundle "
+                        + "does not hold; calibrate the bundle the APK was built from");
+            }
+        }
+        List<String> wanted = Arrays.asList(only);
+        List<BundleStore.Artefact> picked = new ArrayList<BundleStore.Artefact>();
+        for (BundleStore.Artefact a : all) if (wanted.contains(a.id)) picked.add(a);
+        return picked;
+    }
+
+    private void runBench(int runs, int warmup, int threads, String[] only) {
         File dir = getExternalFilesDir(null);
         if (dir == null) dir = getFilesDir();
         File file = new File(dir, Bench.FILE);
@@ -131,8 +155,10 @@ public class MainActivity extends Activity {
         }
         try {
             BundleStore bundle;
+            List<BundleStore.Artefact> timed;
             try {
                 bundle = BundleStore.open(this);
+                timed = benchArtefacts(bundle.artefacts, only);
             } catch (BundleStore.Refused e) {
                 JSONObject fatal = new JSONObject();
                 fatal.put("event", "fatal");
@@ -143,7 +169,7 @@ public class MainActivity extends Activity {
             }
             bench.emit(Bench.deviceRecord());
             StringBuilder text = new StringBuilder();
-            for (BundleStore.Artefact a : bundle.artefacts) {
+            for (BundleStore.Artefact a : timed) {
                 show("benchmark: " + a.id, Color.BLACK, text.toString());
                 JSONObject r;
                 try {
