@@ -82,15 +82,18 @@ def payload(bundle: Path, lut: Path, images: Path | None,
 
 def deploy_to(transport: Transport, bundle: Path, lut: Path, images: Path | None, camera: int | None,
               python: str, setup: bool, pip_args: tuple[str, ...], app_args: list[str], detach: bool,
-              page: str | None = None, fresh: bool = False) -> int:
+              page: str | None = None, fresh: bool = False, kept: str | None = None) -> int:
     """Push, prepare the device's Python, start the app; returns its exit code (0 when detached).
 
     ``page``: what to show for the app's line naming its live page (the board's own address), as soon
     as the page serves: the URL that opens it from this machine. ``fresh``: remove the latency
-    correction an earlier run saved on the board, so the app starts from the table alone.
+    correction an earlier run saved on the board, so the app starts from the table alone. ``kept``: what
+    the board keeps between runs (``local_state``), said once what is to be sent has passed its checks.
     """
     digests: dict[str, str] = {}
     files = payload(bundle, lut, images, digests)
+    if kept is not None:
+        click.echo(kept, err=True)
     sent = push_files(transport, files, digests)
     click.echo(f"{transport.device_id}: {sent} of {len(files)} files sent (the rest were already there)", err=True)
     requirements = {**runtime_requirements(read_manifest(bundle).artefacts), "PIL": "pillow"}
@@ -146,9 +149,10 @@ def local_board_dir() -> Path:
 def local_state(folder: Path, fresh: bool) -> str:
     """What ``deploy --local`` keeps between runs, said as it starts: the folder, its size, and the latency
     correction an earlier run saved there (how old, what it does to this start), with how to clear each."""
-    if not folder.is_dir():
+    files = [f for f in folder.rglob("*") if f.is_file() and not f.is_symlink()] if folder.is_dir() else []
+    if not files:
         return f"local board: its files go to {folder}, kept between runs (rm -r it to remove them)"
-    size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and not f.is_symlink())
+    size = sum(f.stat().st_size for f in files)
     held = f"local board: {folder} holds {size / 1e6:.1f} MB kept between runs (the app, the bundle, the images)"
     saved = correction_path(folder / APP_DIR / "bundle" / "lut.json")
     if not saved.is_file():
@@ -242,7 +246,7 @@ def deploy(bundle: Path | None, lut_path: Path | None, apk: Path | None, serial:
                                  "known_hosts": known_hosts, "ssh_config": ssh_config}.items() if v is not None}
     if local:  # the app, its files and its log stay after deploy returns: said, with how to clear them
         options.setdefault("remote_dir", str(local_board_dir()))
-        click.echo(local_state(Path(options["remote_dir"]), fresh), err=True)
+    kept = local_state(Path(options["remote_dir"]), fresh) if local else None  # before the board is opened
     python = device_python(python, local)
     app_args = ["--plain"] + (["--max-images", str(max_images)] if max_images is not None else [])
     if serve_port is not None:
@@ -253,4 +257,4 @@ def deploy(bundle: Path | None, lut_path: Path | None, apk: Path | None, serial:
             transport.forward(serve_port, local_port) if serve_port is not None else nullcontext() as page_port:
         # the forward is up (its local port checked) before anything is sent, and down once the app ends
         deploy_to(transport, bundle, lut_file, images, camera, python, setup, pip_args, app_args, detach,
-                  None if page_port is None else page_line(transport, page_port, serve_port), fresh)
+                  None if page_port is None else page_line(transport, page_port, serve_port), fresh, kept)
