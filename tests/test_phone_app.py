@@ -171,6 +171,10 @@ def test_the_apps_record_is_the_python_runners_for_the_same_lines(adb_device: Ad
     assert commands.index(["rm", "-f", BENCH_FILE]) < commands.index(start) < commands.index(["cat", BENCH_FILE])
     assert not installs(phone) and not any(c[:1] == ["sha256sum"] for c in commands)  # the APK carries the bundle
     assert ["am", "force-stop", PACKAGE] not in commands  # it finished: left showing its summary
+    # the runner read the profile's headroom command where there is none (as a phone before Android 14): said once
+    note = (f"adb:{adb_device.serial}: no thermal headroom forecast "
+            "(`cmd thermalservice headroom 10` failed or printed nothing)")
+    assert app.output.count(note) == 1 and "delete the headroom line of its profile's [signals.commands]" in app.output
 
     # The Python runner's path over the same phone, its runner printing exactly the same lines.
     (tmp_path / "lines").write_text("".join(line + "\n" for line in lines))

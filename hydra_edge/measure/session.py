@@ -125,6 +125,7 @@ class Session:
         self.t, self.opts, self.out = transport, opts, out
         self.report: Report = report or (lambda stage, heads: None)
         self.echo: Echo = lambda text: print(shown(text), file=terminal(), flush=True)  # the device's words
+        self._said_no_forecast = False
         self.manifest = read_manifest(opts.bundle)
         self.artefacts = select_artefacts(self.manifest, opts.quant)
         self.tool = native.tool_for(self.artefacts[0].format) if opts.runner else None
@@ -176,6 +177,18 @@ class Session:
     def _put(self, result: HeadResult) -> None:
         self.writer.put(result)
         self.report(f"{result.status}", result.heads)
+        self._say_no_forecast(result)
+
+    def _say_no_forecast(self, result: HeadResult) -> None:
+        """Once per run, one line when the device's states carry no thermal headroom forecast the profile names:
+        where its table names headroom, a phone that cannot forecast runs its fewest heads."""
+        states = (state or {} for state in (result.state_before, result.state_after))
+        why = next((state["errors"]["headroom"] for state in states if "headroom" in (state.get("errors") or {})), None)
+        if why and not self._said_no_forecast:
+            self._said_no_forecast = True
+            self.echo(f"{self.t.device_id}: no thermal headroom forecast ({why}); where the table names headroom "
+                      "the phone runs its fewest heads while that lasts: for a phone that never can forecast, "
+                      "delete the headroom line of its profile's [signals.commands] before hydra-edge convert")
 
     def _in_flight(self, todo: list[ArtefactRecord]) -> ArtefactRecord | None:
         """The first artefact of ``todo`` the device has not reported: the one it was timing."""

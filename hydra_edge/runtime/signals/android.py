@@ -50,8 +50,7 @@ def parse_headroom(text: Optional[str]) -> Tuple[Optional[float], Optional[str]]
         return None, f"cmd thermalservice headroom printed {line[:60]!r}, not a forecast"
     value = float(match.group(1))
     if math.isnan(value):
-        return None, ("thermal headroom NaN: the phone cannot forecast now (or at all: a phone that never can "
-                      "should not name headroom in its profile's [signals.commands])")
+        return None, "thermal headroom NaN: the phone cannot forecast now"
     low, high = HEADROOM_RANGE
     if not low <= value <= high:
         return None, f"thermal headroom {value:g} is outside {low:g}..{high:g} (1.0: severe throttling begins)"
