@@ -214,6 +214,57 @@ def test_max_drop_failure_names_the_artefact(checkpoint: Path, host_target: Path
     assert not list(out.glob("vit_h6*")) and not list(out.glob(".*.tmp"))
 
 
+# A user's profile: static int8 QDQ, nested (the 12-head model's weight ranges) whatever nesting costs.
+QDQ_NESTED = ONNX_FP32.replace('quant = "fp32"', 'quant = "int8-qdq"') + "[artefacts.options]\nnest_max_cost_pp = 100\n"
+
+
+def _wider_heads_far_larger(checkpoint: Path, path: Path) -> Path:
+    """The checkpoint with every other row of the attention's qkv weight made 1000x larger in the columns that
+    only heads 4-12 read (a fine-tune that blew up its added heads). The 3-head subnetwork's fp32 weights are
+    untouched, but nested int8 quantises its rows with the whole rows' ranges: in those rows its weights all
+    round to zero, a real, moderate loss of top-1 that only the 3-head artefact shows."""
+    obj = torch.load(checkpoint, weights_only=False)
+    width = 3 * HydraConfig.from_dict(obj["config"]).head_dim
+    for entry in ("state_dict", "state_dict_ema"):
+        if entry in obj:
+            obj[entry]["blocks.0.attn.qkv.weight"][::2, width:] *= 1000
+    torch.save(obj, path)
+    return path
+
+
+def test_a_moderate_drop_passes_a_bound_above_its_interval_and_fails_one_below_in_one_line(
+        checkpoint: Path, tmp_path: Path) -> None:
+    """The gate on a drop between 1 and 10 p.p., from a real conversion: with --max-drop above its 95 %
+    interval the artefact passes and is listed; with --max-drop below it the run fails in one line naming the
+    artefact, the drop, its interval and the images, and the bundle does not list the artefact."""
+    profile = tmp_path / "qdq.toml"
+    profile.write_text(QDQ_NESTED)
+    out = tmp_path / "bundle"
+    args = ("-c", _wider_heads_far_larger(checkpoint, tmp_path / "wide.pt"), "-t", profile, "-o", out,
+            "--heads", "3", "--layout", "full")
+    code, output = _run(*args, "--max-drop", 20)
+    assert code == 0, output
+    (a,) = read_manifest(out).artefacts
+    e = a.accuracy["evidence"]
+    assert a.nesting is not None and a.nesting.nested and a.file == "vit_h3_onnx_int8-qdq.onnx"
+    assert 1 <= e["cost_pp"] <= 10 and e["passed"] and e["decided_by"] == "images", e  # moderate, told by images
+    assert 1 < e["low_pp"] and e["high_pp"] < 20, e  # so 1 p.p. is below the interval and 20 above it
+    assert f"{e['cost_pp']:+.2f} [{e['low_pp']:+.1f},{e['high_pp']:+.1f}]" in output  # the summary table's drop
+
+    code, output = _run(*args, "--max-drop", 1)  # stricter than the recorded evidence passes: made and judged again
+    errors = [line for line in output.splitlines() if line.startswith("Error")]
+    assert code == 1 and errors == [output.strip().splitlines()[-1]], output
+    assert errors[0] == (
+        f"Error: {a.file}: top-1 {a.accuracy['top1']:.2f}% against the fp32 subnetwork's "
+        f"{a.accuracy['fp32_top1']:.2f}%, a drop of {e['cost_pp']:+.2f} p.p. (95 % interval {e['low_pp']:+.2f} to "
+        f"{e['high_pp']:+.2f}) on {e['images']} images: {e['worse']} right only under fp32, {e['better']} only "
+        f"under the artefact; over the allowed 1 p.p. (images decided); use another --quant, or raise --max-drop; "
+        f"converter output: {out / 'logs' / 'vit_h3_onnx_int8-qdq.log'}")
+    manifest = read_manifest(out)
+    # what its own bound refuses is neither listed nor left in the bundle: not the new artefact, not the old one
+    assert manifest.max_drop == 1 and manifest.artefacts == [] and not list(out.glob("vit_h3*")), list(out.iterdir())
+
+
 def test_checkpoint_without_data_spec_uses_random_inputs_or_data(host_target: Path, tmp_path: Path) -> None:
     torch.manual_seed(0)
     model = HydraViT(preset("digits", depth=1, heads=(3,)))

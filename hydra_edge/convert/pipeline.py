@@ -27,7 +27,7 @@ from .artefact import failure, run_job
 from .inputs import check_inputs, prepare_out
 from .layout import apply_layout
 from .options import ConvertOptions, ConvertResult, Note, Report
-from .plan import Job, Plan, plan
+from .plan import Job, Plan, plan, remove_unlisted
 from .pool import Commit, remove_stale, run_parallel
 from .references import share_references
 from .targets import load_target
@@ -96,6 +96,8 @@ def convert_targets(runs: Sequence[ConvertOptions], report: Report | None = None
             # and entering the block that removes it leaves that file: clear it now, not next run.
             for opts in runs:
                 remove_stale(opts.out)
+        for opts, todo, result in zip(runs, plans, results):
+            remove_unlisted(opts.out, result.manifest, todo.unlisted)
         for opts, i, result, shown in zip(runs, inputs, results, prefixes):
             apply_layout(opts.out, result.manifest, opts.layout, str(opts.checkpoint),
                          lambda file, stage, size: report(shown + file, stage, size), ema=i.weights in EMA_ENTRIES)

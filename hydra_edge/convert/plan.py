@@ -13,7 +13,9 @@ import numpy as np
 
 from .. import __version__
 from ..atomic import sha256_file
-from ..records.manifest import MANIFEST, Manifest, Nesting, intact, read_manifest
+from ..errors import HydraEdgeError
+from ..records.manifest import (MANIFEST, ArtefactRecord, Manifest, Nesting, golden_files, intact, read_manifest,
+                                stored_files)
 from .inputs import Inputs
 from .naming import artefact_name, fingerprint, tool_versions
 from .options import ConvertOptions
@@ -55,6 +57,9 @@ class Plan:
     manifest: Manifest  # to update: old records kept when checkpoint and target are unchanged
     jobs: list[Job]  # artefacts to make
     skipped: list[str]  # files whose fingerprint and bytes are unchanged
+    # Records the run's --max-drop fails (a stricter bound than they were made under): made again, and unlisted
+    # meanwhile, so a manifest never lists an artefact its own max_drop refuses, even if the new one fails too.
+    unlisted: list[ArtefactRecord] = field(default_factory=list)
 
 
 def plan(opts: ConvertOptions, inputs: Inputs, shown: str = "") -> Plan:
@@ -74,7 +79,7 @@ def plan(opts: ConvertOptions, inputs: Inputs, shown: str = "") -> Plan:
         created_by=f"hydra-edge {__version__}",
     )
     previous = manifest.by_id()
-    jobs, skipped = [], []
+    jobs, skipped, unlisted = [], [], []
     for k in inputs.heads:
         for v in inputs.variants:
             file = artefact_name(k, v)
@@ -88,10 +93,35 @@ def plan(opts: ConvertOptions, inputs: Inputs, shown: str = "") -> Plan:
                                                      threads=target.threads, device_build=build))
                 skipped.append(shown + file)
                 continue
+            if rec and not within:
+                unlisted.append(rec)
+                manifest.artefacts = [a for a in manifest.artefacts if a.id != rec.id]
             jobs.append(Job(
                 checkpoint=str(opts.checkpoint), checkpoint_sha256=ckpt_sha, heads=k, variant=v, file=file,
                 out=str(opts.out), data=data, eval_limit=opts.eval_limit, golden_inputs=target.golden_inputs,
                 max_drop=opts.max_drop, threads=target.threads, fingerprint=fp, device_build=build,
                 ema=inputs.weights in EMA_ENTRIES, shown=shown + file,
             ))
-    return Plan(manifest, jobs, skipped)
+    return Plan(manifest, jobs, skipped, unlisted)
+
+
+def remove_unlisted(out: Path, manifest: Manifest, records: list[ArtefactRecord]) -> None:
+    """Delete the files of ``records`` that ``manifest`` no longer lists (made again and failed), unless a
+    listed record keeps them (a compact artefact's source): the bundle then holds what its manifest names.
+    Call with the bundle locked."""
+    listed = {a.id for a in manifest.artefacts}
+    gone = [r for r in records if r.id not in listed]
+    if not gone:
+        return
+    kept = {name for r in manifest.artefacts for name in _file_names(out, r)}
+    for name in {name for r in gone for name in _file_names(out, r)} - kept:
+        (out / name).unlink(missing_ok=True)
+
+
+def _file_names(out: Path, record: ArtefactRecord) -> set[str]:
+    """The bundle's names of ``record``'s artefact files and golden pair (a damaged recipe: itself only)."""
+    try:
+        stored = {name for name, _, _ in stored_files(out, record)}
+    except HydraEdgeError:
+        stored = {record.compact.recipe} if record.compact is not None else {record.file}
+    return stored | {name for name, _, _ in golden_files(record.golden)}
