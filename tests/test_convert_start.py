@@ -1,4 +1,4 @@
-"""A ``convert`` that stops at its start leaves nothing behind: no bundle folder, no ``.lock``, and a refusal is one line.
+"""A ``convert`` that stops at its start leaves nothing behind (no bundle folder, no ``.lock``); a refusal is one line.
 
 The checkpoints here are untrained (what is checked is the run's start, never an artefact), so the file is fast.
 """
