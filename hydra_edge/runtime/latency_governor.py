@@ -10,17 +10,33 @@ Rules, on the caller's clock and timings (pure logic: tests drive it with a fake
 
 * Per head count, a p90 over the timings of the last ``window_s`` (at most ``max_samples`` of
   them; at least ``min_samples`` before it counts): bounded memory whatever the inference rate.
+* A head count without timings of its own in the window is predicted from the running one's. A
+  smaller one: its calibrated latency times the running one's p90 over its calibrated latency. A
+  larger one, from the running one's timings up to their p90: its calibrated latency times their
+  mean over the running one's calibrated latency (the slow-down that grows with the work), plus the
+  p90's excess over that mean in ms as it is (the scheduler's jitter, per-inference overheads: they
+  do not grow with the work). On a head count of a millisecond or two the jitter is most of the p90;
+  scaled by 10 with the rest, it predicted 12 heads over budget long after a load had gone. Timings
+  all alike predict calibrated x p90 / calibrated either way.
 * Down: when the running head count's p90 has stayed over the budget for ``sustain_s``, the cap
-  becomes the largest head count below it predicted to fit: its own windowed p90 where it has one,
-  otherwise its calibrated latency times the slow-down seen on the running one (p90 / calibrated);
+  becomes the largest head count below it predicted to fit (its own windowed p90 where it has one);
   none predicted to fit: the smallest.
-* Up: while the cap holds the head count below the table's choice, once the slow-down has been
-  gone for ``dwell_s`` (a larger head count, up to the table's choice, is predicted to fit) the
-  largest such one is probed for ``probe_inferences`` inferences: kept when their p90 fits, else
-  back down, and the next probe tries at most one head count below the one that failed. Each
-  failed probe of a head count doubles the dwell before it is probed again (up to 8 x ``dwell_s``,
-  until a probe of it is kept), so a head count that never fits costs ``probe_inferences``
-  inferences over budget every 8 x ``dwell_s`` at most.
+* Up, while the cap holds the head count below the table's choice and its p90 fits: once a larger
+  head count (up to the table's choice) has been predicted to fit for ``dwell_s``, the largest such
+  one is probed for ``probe_inferences`` inferences: kept when their p90 fits, else back down, and
+  the next probe tries at most one head count below the one that failed. Each failed probe of a
+  head count doubles the dwell before it is probed again (up to 8 x ``dwell_s``, until a probe of it
+  is kept), so a head count that never fits costs ``probe_inferences`` inferences over budget every
+  8 x ``dwell_s`` at most. A prediction is no measurement: when none is predicted to fit but the
+  running head count's p90 has fitted for 8 x ``dwell_s``, the most heads the next probe may try are
+  probed all the same (a failure there doubles nothing: it comes at the longest dwell already).
+* Back after a load, from these rules: with the table's choice H fitting, and k (0..3) failed probes
+  of H since one was kept (0 when none failed during the load), H is back within
+  ``window_s`` + 2^k x ``dwell_s`` + its probe's inferences of the load ending when the running
+  head count's timings, the load forgotten, predict H to fit; whatever they predict, within
+  ``window_s`` + 8 x ``dwell_s`` + the probe (and the switch-rate limit allowing). With
+  ``window_s`` 2, ``dwell_s`` 4 and 12 heads calibrated at 13.7 ms against a budget of 20 ms, 3 heads
+  calibrated at 1.3 ms and timed at 1.3-2.2 ms: within 6.3 s (tests/test_latency_recovery.py).
 * At most ``max_switches_per_minute`` changes of the cap in any 60 s (a probe is started only
   when it may also be undone); never below the smallest head count.
 * A timing that is NaN, infinite, negative or over ``absurd_ms`` (a clock jump, a suspended
@@ -95,7 +111,39 @@ class LoopSettings:
 class _Probe:
     heads: int  # the head count on trial
     back_to: int  # the cap to return to if it fails
+    predicted: bool  # False: probed though not predicted to fit; a failure doubles no dwell
     timings: List[float]
+
+
+@dataclass(frozen=True)
+class Slowdown:
+    """What the running head count's windowed timings say about a larger head count's latency.
+
+    Its timings up to their p90: their mean over its calibrated latency (``scale``) is the slow-down
+    that grows with the work (a core shared with another process slows every inference in proportion,
+    on average, a short one by being caught now and then); the p90's excess over that mean
+    (``spread_ms``: the scheduler's jitter, per-inference overheads) does not, and is added in ms.
+    """
+
+    scale: float
+    spread_ms: float
+
+    @classmethod
+    def of(cls, timings: List[float], calibrated_ms: float) -> "Slowdown":
+        """From sorted timings (ms) of a head count calibrated at ``calibrated_ms``."""
+        p90 = percentile(timings, 90)
+        below = [ms for ms in timings if ms <= p90]
+        shortfall = 0.0
+        for ms in below:  # summed in order, not by sum(): the Kotlin governor must get the same bits
+            shortfall += p90 - ms
+        shortfall /= len(below)
+        return cls((p90 - shortfall) / calibrated_ms, shortfall)  # timings all alike: p90 / calibrated, 0
+
+    def predict(self, calibrated_ms: float) -> Tuple[float, str]:
+        """A head count calibrated at ``calibrated_ms``: its predicted p90 and how it was predicted."""
+        spread = f" + {self.spread_ms:.3g} ms spread" if self.spread_ms else ""
+        return (calibrated_ms * self.scale + self.spread_ms,
+                f"calibrated {calibrated_ms:.3g} ms x {self.scale:.2f}{spread}")
 
 
 class LatencyGovernor:
@@ -120,7 +168,8 @@ class LatencyGovernor:
         self._samples: Dict[int, Deque[Tuple[float, float]]] = {
             h: deque(maxlen=settings.max_samples) for h in self.order}
         self._over_since: Optional[float] = None
-        self._under_since: Optional[float] = None
+        self._under_since: Optional[float] = None  # since a larger head count has been predicted to fit
+        self._within_since: Optional[float] = None  # since the running one has fitted, held below the table
         self._probe: Optional[_Probe] = None
         self._probe_limit: Optional[int] = None  # the most heads the next probe may try, after one failed
         self._failed: Dict[int, int] = {}  # failed probes per head count since one of it was kept
@@ -157,12 +206,17 @@ class LatencyGovernor:
 
     def p90(self, heads: int, now: float) -> Optional[float]:
         """The p90 of ``heads``' timings in the window, or None with fewer than ``min_samples``."""
+        timings = self._window(heads, now)
+        return None if timings is None else percentile(timings, 90)
+
+    def _window(self, heads: int, now: float) -> Optional[List[float]]:
+        """``heads``' timings in the window, sorted, or None with fewer than ``min_samples``."""
         samples = self._samples[heads]
         while samples and samples[0][0] < now - self.settings.window_s:
             samples.popleft()
         if len(samples) < self.settings.min_samples:
             return None
-        return percentile(sorted(ms for _, ms in samples), 90)
+        return sorted(ms for _, ms in samples)
 
     # -- the cap --------------------------------------------------------------------------------
 
@@ -180,14 +234,15 @@ class LatencyGovernor:
             return self._restore(budget_ms, now)
         if self._probe is not None:
             return self._judge_probe(running, budget_ms, now)
-        p90 = self.p90(running, now)
-        if p90 is None:
+        timings = self._window(running, now)
+        if timings is None:
             return None
+        p90 = percentile(timings, 90)
         if p90 > budget_ms:
-            self._under_since = None
+            self._under_since = self._within_since = None
             return self._over(running, p90, budget_ms, now)
         self._over_since = None
-        return self._under(running, ceiling, p90, budget_ms, now)
+        return self._under(running, ceiling, timings, p90, budget_ms, now)
 
     def _over(self, running: int, p90: float, budget_ms: float, now: float) -> Optional[str]:
         if self._over_since is None:
@@ -195,42 +250,52 @@ class LatencyGovernor:
         held = now - self._over_since
         if held < self.settings.sustain_s or running == self.order[0] or not self._may_switch(now, 1):
             return None
-        slowdown = p90 / self.calibrated[running]
-        target, predicted, basis = self._largest_fitting([h for h in self.order if h < running], budget_ms,
-                                                         slowdown, now)
+        seen = Slowdown(p90 / self.calibrated[running], 0.0)  # down: the p90's slow-down, spread and all
+        predictions = self._predictions([h for h in self.order if h < running], seen, now)
+        target, predicted, basis = next((p for p in reversed(predictions) if p[1] <= budget_ms), predictions[0])
         self._learn(running, p90, len(self._samples[running]))
         self._over_since, self._probe_limit = None, None
         self.cap = target
         return self._decided(now, f"latency p90 {p90:.3g} ms over budget {budget_ms:.3g} ms for {held:.0f} s at "
                                   f"{running} heads: {target} heads, predicted {predicted:.3g} ms ({basis})")
 
-    def _under(self, running: int, ceiling: int, p90: float, budget_ms: float, now: float) -> Optional[str]:
+    def _under(self, running: int, ceiling: int, timings: List[float], p90: float, budget_ms: float,
+               now: float) -> Optional[str]:
         if self.cap >= ceiling:  # the cap holds nothing down: the table's choice runs
-            self._under_since = None
+            self._under_since = self._within_since = None
             return None
+        if self._within_since is None:
+            self._within_since = now
         if self._probe_limit is not None and self._probe_limit <= running:
             self._probe_limit = None  # every head count between was tried: the next probe may try them all again
         top = min(ceiling, self._probe_limit if self._probe_limit is not None else ceiling)
-        slowdown = p90 / self.calibrated[running]
-        above = [h for h in self.order if running < h <= top]
-        fitting = [(h, *self._predict(h, slowdown, now)) for h in above]
-        fitting = [(h, predicted) for h, predicted, _ in fitting if predicted <= budget_ms]
-        if not fitting:
-            self._under_since = None
-            return None
-        if self._under_since is None:
-            self._under_since = now
-        gone = now - self._under_since
-        heads, predicted = fitting[-1]
-        dwell = self.settings.dwell_s * 2 ** min(self._failed.get(heads, 0), MAX_BACKOFF_DOUBLINGS)
-        if gone < dwell or not self._may_switch(now, 2):
-            return None
-        self._probe = _Probe(heads, running, [])
+        seen = Slowdown.of(timings, self.calibrated[running])
+        predictions = self._predictions([h for h in self.order if running < h <= top], seen, now)
+        fitting = [p for p in predictions if p[1] <= budget_ms]
+        if fitting:
+            if self._under_since is None:
+                self._under_since = now
+            gone = now - self._under_since
+            heads, predicted, _ = fitting[-1]
+            dwell = self.settings.dwell_s * 2 ** min(self._failed.get(heads, 0), MAX_BACKOFF_DOUBLINGS)
+            if gone < dwell or not self._may_switch(now, 2):
+                return None
+            return self._start_probe(heads, running, True, now, f"latency back under budget for {gone:.0f} s "
+                                     f"({running} heads p90 {p90:.3g} ms, {heads} heads predicted {predicted:.3g} ms)")
         self._under_since = None
+        within = now - self._within_since
+        if within < self.settings.dwell_s * 2 ** MAX_BACKOFF_DOUBLINGS or not self._may_switch(now, 2):
+            return None
+        heads, predicted, basis = predictions[-1]
+        return self._start_probe(heads, running, False, now, f"latency within budget for {within:.0f} s at {running} "
+                                 f"heads (p90 {p90:.3g} ms), {heads} heads predicted {predicted:.3g} ms ({basis}), "
+                                 "which only a probe can tell")
+
+    def _start_probe(self, heads: int, running: int, predicted: bool, now: float, why: str) -> str:
+        self._probe = _Probe(heads, running, predicted, [])
+        self._under_since = self._within_since = None
         self.cap = heads
-        return self._decided(now, f"latency back under budget for {gone:.0f} s ({running} heads p90 {p90:.3g} ms, "
-                                  f"{heads} heads predicted {predicted:.3g} ms): probing {heads} heads for "
-                                  f"{self.settings.probe_inferences} inferences")
+        return self._decided(now, f"{why}: probing {heads} heads for {self.settings.probe_inferences} inferences")
 
     def _judge_probe(self, running: int, budget_ms: float, now: float) -> Optional[str]:
         probe = self._probe
@@ -256,7 +321,8 @@ class LatencyGovernor:
             return reason
         below = self.order[self.order.index(probe.heads) - 1]
         self._probe_limit, self.cap = below, probe.back_to
-        self._failed[probe.heads] = self._failed.get(probe.heads, 0) + 1
+        if probe.predicted:
+            self._failed[probe.heads] = self._failed.get(probe.heads, 0) + 1
         return self._decided(now, f"probe of {probe.heads} heads: p90 {p90:.3g} ms over budget {budget_ms:.3g} ms; "
                                   f"back to {probe.back_to} heads")
 
@@ -281,19 +347,15 @@ class LatencyGovernor:
 
     # -- helpers --------------------------------------------------------------------------------
 
-    def _predict(self, heads: int, slowdown: float, now: float) -> Tuple[float, str]:
-        """``heads``' latency: its windowed p90 where it has one, else calibrated x the slow-down seen."""
-        observed = self.p90(heads, now)
-        if observed is not None:
-            return observed, "observed p90"
-        return self.calibrated[heads] * slowdown, f"calibrated {self.calibrated[heads]:.3g} ms x {slowdown:.2f}"
-
-    def _largest_fitting(self, candidates: List[int], budget_ms: float, slowdown: float,
-                         now: float) -> Tuple[int, float, str]:
-        """The largest of ``candidates`` (ascending, not empty) predicted to fit, else the smallest."""
-        predictions = [(h, *self._predict(h, slowdown, now)) for h in candidates]
-        fitting = [p for p in predictions if p[1] <= budget_ms]
-        return fitting[-1] if fitting else predictions[0]
+    def _predictions(self, candidates: List[int], seen: Slowdown, now: float) -> List[Tuple[int, float, str]]:
+        """Each of ``candidates`` (ascending, not empty) with its predicted p90 and how: its own windowed
+        p90 where it has one, else from what the running head count's timings show (``seen``)."""
+        out = []
+        for h in candidates:
+            observed = self.p90(h, now)
+            out.append((h, observed, "observed p90") if observed is not None
+                       else (h, *seen.predict(self.calibrated[h])))
+        return out
 
     def _learn(self, heads: int, p90: float, samples: int) -> None:
         self.learned[heads] = LearnedLatency(heads=heads, p90_ms=p90, slowdown=p90 / self.calibrated[heads],

@@ -43,15 +43,43 @@ fun percentile(sorted: List<Double>, q: Double): Double {
 }
 
 /**
+ * What the running head count's windowed timings say about a larger one's latency (latency_governor.Slowdown):
+ * the mean of its timings up to their p90 over its calibrated latency scales with the work ([scale]);
+ * the p90's excess over that mean ([spreadMs]: jitter, per-inference overheads) does not, and is added in ms.
+ */
+class Slowdown(val scale: Double, val spreadMs: Double) {
+    /** A head count calibrated at [calibratedMs]: its predicted p90 and how it was predicted. */
+    fun predict(calibratedMs: Double): Pair<Double, String> {
+        val spread = if (spreadMs != 0.0) " + ${Py.g(spreadMs, 3)} ms spread" else ""
+        return (calibratedMs * scale + spreadMs) to "calibrated ${Py.g(calibratedMs, 3)} ms x ${Py.f(scale, 2)}$spread"
+    }
+
+    companion object {
+        /** From sorted timings (ms) of a head count calibrated at [calibratedMs]; summed in order, as Python sums. */
+        fun of(timings: List<Double>, calibratedMs: Double): Slowdown {
+            val p90 = percentile(timings, 90.0)
+            var shortfall = 0.0
+            var below = 0
+            for (ms in timings) if (ms <= p90) { shortfall += p90 - ms; below += 1 }
+            shortfall /= below
+            return Slowdown((p90 - shortfall) / calibratedMs, shortfall)
+        }
+    }
+}
+
+/**
  * The cap on the head count from observed timings: hydra_edge.runtime.latency_governor.LatencyGovernor,
  * rule for rule. What runs is min(the table's choice after the fail-safe rules, [cap]): the governor
  * only takes heads away.
  *
  * * Per head count, a p90 over the last `windowS` (at most `maxSamples`, at least `minSamples`).
+ * * A head count without timings in the window: predicted from the running one's, a smaller one by its
+ *   p90 / calibrated, a larger one by [Slowdown.of].
  * * Down: p90 over budget for `sustainS` -> the largest head count below predicted to fit.
- * * Up: the slow-down gone for `dwellS` -> probe the largest fitting head count for `probeInferences`;
+ * * Up: a larger head count predicted to fit for `dwellS` -> probe the largest such for `probeInferences`;
  *   kept if its p90 fits, else back down, the next probe at most one below, the dwell doubling per
- *   failed probe (up to 8x).
+ *   failed probe (up to 8x). None predicted to fit but the running one within budget for 8 x `dwellS`:
+ *   probe the most the next probe may try all the same (its failure doubles nothing).
  * * At most `maxSwitchesPerMinute` changes of the cap in any 60 s.
  * * NaN, infinite, negative or absurd timings are ignored and counted by kind.
  */
@@ -61,7 +89,7 @@ class LatencyGovernor(
     private val log: Logger,
     restored: Pair<Map<Int, LearnedLatency>, Double>? = null,
 ) {
-    private class Probe(val heads: Int, val backTo: Int, val timings: MutableList<Double> = ArrayList())
+    private class Probe(val heads: Int, val backTo: Int, val predicted: Boolean, val timings: MutableList<Double> = ArrayList())
 
     val calibrated: Map<Int, Double> = calibratedMs.toSortedMap()
     val order: List<Int> = calibrated.keys.toList()
@@ -76,7 +104,8 @@ class LatencyGovernor(
     private var restoredAge: Double? = restored?.second
     private val samples: Map<Int, ArrayDeque<Pair<Double, Double>>> = order.associateWith { ArrayDeque<Pair<Double, Double>>() }
     private var overSince: Double? = null
-    private var underSince: Double? = null
+    private var underSince: Double? = null // since a larger head count has been predicted to fit
+    private var withinSince: Double? = null // since the running one has fitted, held below the table
     private var probe: Probe? = null
     private var probeLimit: Int? = null
     private val failed = HashMap<Int, Int>()
@@ -111,11 +140,14 @@ class LatencyGovernor(
     }
 
     /** The p90 of [heads]' timings in the window, or null with fewer than minSamples. */
-    fun p90(heads: Int, now: Double): Double? {
+    fun p90(heads: Int, now: Double): Double? = window(heads, now)?.let { percentile(it, 90.0) }
+
+    /** [heads]' timings in the window, sorted, or null with fewer than minSamples. */
+    private fun window(heads: Int, now: Double): List<Double>? {
         val window = samples.getValue(heads)
         while (window.isNotEmpty() && window.first().first < now - settings.windowS) window.removeFirst()
         if (window.size < settings.minSamples) return null
-        return percentile(window.map { it.second }.sorted(), 90.0)
+        return window.map { it.second }.sorted()
     }
 
     fun limit(ceiling: Int): Int = Math.min(ceiling, cap)
@@ -124,21 +156,23 @@ class LatencyGovernor(
     fun step(running: Int, ceiling: Int, budgetMs: Double, now: Double): String? {
         if (restoredAge != null) return restore(budgetMs, now)
         if (probe != null) return judgeProbe(running, budgetMs, now)
-        val p90 = p90(running, now) ?: return null
+        val timings = window(running, now) ?: return null
+        val p90 = percentile(timings, 90.0)
         if (p90 > budgetMs) {
-            underSince = null
+            underSince = null; withinSince = null
             return over(running, p90, budgetMs, now)
         }
         overSince = null
-        return under(running, ceiling, p90, budgetMs, now)
+        return under(running, ceiling, timings, p90, budgetMs, now)
     }
 
     private fun over(running: Int, p90: Double, budgetMs: Double, now: Double): String? {
         if (overSince == null) overSince = now
         val held = now - overSince!!
         if (held < settings.sustainS || running == order[0] || !maySwitch(now, 1)) return null
-        val slowdown = p90 / calibrated.getValue(running)
-        val (target, predicted, basis) = largestFitting(order.filter { it < running }, budgetMs, slowdown, now)
+        val seen = Slowdown(p90 / calibrated.getValue(running), 0.0) // down: the p90's slow-down, spread and all
+        val predictions = predictions(order.filter { it < running }, seen, now)
+        val (target, predicted, basis) = predictions.lastOrNull { it.second <= budgetMs } ?: predictions[0]
         learn(running, p90, samples.getValue(running).size.toLong())
         overSince = null; probeLimit = null
         cap = target
@@ -146,26 +180,37 @@ class LatencyGovernor(
             "$running heads: $target heads, predicted ${Py.g(predicted, 3)} ms ($basis)")
     }
 
-    private fun under(running: Int, ceiling: Int, p90: Double, budgetMs: Double, now: Double): String? {
-        if (cap >= ceiling) { underSince = null; return null }
+    private fun under(running: Int, ceiling: Int, timings: List<Double>, p90: Double, budgetMs: Double, now: Double): String? {
+        if (cap >= ceiling) { underSince = null; withinSince = null; return null }
+        if (withinSince == null) withinSince = now
         val limit = probeLimit
         if (limit != null && limit <= running) probeLimit = null
         val top = Math.min(ceiling, probeLimit ?: ceiling)
-        val slowdown = p90 / calibrated.getValue(running)
-        val fitting = order.filter { it in (running + 1)..top }
-            .map { h -> Triple(h, predict(h, slowdown, now).first, 0) }
-            .filter { it.second <= budgetMs }
-        if (fitting.isEmpty()) { underSince = null; return null }
-        if (underSince == null) underSince = now
-        val gone = now - underSince!!
-        val (heads, predicted) = fitting.last()
-        val dwell = settings.dwellS * Math.pow(2.0, Math.min(failed[heads] ?: 0, MAX_BACKOFF_DOUBLINGS).toDouble())
-        if (gone < dwell || !maySwitch(now, 2)) return null
-        probe = Probe(heads, running)
+        val seen = Slowdown.of(timings, calibrated.getValue(running))
+        val predictions = predictions(order.filter { it in (running + 1)..top }, seen, now)
+        val fitting = predictions.filter { it.second <= budgetMs }
+        if (fitting.isNotEmpty()) {
+            if (underSince == null) underSince = now
+            val gone = now - underSince!!
+            val (heads, predicted) = fitting.last()
+            val dwell = settings.dwellS * Math.pow(2.0, Math.min(failed[heads] ?: 0, MAX_BACKOFF_DOUBLINGS).toDouble())
+            if (gone < dwell || !maySwitch(now, 2)) return null
+            return startProbe(heads, running, true, now, "latency back under budget for ${Py.f(gone, 0)} s " +
+                "($running heads p90 ${Py.g(p90, 3)} ms, $heads heads predicted ${Py.g(predicted, 3)} ms)")
+        }
         underSince = null
+        val within = now - withinSince!!
+        if (within < settings.dwellS * Math.pow(2.0, MAX_BACKOFF_DOUBLINGS.toDouble()) || !maySwitch(now, 2)) return null
+        val (heads, predicted, basis) = predictions.last()
+        return startProbe(heads, running, false, now, "latency within budget for ${Py.f(within, 0)} s at $running " +
+            "heads (p90 ${Py.g(p90, 3)} ms), $heads heads predicted ${Py.g(predicted, 3)} ms ($basis), which only a probe can tell")
+    }
+
+    private fun startProbe(heads: Int, running: Int, predicted: Boolean, now: Double, why: String): String {
+        probe = Probe(heads, running, predicted)
+        underSince = null; withinSince = null
         cap = heads
-        return decided(now, "latency back under budget for ${Py.f(gone, 0)} s ($running heads p90 ${Py.g(p90, 3)} ms, " +
-            "$heads heads predicted ${Py.g(predicted, 3)} ms): probing $heads heads for ${settings.probeInferences} inferences")
+        return decided(now, "$why: probing $heads heads for ${settings.probeInferences} inferences")
     }
 
     private fun judgeProbe(running: Int, budgetMs: Double, now: Double): String? {
@@ -189,7 +234,7 @@ class LatencyGovernor(
         }
         val below = order[order.indexOf(p.heads) - 1]
         probeLimit = below; cap = p.backTo
-        failed[p.heads] = (failed[p.heads] ?: 0) + 1
+        if (p.predicted) failed[p.heads] = (failed[p.heads] ?: 0) + 1
         return decided(now, "probe of ${p.heads} heads: p90 ${Py.g(p90, 3)} ms over budget ${Py.g(budgetMs, 3)} ms; back to ${p.backTo} heads")
     }
 
@@ -208,18 +253,13 @@ class LatencyGovernor(
             "${Py.g(predicted(over), 3)} ms, over budget ${Py.g(budgetMs, 3)} ms: at most $cap heads")
     }
 
-    /** [heads]' latency: its windowed p90 where it has one, else calibrated x the slow-down seen. */
-    private fun predict(heads: Int, slowdown: Double, now: Double): Pair<Double, String> {
-        val observed = p90(heads, now)
-        if (observed != null) return observed to "observed p90"
-        val c = calibrated.getValue(heads)
-        return c * slowdown to "calibrated ${Py.g(c, 3)} ms x ${Py.f(slowdown, 2)}"
-    }
-
-    private fun largestFitting(candidates: List<Int>, budgetMs: Double, slowdown: Double, now: Double): Triple<Int, Double, String> {
-        val predictions = candidates.map { h -> predict(h, slowdown, now).let { Triple(h, it.first, it.second) } }
-        return predictions.lastOrNull { it.second <= budgetMs } ?: predictions[0]
-    }
+    /** Each of [candidates] with its predicted p90 and how: its own windowed p90, else from [seen]. */
+    private fun predictions(candidates: List<Int>, seen: Slowdown, now: Double): List<Triple<Int, Double, String>> =
+        candidates.map { h ->
+            val observed = p90(h, now)
+            if (observed != null) Triple(h, observed, "observed p90")
+            else seen.predict(calibrated.getValue(h)).let { Triple(h, it.first, it.second) }
+        }
 
     private fun learn(heads: Int, p90: Double, count: Long) {
         learned[heads] = LearnedLatency(heads, p90, p90 / calibrated.getValue(heads), count)
