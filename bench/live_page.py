@@ -308,7 +308,7 @@ def attacks(args: argparse.Namespace, bundle: Path, images: Path, sysfs: Path, a
                "--budget-ms", str(NO_MISS_MS)], app_cores, Path(args.work) / f"app-attacks-{args.label}.log",
               Path(args.app_root).resolve())
     os.sched_setaffinity(0, client_cores)  # the attacker process inherits it
-    rows = []
+    rows, load_before = [], os.getloadavg()[0]  # other work on a shared host moves images/s and the core shares
     try:
         app.wait(lambda s: s["images"] >= 50, 120, "its first 50 images")
         time.sleep(args.warmup_s)
@@ -335,7 +335,8 @@ def attacks(args: argparse.Namespace, bundle: Path, images: Path, sysfs: Path, a
                   f"{100 * row['other_threads_core_share']:.2f} % of the core; attacker {counts}", flush=True)
     finally:
         app.stop()
-    return {"app_root": str(Path(args.app_root).resolve()), "attack_s": args.attack_s, "rows": rows}
+    return {"app_root": str(Path(args.app_root).resolve()), "attack_s": args.attack_s, "rows": rows,
+            "load_avg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
 
 
 def attacks_markdown(runs: Dict[str, Any], header: Dict[str, Any]) -> str:
@@ -361,7 +362,15 @@ def attacks_markdown(runs: Dict[str, Any], header: Dict[str, Any]) -> str:
             "| code | attack | viewer answered | p50 s | p90 s | max s | images/s | x no attack | "
             "other threads % of the core |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n"
             + "\n".join(lines) + "\n\n" + "".join(f"- {label}: app from {run['app_root']}, attacks of "
-                                                   f"{run['attack_s']:g} s\n" for label, run in runs.items()))
+                                                   f"{run['attack_s']:g} s{load(run)}\n" for label, run in runs.items()))
+
+
+def load(run: Dict[str, Any]) -> str:
+    """The host's 1-minute load average at a run's start and end, where it was recorded."""
+    if "load_avg_1m" not in run:
+        return ""
+    start, end = run["load_avg_1m"]
+    return f"; 1-min load average {start:.2f} at its start, {end:.2f} at its end"
 
 
 def screenshot(args: argparse.Namespace, bundle: Path, budget_ms: float, images: Path, app_cores: Set[int],
