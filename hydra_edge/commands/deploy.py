@@ -22,7 +22,7 @@ import posixpath
 import shlex
 import time
 from contextlib import nullcontext
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import click
 
@@ -100,7 +100,7 @@ def deploy_to(transport: Transport, bundle: Path, lut: Path, images: Path | None
     python = ensure_python(transport, python, requirements, setup, pip_args)
     root = transport.remote_path(APP_DIR)
     if fresh:
-        transport.run(["rm", "-f", str(correction_path(PurePosixPath(root, "bundle", "lut.json")))])
+        transport.run(["rm", "-f", posixpath.join(root, "bundle", correction_path(Path("lut.json")).name)])
     source = ["--images", posixpath.join(root, "images")] if images is not None else ["--camera", str(camera)]
     argv = [python, posixpath.join(root, "app.py"), "--bundle", posixpath.join(root, "bundle"), *source, *app_args]
     env = {"PYTHONPATH": root}
