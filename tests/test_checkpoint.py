@@ -1,4 +1,5 @@
-"""Checkpoints in every supported layout load; bad ones fail with one line and load nothing."""
+"""Checkpoints in every supported layout load; bad ones fail with one line and load nothing; a run's
+training state and history are written through their schemas and read back as written."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ import logging
 import subprocess
 import sys
 
+from typing import List
+
+import msgspec
 import numpy as np
 import pytest
 import torch
@@ -15,8 +19,13 @@ from click.testing import CliRunner
 
 from hydra_edge import HydraViT, init_heads_from, load_checkpoint
 from hydra_edge.cli import main
-from hydra_edge.errors import CheckpointError
+from hydra_edge.errors import CheckpointError, HydraEdgeError
 from hydra_edge.model.checkpoint import load_state, weights_entry
+from hydra_edge.model.config import preset
+from hydra_edge.records import codec
+from hydra_edge.records.training import Epoch, TrainSettings, history_json, read_resume, training_entry
+from hydra_edge.train.data import DataSpec, load_data
+from hydra_edge.train.loop import train
 from hydra_edge.model.vit import VisionTransformer
 
 
@@ -234,3 +243,59 @@ def test_state_dict_keys_are_timms_vit_layout():
     assert set(shapes) == timm
     assert shapes["blocks.11.attn.qkv.weight"] == (2304, 768) and shapes["pos_embed"] == (1, 197, 768)
     assert shapes["patch_embed.proj.weight"] == (768, 3, 16, 16) and shapes["head.weight"] == (1000, 768)
+
+
+def _equal(a, b) -> bool:
+    """Equal as stored data: tensors element for element, containers item for item."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(map(_equal, a, b))
+    return a == b
+
+
+def test_a_runs_training_state_and_history_read_back_through_their_schemas_unchanged(tmp_path):
+    torch.manual_seed(0)
+    model = HydraViT(preset("digits", depth=1, heads=(3, 12)))
+    spec = DataSpec("digits", seed=3, val_fraction=0.25)
+    train(model, load_data(spec, model.config), TrainSettings(epochs=2, warmup_epochs=1, batch_size=256,
+                                                              ema_decay=0.9), tmp_path)
+    saved = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    resume = read_resume(saved, "checkpoint.pt")
+    assert resume.data == spec  # the checkpoint's data record is the spec the run was given
+    state = resume.train
+    assert state.epoch == 2 and state.ema_updates > 0 and state.settings.ema_decay == 0.9
+    assert _equal(training_entry("checkpoint.pt", **msgspec.structs.asdict(state)), saved["train"])
+    written = (tmp_path / "history.json").read_bytes()
+    history = codec.decode(written, List[Epoch], "history.json", "what", "hint")
+    assert [h.epoch for h in history] == [1, 2] and history == state.history
+    assert history_json(history, "history.json") == written  # byte for byte
+
+
+def test_a_checkpoint_from_before_settings_and_ema_were_kept_reads_and_writes_back_as_it_was():
+    old = {"epoch": 1,
+           "optimizer": {"state": {}, "param_groups": [{"lr": 0.003, "weight_decay": 0.05, "params": [0, 1]}]},
+           "schedule": {"last_epoch": 56, "base_lrs": [0.003], "lr_lambdas": [None]},
+           "history": [{"epoch": 1, "loss": 1.9, "lr": 0.0015, "drawn": {3: 30, 12: 26},
+                        "val_top1": {3: 41.5, 12: 48.0}, "world_size": 1}]}
+    state = read_resume({"train": old}, "old.pt").train
+    assert state.settings is None and state.ema_updates == 0 and state.history[0].val_top1_ema is None
+    assert training_entry("old.pt", **msgspec.structs.asdict(state)) == old
+    assert json.loads(history_json(state.history, "history.json")) == \
+        [{**old["history"][0], "drawn": {"3": 30, "12": 26}, "val_top1": {"3": 41.5, "12": 48.0}}]
+
+
+def test_a_training_state_that_would_not_resume_is_never_written():
+    history = [{"epoch": 1, "loss": float("nan"), "lr": 0.001, "drawn": {3: 1}, "val_top1": {3: 10.0}, "world_size": 1}]
+    with pytest.raises(HydraEdgeError, match=r"run.pt \['train'\]: \$\.history\[0\]\.loss: nan is not a finite number"):
+        training_entry("run.pt ['train']", epoch=1, optimizer={"state": {}, "param_groups": []},
+                       schedule={"last_epoch": 1, "base_lrs": [0.001], "lr_lambdas": [None]}, history=history)
+
+
+def test_a_data_spec_built_in_code_checks_its_held_out_share_as_the_schema_does():
+    assert DataSpec.from_dict(DataSpec("photos", seed=4, val_fraction=0.1).to_dict()) == DataSpec("photos", 4, 0.1)
+    for bad in (0, 1, 1.5, float("nan"), True, "0.2"):
+        with pytest.raises(HydraEdgeError, match="held-out fraction"):
+            DataSpec("digits", val_fraction=bad)

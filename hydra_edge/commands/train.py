@@ -98,7 +98,7 @@ def train(data: str, out: Path, val_fraction: float | None, preset_name: str | N
     Fine-tune a checkpoint on a folder: hydra-edge train --data photos/ --checkpoint model.pt --recipe finetune
     """
     import os
-    from dataclasses import replace
+    from msgspec.structs import replace
 
     import torch
 

@@ -146,3 +146,26 @@ def encode(record: Any, type_: Type[Any], where: str, hint: str) -> bytes:
     if isinstance(checked, dict) and "schema" in checked:  # the header first, where a person looks
         checked = {"schema": checked.pop("schema"), "schema_version": checked.pop("schema_version"), **checked}
     return msgspec.json.format(msgspec.json.encode(checked), indent=2) + b"\n"
+
+
+def to_plain(record: msgspec.Struct, opaque: Tuple[str, ...] = ()) -> dict:
+    """``record``'s fields as plain data, for a file that is no JSON (``torch.save``'s pickle): each field
+    as ``msgspec.to_builtins`` writes it, except the ``opaque`` ones (objects msgspec cannot encode,
+    such as torch tensors), which stay as they are; a field at its default is left out, as
+    ``omit_defaults`` would, so a file written before the field existed reads back unchanged.
+    """
+    plain = {}
+    for field in msgspec.structs.fields(record):
+        value = getattr(record, field.name)
+        if field.default is not msgspec.NODEFAULT and _same_value(value, field.default):
+            continue
+        plain[field.name] = value if field.name in opaque else msgspec.to_builtins(value)
+    return plain
+
+
+def _same_value(value: Any, default: Any) -> bool:
+    """``value == default`` for the plain defaults a record has (None, numbers, strings, empty tuples),
+    False for any other object, whose ``==`` may not be a bool (a tensor's is a tensor)."""
+    if default is None or value is None:
+        return value is default
+    return type(value) is type(default) and isinstance(value, (bool, int, float, str, tuple)) and value == default

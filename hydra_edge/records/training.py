@@ -11,6 +11,7 @@ options use the same constants), so a run the CLI can start is a run these schem
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Dict, List, Literal, Mapping, Optional, Tuple, get_args
 
 import msgspec
@@ -145,8 +146,8 @@ def _range(name: str) -> str:
     return f"{low}, {high}"
 
 
-class Epoch(msgspec.Struct):
-    """One entry of the history: what an epoch ended with."""
+class Epoch(msgspec.Struct, omit_defaults=True):
+    """One entry of the history (``checkpoint.pt``'s and ``history.json``): what an epoch ended with."""
 
     epoch: Epochs
     loss: Finite
@@ -182,9 +183,10 @@ class Scaler(msgspec.Struct):
     _growth_tracker: NonNegative
 
 
-class TrainingState(msgspec.Struct, forbid_unknown_fields=True):
+class TrainingState(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     """``checkpoint.pt``'s ``train`` entry. Optimizer and schedule stay the plain dicts torch loads
-    (checked against their schemas); one epoch of history per epoch done, never more than planned."""
+    (checked against their schemas); one epoch of history per epoch done, never more than planned.
+    Written by ``training_entry`` and read by ``read_resume``, both through this schema."""
 
     epoch: Annotated[int, Meta(ge=0, le=MAX_EPOCHS)]
     optimizer: Dict[str, Any]
@@ -205,12 +207,48 @@ class TrainingState(msgspec.Struct, forbid_unknown_fields=True):
             raise ValueError(f"`.epoch`: {self.epoch} epochs trained of a {self.settings.epochs}-epoch run")
 
 
-class DataRecord(msgspec.Struct, forbid_unknown_fields=True):
-    """``checkpoint.pt``'s ``data`` entry: ``hydra_edge.train.data.DataSpec``, field for field."""
+# torch's own state dicts in the ``train`` entry: tensors inside, stored as torch gives them and loads them.
+TORCH_STATE = ("optimizer", "schedule", "scaler")
+
+
+def training_entry(where: str, **fields: Any) -> Dict[str, Any]:
+    """The ``train`` entry a checkpoint stores (``TrainingState``'s fields), checked as ``read_resume``
+    will read it, so a run never saves a state it could not resume from; a field at its default
+    (no EMA, no loss scale) is left out, as checkpoints written before it existed have it."""
+    return codec.to_plain(codec.convert(fields, TrainingState, where, HINT), opaque=TORCH_STATE)
+
+
+def history_json(history: List[Any], where: str) -> bytes:
+    """``history.json``: the run's epochs as JSON, checked against ``Epoch`` as the checkpoint's are."""
+    return codec.encode(history, List[Epoch], where, HINT)
+
+
+class DataRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Where the images come from and how they are split: ``checkpoint.pt``'s ``data`` entry, and the
+    spec training, ``eval`` and ``convert`` load data by (``hydra_edge.train.data.DataSpec`` is this
+    class), so what a checkpoint records and what a run was given cannot drift apart.
+
+    ``source`` is a built-in set's name or a folder. Read from a file, the schema checks every field;
+    built in code, ``__post_init__`` checks the share held out, the one value a user types.
+    """
 
     source: Name = "digits"
     seed: Annotated[int, Meta(ge=0, le=MAX_SEED)] = 0
     val_fraction: Annotated[float, Meta(gt=0.0, lt=1.0)] = 0.2
+
+    def __post_init__(self) -> None:
+        f = self.val_fraction
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not (math.isfinite(f) and 0 < f < 1):
+            raise HydraEdgeError(f"held-out fraction {f!r} is not a number between 0 and 1 (both excluded); "
+                                 "give e.g. 0.2 to hold out a fifth of the images")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plain dict a checkpoint and a bundle's manifest store."""
+        return msgspec.to_builtins(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "DataRecord":
+        return cls(**d)
 
 
 class Resume(msgspec.Struct, frozen=True):

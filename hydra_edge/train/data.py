@@ -13,14 +13,13 @@ epoch; an empty class, a single class or two class folders that a case-insensiti
 from __future__ import annotations
 
 import logging
-import math
 import os
 import unicodedata
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -28,32 +27,15 @@ from torch.utils.data import Dataset, TensorDataset
 
 from ..errors import HydraEdgeError
 from ..model.config import HydraConfig
+from ..records.training import DataRecord
 from ..runtime.preprocess import IMAGE_SUFFIXES, image_files, load_image, normalisation, skipped_line
 
 _log = logging.getLogger(__name__)  # the warnings reach stderr even when nothing configured logging
 DIGITS_CLASSES = [str(d) for d in range(10)]
 
 
-@dataclass(frozen=True)
-class DataSpec:
-    """Where the data comes from and how it is split; ``source`` is a ``BUILT_IN`` name or a folder."""
-
-    source: str = "digits"
-    seed: int = 0
-    val_fraction: float = 0.2
-
-    def __post_init__(self) -> None:
-        f = self.val_fraction
-        if isinstance(f, bool) or not isinstance(f, (int, float)) or not (math.isfinite(f) and 0 < f < 1):
-            raise HydraEdgeError(f"held-out fraction {f!r} is not a number between 0 and 1 (both excluded); "
-                                 "give e.g. 0.2 to hold out a fifth of the images")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "DataSpec":
-        return cls(**d)
+# Where the data comes from and how it is split: the checkpoint's ``data`` record itself, one class.
+DataSpec = DataRecord
 
 
 @dataclass

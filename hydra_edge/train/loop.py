@@ -25,13 +25,14 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
 
-from ..atomic import write_json
+from ..atomic import write_bytes, write_json
 from ..errors import HydraEdgeError
 from ..model.checkpoint import load_state, read_file
 from ..model.config import HydraConfig
 from ..model.hydravit import HydraViT
 from ..model.sizes import subnet_size
-from ..records.training import HEAD_SAMPLING, HINT, TrainingState, TrainSettings, read_resume
+from ..records.training import (HEAD_SAMPLING, HINT, TrainingState, TrainSettings, history_json, read_resume,
+                                training_entry)
 from .augment import TrainingTransform, training_reads
 from .data import DataSplits
 from .evaluate import accuracy_per_heads, accuracy_rows
@@ -315,12 +316,12 @@ def _save(path: Path, model: HydraViT, data: DataSplits, settings: TrainSettings
           history: list[dict]) -> None:
     """The epoch's checkpoint: weights (and EMA weights, which load by default), the data's split and
     class names, and everything ``_resume`` needs to continue exactly."""
-    model.save(path, data=data.spec.to_dict(), classes=list(data.classes), train={
-        "epoch": epoch, "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(),
-        "history": history, "settings": msgspec.to_builtins(settings),
-        **({"ema_updates": int(ema.n_averaged)} if ema is not None else {}),
-        **({"scaler": scaler.state_dict()} if scaler.is_enabled() else {}),
-    }, **({EMA_ENTRY: ema.module.state_dict()} if ema is not None else {}))
+    train = training_entry(
+        f"{path} ['train']", epoch=epoch, optimizer=optimizer.state_dict(), schedule=schedule.state_dict(),
+        history=history, settings=settings, ema_updates=int(ema.n_averaged) if ema is not None else 0,
+        scaler=scaler.state_dict() if scaler.is_enabled() else None)
+    model.save(path, data=data.spec.to_dict(), classes=list(data.classes), train=train,
+               **({EMA_ENTRY: ema.module.state_dict()} if ema is not None else {}))
 
 
 def _resume(path: Path, model: HydraViT, optimizer: torch.optim.Optimizer, schedule: Any,
@@ -358,7 +359,7 @@ def write_report(model: HydraViT, accuracy: dict[int, float], out: Path, title: 
                                        **({"weights": weights} if weights else {})})
     plot_accuracy({"HydraViT": rows}, out / f"{stem}.png", title, history=history)
     if history is not None:
-        write_json(out / "history.json", history)
+        write_bytes(out / "history.json", history_json(history, str(out / "history.json")))
     return rows
 
 
