@@ -10,7 +10,8 @@ the same whether run under ``hydra-edge`` or invoked on its own (tests, ``CliRun
 from __future__ import annotations
 
 import shlex
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 import click
 
@@ -45,7 +46,8 @@ class Command(click.Command):
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         ctx.meta["hydra_edge.argv"] = list(args)  # the command line as typed: the resume line repeats it
-        return super().parse_args(ctx, args)
+        with plain_usage_errors():
+            return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
         # SIGTERM (systemd's stop, kill, a supervisor's) stops a command as Ctrl-C does, so the same
@@ -55,8 +57,8 @@ class Command(click.Command):
             return super().invoke(ctx)
         except (KeyboardInterrupt, TransportInterrupted):  # a transport's: Ctrl-C while a device command ran
             self.interrupted(ctx)
-        except HydraEdgeError as e:
-            raise click.ClickException(str(e)) from None
+        except HydraEdgeError as e:  # it may name a file, a class or what a device said: shown as data
+            raise click.ClickException(shown(e)) from None
         finally:
             restore_signals(previous)
 
@@ -81,6 +83,25 @@ class Group(click.Group):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.params.append(verbose_option())
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        with plain_usage_errors():
+            return super().parse_args(ctx, args)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
+        with plain_usage_errors():  # "No such command" repeats the word typed
+            return super().resolve_command(ctx, args)
+
+
+@contextmanager
+def plain_usage_errors() -> Iterator[None]:
+    """Click's own usage errors repeat what was typed (an option's value, an extra argument, a command
+    name), which may be a file name holding terminal controls: their message is ``shown`` as data."""
+    try:
+        yield
+    except click.ClickException as e:
+        e.message = shown(e.message)
+        raise
 
 
 def verbose_option() -> click.Option:
