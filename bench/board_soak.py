@@ -37,8 +37,8 @@ from hydra_edge.commands.deploy import APP
 from hydra_edge.profiling.timing import host_cpu
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-from standins import free_port  # noqa: E402
+sys.path.insert(0, str(ROOT / "tests"))  # the tests' support package (tests/support) is not installed: import it from there
+from support.processes import free_port  # noqa: E402
 
 Sample = Tuple[float, int, int]  # (seconds since start, images served, RSS in kB)
 

@@ -13,6 +13,19 @@ from hydra_edge import HydraViT
 from hydra_edge.model.config import HydraConfig
 from hydra_edge.runtime.chatter import VERBOSE
 
+# The helpers every test module shares live in the ``support`` package (tests/support): their asserts are
+# rewritten as a test module's are, and the modules that offer fixtures are plugins, so a test names the
+# fixture and imports nothing for it.
+pytest.register_assert_rewrite("support")
+pytest_plugins = [
+    "support.adbd",  # adb_server, adb_device: the stand-in phone
+    "support.compact",  # model_file, converted, root: bundles in every format, full and compact
+    "support.kotlin",  # classpath: the Android library, built and tested with Maven
+    "support.pythons",  # device_python: the device's Python, without torch
+    "support.runner",  # pushed: the device runner as it lies on a board
+    "support.sshd",  # sshd_server: the stand-in board
+]
+
 torch.set_num_threads(1)  # tiny models: one thread is fastest and keeps the shared machine usable
 # Tests send Ctrl-C (SIGINT) to the commands they start. A shell without job control starts a
 # background job with SIGINT ignored, and an ignored signal stays ignored in every child: restore it,

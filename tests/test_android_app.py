@@ -20,7 +20,7 @@ import msgspec
 import pytest
 import torch
 from click.testing import CliRunner
-from test_lut import fake_bundle
+from support.tables import fake_bundle
 
 from hydra_edge.android import apk, dex
 from hydra_edge.atomic import sha256_file

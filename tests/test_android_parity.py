@@ -20,43 +20,26 @@ import subprocess
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
-import msgspec
 import numpy as np
 import pytest
-from test_lut import ANDROID_SIGNALS, PHONE_SIGNALS, table
+from support.kotlin import CORE
+from support.tables import ANDROID_SIGNALS, PHONE_SIGNALS, table
 
 from hydra_edge.records import lut as lut_record
 from hydra_edge.records.calibration import Derating
 from hydra_edge.records.lut import LutError
 from hydra_edge.runtime import switcher as switcher_module
 from hydra_edge.runtime.latency_governor import LoopSettings
-from hydra_edge.runtime.lut import table_from_dict
 from hydra_edge.runtime.signals import read_state
 from hydra_edge.runtime.switcher import Switcher
 
 pytestmark = pytest.mark.slow  # builds and tests the Kotlin library with Maven (about a minute)
 
-ROOT = Path(__file__).resolve().parents[1]
-CORE = ROOT / "apps" / "android-demo" / "core"
 TRACES = CORE / "src" / "test" / "resources" / "traces"
 IMAGE = np.zeros((1, 1, 8, 8), np.float32)
 
 
 # -- the Kotlin side ----------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def classpath() -> str:
-    """Build the library (its JUnit tests run too) and return the classpath that runs TraceReplay."""
-    mvn = shutil.which("mvn")
-    assert mvn, "mvn missing: the Android library is built with Maven 3.8+ and a JDK 17 (see docs/android.md)"
-    assert shutil.which("java"), "java missing: a JDK 17 runs the Android library's tests (see docs/android.md)"
-    offline = ["-o"] if (Path.home() / ".m2/repository/org/jetbrains/kotlin/kotlin-maven-plugin").is_dir() else []
-    done = subprocess.run([mvn, "-q", "-B", *offline, "-f", str(CORE / "pom.xml"), "package"],
-                          capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, f"mvn package failed:\n{done.stdout[-6000:]}\n{done.stderr[-3000:]}"
-    jar = CORE / "target" / "hydra-edge-core-0.1.0.jar"
-    return f"{jar}:{(CORE / 'target' / 'classpath.txt').read_text().strip()}"
-
 
 def kotlin_replay(classpath: str, trace: Path, bundle: Path) -> List[Dict[str, Any]]:
     done = subprocess.run(["java", "-cp", classpath, "org.hydraedge.core.TraceReplay", str(trace), str(bundle)],

@@ -22,8 +22,6 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pytest
-from test_android_parity import classpath  # noqa: F401 - a fixture: builds the jar (JUnit tests included)
-from test_compact import converted, model_file  # noqa: F401 - fixtures: the converted bundles
 
 from hydra_edge.errors import HydraEdgeError
 from hydra_edge.records import correction as correction_record

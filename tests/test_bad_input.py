@@ -13,7 +13,7 @@ import click
 import pytest
 import torch
 from click.testing import CliRunner, Result
-from test_lut import calibration, fake_bundle
+from support.tables import calibration, fake_bundle
 
 from hydra_edge.cli import main
 from hydra_edge.commands.base import Number

@@ -16,85 +16,28 @@ import zipfile
 from pathlib import Path
 
 import pytest
-import torch
-from click.testing import CliRunner, Result
-from standins.adbd import AdbDevice, adb_device, adb_server  # noqa: F401  (fixtures)
-from test_lut import fake_bundle
+from click.testing import CliRunner
+from support.adbd import AdbDevice
+from support.bundles import make_bundle
+from support.cli import invoke, one_line_error
+from support.pythons import torch_free_python
+from support.tables import fake_bundle
+from support.targets import HOST_TARGET, TRT_TARGET
 
 from hydra_edge.cli import main
-from hydra_edge.commands.calibrate import calibrate
-from hydra_edge.convert import pipeline
-from hydra_edge.convert.options import ConvertOptions
 from hydra_edge.logs import VERBOSE
 from hydra_edge.measure.device import RuntimeMissingError, ensure_python
 from hydra_edge.measure.journal import journal_path, read_calibration
-from hydra_edge.model.config import preset
-from hydra_edge.model.hydravit import HydraViT
 from hydra_edge.transport import LocalTransport
 
 pytestmark = pytest.mark.slow  # converts bundles, builds venvs, drives the adb stand-in
-
-# A user-added profile: fp32 ONNX (converts in seconds), with the Raspberry Pi's signals.
-HOST_TARGET = """\
-name = "host"
-threads = 1
-[[artefacts]]
-format = "onnx"
-quant = "fp32"
-runtime = "onnxruntime"
-runtime_min_version = "1.17"
-[signals.files]
-temperature_mC = "/sys/class/thermal/thermal_zone0/temp"
-[signals.commands]
-throttled = "vcgencmd get_throttled"
-"""
-
-
-def make_bundle(root: Path, target: str, heads: str, layout: str = "full") -> Path:
-    """A depth-2 digits HydraViT (untrained) converted for ``target`` ("rpi" or a profile's text)."""
-    root.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(0)
-    HydraViT(preset("digits", depth=2, heads=(3, 6, 12))).save(root / "tiny.pt")
-    if "\n" in target:
-        (root / "host.toml").write_text(target)
-        target = str(root / "host.toml")
-    pipeline.convert(ConvertOptions(checkpoint=root / "tiny.pt", target=target, out=root / "bundle",
-                                    heads=heads, data="digits", eval_limit=60, layout=layout))
-    return root / "bundle"
-
-
-def torch_free_python(root: Path) -> Path:
-    """This venv's Python with ``import torch`` made to fail: the device side must never need it."""
-    block = root / "block-torch"
-    block.mkdir(parents=True, exist_ok=True)
-    (block / "sitecustomize.py").write_text("import sys\nsys.modules['torch'] = None\n")
-    wrapper = root / "python-without-torch"
-    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH="{block}" exec "{sys.executable}" "$@"\n')
-    wrapper.chmod(0o755)
-    return wrapper
-
-
-def invoke(*args: object) -> Result:
-    return CliRunner().invoke(calibrate, [str(a) for a in args])
-
-
-def one_line_error(result: Result) -> str:
-    """The error line of a failed command; it must be exactly one line."""
-    assert result.exit_code == 1, result.output
-    lines = result.output.strip().splitlines()
-    assert lines[-1].startswith("Error: ") and len(lines[-1]) > 20, result.output
-    assert not any(line.startswith("Traceback") for line in lines)
-    return lines[-1]
+# Imported from here by modules not yet moved to ``support`` (test_board_demo, test_demo, test_interrupts).
+__all__ = ["HOST_TARGET", "make_bundle", "torch_free_python"]
 
 
 @pytest.fixture(scope="module")
 def rpi_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_bundle(tmp_path_factory.mktemp("rpi"), "rpi", "3,12")
-
-
-@pytest.fixture(scope="module")
-def device_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return torch_free_python(tmp_path_factory.mktemp("python"))
 
 
 def test_local_calibration_writes_record_and_plot_and_resumes(rpi_bundle: Path, device_python: Path,
@@ -403,9 +346,6 @@ echo "[11/23/2026-06:00:01] [I] Latency: min = 0.5 ms, max = 0.9 ms, mean = 0.6 
 echo "[11/23/2026-06:00:01] [I] H2D Latency: min = 0.01 ms, max = 0.02 ms, mean = 0.011 ms, median = 0.011 ms, percentile(90%) = 0.012 ms, percentile(95%) = 0.013 ms, percentile(99%) = 0.015 ms"
 echo "&&&& PASSED TensorRT.trtexec [TensorRT v101600] [b72] # trtexec $*"
 """
-# A Jetson-like profile: fp16 engines built by trtexec on the device, ONNX fp32 (converts in seconds) on the host.
-TRT_TARGET = HOST_TARGET.replace('runtime_min_version = "1.17"\n', 'runtime_min_version = "1.17"\n'
-                                 'device_build = "trtexec --onnx={file} --saveEngine={engine} --fp16"\n')
 
 
 def test_trtexec_times_a_compact_bundle_from_model_files_rebuilt_on_the_host(tmp_path: Path) -> None:

@@ -13,10 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
-from standins.sshd import start_sshd
-from test_calibrate import HOST_TARGET, invoke, make_bundle, one_line_error, torch_free_python
-from test_calibrate_ssh import _descendants
-from test_lock import held_elsewhere
+from support.bundles import make_bundle
+from support.cli import invoke, one_line_error
+from support.processes import descendants, held_elsewhere
+from support.pythons import torch_free_python
+from support.sshd import start_sshd
+from support.targets import HOST_TARGET
 
 from hydra_edge.errors import HydraEdgeError
 from hydra_edge.measure.journal import RecordWriter, journal_path, read_calibration
@@ -57,7 +59,7 @@ def test_a_dropped_connection_is_not_a_crash_and_the_next_run_measures_that_head
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if out.exists() and read_calibration(out).results:
-                for pid in _descendants(server.pid):  # the connections and what they run; not the listener
+                for pid in descendants(server.pid):  # the connections and what they run; not the listener
                     try:
                         os.kill(pid, signal.SIGKILL)
                     except ProcessLookupError:

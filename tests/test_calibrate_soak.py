@@ -8,7 +8,10 @@ import threading
 from pathlib import Path
 
 import pytest
-from test_calibrate import HOST_TARGET, invoke, make_bundle, torch_free_python
+from support.bundles import make_bundle
+from support.cli import invoke
+from support.pythons import torch_free_python
+from support.targets import HOST_TARGET
 
 from hydra_edge.errors import HydraEdgeError
 from hydra_edge.measure.journal import read_calibration

@@ -15,9 +15,12 @@ import uuid
 from pathlib import Path
 
 import pytest
-from standins import free_port, stop_process, wait_for_port
-from standins.sshd import SshServer, sshd_server, start_sshd  # noqa: F401  (fixture)
-from test_calibrate import HOST_TARGET, invoke, make_bundle, one_line_error, torch_free_python
+from support.boards import on_board, start_host, stop_host_and_check_the_board
+from support.bundles import make_bundle
+from support.cli import invoke, one_line_error
+from support.processes import cmdline, descendants, free_port, stop_process, wait_for_port
+from support.sshd import SshServer, start_sshd
+from support.targets import HOST_TARGET
 
 from hydra_edge.bounds import MAX_RUNS
 from hydra_edge.measure.device import push_files
@@ -26,17 +29,14 @@ from hydra_edge.measure.session import runner_files
 from hydra_edge.transport import RemoteCommandError, open_transport
 
 pytestmark = pytest.mark.slow  # drives a real sshd and converts a bundle
+# Imported from here by modules not yet moved to ``support`` (test_board_demo, test_demo).
+__all__ = ["on_board", "start_host", "stop_host_and_check_the_board"]
 
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Compact, as convert writes by default: 12 heads whole, 3 and 6 rebuilt on the board."""
     return make_bundle(tmp_path_factory.mktemp("onnx"), HOST_TARGET, "3,6,12", layout="compact")
-
-
-@pytest.fixture(scope="module")
-def device_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return torch_free_python(tmp_path_factory.mktemp("python"))
 
 
 def _ssh_args(server: SshServer) -> tuple[object, ...]:
@@ -91,27 +91,9 @@ def test_ssh_failures_are_one_line(case: str, bundle: Path, sshd_server: SshServ
     assert not (tmp_path / "pwned").exists() and not (tmp_path / "cal").exists()
 
 
-def _descendants(pid: int) -> list[int]:
-    """Every process below ``pid``: sshd's per-connection children start their own sessions, so
-    killing the listener's group leaves them (and the runner they started) alive."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
 def _pull_the_plug(server: SshServer) -> None:
     """The board vanishes: sshd, its connections and everything they run die at once."""
-    doomed = _descendants(server.pid)
+    doomed = descendants(server.pid)
     server.stop()
     for pid in doomed:
         try:
@@ -190,49 +172,6 @@ def test_ctrl_c_mid_calibration_keeps_what_was_measured(bundle: Path, device_pyt
     result = invoke(*args)
     assert result.exit_code == 0, result.output
     assert [r.heads for r in read_calibration(out).measured()] == [3, 6, 12]
-
-
-def start_host(command: str, *args: object) -> subprocess.Popen:
-    """``hydra-edge COMMAND ARGS`` in a process of its own, as a user runs it; output in ``stdout``."""
-    module = {"calibrate": "hydra_edge.commands.calibrate", "deploy": "hydra_edge.commands.deploy"}[command]
-    code = f"from {module} import {command}; {command}({[str(a) for a in args]!r})"
-    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def on_board(server: SshServer, marker: str) -> list[int]:
-    """Processes sshd started (the board's side) whose command line names ``marker``."""
-    return [pid for pid in _descendants(server.pid) if marker in _cmdline(pid)]
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def stop_host_and_check_the_board(host: subprocess.Popen, how: str, server: SshServer, marker: str) -> str:
-    """Ctrl-C (SIGINT, what the terminal sends) or SIGKILL the host; return its output once it has
-    exited, after checking nothing it started on the board still runs."""
-    assert on_board(server, marker)  # the board process runs: stopping it below is what is tested
-    try:
-        if how == "ctrl-c":
-            host.send_signal(signal.SIGINT)
-            output, _ = host.communicate(timeout=15)  # "returns at once": generous, it used to hang
-        else:
-            host.kill()
-            output, _ = host.communicate(timeout=15)
-        deadline = time.monotonic() + 10
-        while on_board(server, marker) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        left = on_board(server, marker)
-        assert not left, [_cmdline(pid) for pid in left]
-    finally:
-        if host.poll() is None:
-            host.kill()
-        for pid in on_board(server, marker):
-            os.kill(pid, signal.SIGKILL)
-    return output
 
 
 @pytest.mark.parametrize("how", ["ctrl-c", "killed"])
@@ -334,7 +273,7 @@ def test_stopping_the_host_during_setup_stops_pip_on_the_board(how: str, bundle:
         deadline = time.monotonic() + 10
         while _running(pip) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not _running(pip), _cmdline(pip)
+        assert not _running(pip), cmdline(pip)
     finally:
         if _running(pip):
             os.kill(pip, signal.SIGKILL)

@@ -8,18 +8,20 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, List, Tuple
 
 import numpy as np
 import pytest
-import torch
 from click.testing import CliRunner
-from test_calibrate import device_python, one_line_error  # noqa: F401 - device_python is a fixture
-from test_calibrate import invoke as calibrate_cli
-from test_lut import calibration
-from test_records import fuzz, without_blocking
-from test_runner import pushed, run_runner  # noqa: F401 - pushed is a fixture
-from test_switcher import IMAGE, POLICY, PROFILE, Board
+from support.bounded import without_blocking
+from support.cli import invoke as calibrate_cli
+from support.cli import one_line_error
+from support.compact import HEADS
+from support.record_fuzz import fuzz
+from support.runner import run_runner
+from support.switcher import IMAGE, POLICY, Board
+from support.tables import calibration
+from support.targets import SYSFS_TARGET
 
 from hydra_edge.cli import main
 from hydra_edge.convert import pipeline
@@ -28,8 +30,6 @@ from hydra_edge.convert.formats import exporter
 from hydra_edge.convert.options import ConvertOptions
 from hydra_edge.errors import HydraEdgeError
 from hydra_edge.lut.make import make_lut
-from hydra_edge.model.config import preset
-from hydra_edge.model.hydravit import HydraViT
 from hydra_edge.records.calibration import read_calibration
 from hydra_edge.records.manifest import Manifest, bundle_files, read_manifest
 from hydra_edge.records.recipe import read_recipe
@@ -40,7 +40,6 @@ from hydra_edge.runtime.switcher import Switcher
 
 pytestmark = pytest.mark.slow  # converts bundles in every format and layout
 
-HEADS = "3,6,12"
 # (target, quant) of every format compacted, as the shipped profiles make them (rpi fp32: rpi-tflite-runtime's);
 # int8 weights are quantised nested (exact slices of the largest head count's), so they compact like float ones,
 # and an int8 .pte holds float tensors too
@@ -52,52 +51,10 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@pytest.fixture(scope="module")
-def model_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A digits model (depth 1, heads 3/6/12, random weights): one block holds every kind of weight.
-
-    One weight is below fp16's smallest subnormal, which ONNX's fp16 conversion rounds its own way."""
-    path = tmp_path_factory.mktemp("model") / "m.pt"
-    torch.manual_seed(0)
-    model = HydraViT(preset("digits", depth=1, heads=(3, 6, 12)))
-    with torch.no_grad():
-        model.blocks[0].attn.qkv.weight[0, 0] = 1e-9
-    model.save(path)
-    return path
-
-
-@pytest.fixture(scope="module")
-def converted(model_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, str], Path]:
-    """The model converted for a target variant, ``full``, and compacted from a copy of it (``compact``):
-    the same verified artefacts, converted once per variant and module."""
-    done: Dict[Tuple[str, str], Path] = {}
-
-    def get(target: str, quant: str) -> Path:
-        if (target, quant) not in done:
-            root = tmp_path_factory.mktemp(f"{target}-{quant}")
-            shutil.copyfile(model_file, root / "m.pt")
-            for layout in ("full", "compact"):
-                if layout == "compact":
-                    shutil.copytree(root / "full", root / "compact")
-                result = pipeline.convert(ConvertOptions(
-                    checkpoint=root / "m.pt", target=target, quant=quant, heads=HEADS, out=root / layout,
-                    eval_limit=16, layout=layout))
-                assert not result.failed and len(result.converted) == (3 if layout == "full" else 0)
-            done[target, quant] = root
-        return done[target, quant]
-    return get
-
-
 @pytest.fixture(scope="module", params=VARIANTS, ids=[f"{t}-{q}" for t, q in VARIANTS])
 def any_root(request: pytest.FixtureRequest, converted: Callable[[str, str], Path]) -> Path:
     """Each compacted variant in turn: what holds for every format."""
     return converted(*request.param)
-
-
-@pytest.fixture(scope="module")
-def root(converted: Callable[[str, str], Path]) -> Path:
-    """jetson fp16, for what does not depend on the format (golden files, calibration, the switcher)."""
-    return converted("jetson", "fp16")
 
 
 def stored_bytes(bundle: Path) -> int:
@@ -333,7 +290,7 @@ def test_a_per_channel_scale_is_a_slice_through_the_rows_of_its_weight(transpose
 @pytest.fixture(scope="module")
 def switch_bundles(root: Path) -> Path:
     """The switcher test's host profile (fp32 ONNX, sysfs signals), compact and full, each with its lut.json."""
-    (root / "host.toml").write_text(PROFILE)
+    (root / "host.toml").write_text(SYSFS_TARGET)
     (root / "policy.toml").write_text(POLICY)
     for layout in ("host-compact", "host-full"):
         out = root / layout

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -13,14 +12,15 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from test_lock import held_elsewhere
+from support.cli import cli_argv
+from support.processes import held_elsewhere
+from support.targets import ONNX_FP32_TWO_THREADS
 
 from hydra_edge.atomic import sha256_file
 from hydra_edge.commands.convert import convert
 from hydra_edge.convert import artefact, pipeline
 from hydra_edge.convert.options import ConvertOptions
 from hydra_edge.convert.verify import within_drop
-from hydra_edge.errors import HydraEdgeError
 from hydra_edge.model.checkpoint import load_checkpoint
 from hydra_edge.model.config import HydraConfig, preset
 from hydra_edge.model.hydravit import HydraViT
@@ -31,10 +31,6 @@ from hydra_edge.train.data import load_data
 from hydra_edge.train.loop import TrainSettings, train
 
 pytestmark = pytest.mark.slow  # converts bundles for every target
-
-ONNX_FP32 = 'name = "host"\nthreads = 2\n[[artefacts]]\nformat = "onnx"\nquant = "fp32"\n' \
-            'runtime = "onnxruntime"\nruntime_min_version = "1.17"\n'
-
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -52,7 +48,7 @@ def host_target(tmp_path: Path) -> Path:
     """A user-added profile (fast fp32 ONNX), passed as a path."""
     f = tmp_path / "profiles" / "host.toml"
     f.parent.mkdir()
-    f.write_text(ONNX_FP32)
+    f.write_text(ONNX_FP32_TWO_THREADS)
     return f
 
 
@@ -215,7 +211,8 @@ def test_max_drop_failure_names_the_artefact(checkpoint: Path, host_target: Path
 
 
 # A user's profile: static int8 QDQ, nested (the 12-head model's weight ranges) whatever nesting costs.
-QDQ_NESTED = ONNX_FP32.replace('quant = "fp32"', 'quant = "int8-qdq"') + "[artefacts.options]\nnest_max_cost_pp = 100\n"
+QDQ_NESTED = (ONNX_FP32_TWO_THREADS.replace('quant = "fp32"', 'quant = "int8-qdq"')
+              + "[artefacts.options]\nnest_max_cost_pp = 100\n")
 
 
 def _wider_heads_far_larger(checkpoint: Path, path: Path) -> Path:
@@ -301,7 +298,7 @@ def test_user_errors_are_one_line_and_write_nothing(checkpoint: Path, tmp_path: 
         out = args["-o"] = tmp_path / "file" / "bundle"
         expected = "cannot create output folder"
     elif case == "all-optional":  # once "0 converted", exit 0 and an empty manifest
-        (tmp_path / "host.toml").write_text(ONNX_FP32 + "optional = true\n")
+        (tmp_path / "host.toml").write_text(ONNX_FP32_TWO_THREADS + "optional = true\n")
         args["-t"], expected = tmp_path / "host.toml", "the profile's artefacts are all optional; pass --optional"
     elif case == "attention-option":
         rpi = (Path(__file__).resolve().parents[1] / "targets" / "rpi.toml").read_text()
@@ -317,10 +314,6 @@ def test_user_errors_are_one_line_and_write_nothing(checkpoint: Path, tmp_path: 
     assert not out.exists()  # not even an empty folder holding .lock
 
 
-def _cli(*args: object) -> list[str]:
-    return [sys.executable, "-m", "hydra_edge.cli", *(str(a) for a in args)]
-
-
 def test_ctrl_c_during_parallel_conversion_keeps_every_finished_artefact(checkpoint: Path, host_target: Path,
                                                                          tmp_path: Path) -> None:
     """SIGINT the moment the first artefact lands (mid-commit for some worker, mid-export for others):
@@ -328,7 +321,7 @@ def test_ctrl_c_during_parallel_conversion_keeps_every_finished_artefact(checkpo
     out = tmp_path / "bundle"
     args = ("convert", "-c", checkpoint, "-t", host_target, "-o", out, "--heads", "3-8", "--eval-limit", 60,
             "--layout", "full")
-    proc = subprocess.Popen(_cli(*args, "-j", 2), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(cli_argv(*args, "-j", 2), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 180
         while not list(out.glob("vit_h*.onnx")) and proc.poll() is None and time.monotonic() < deadline:
@@ -358,7 +351,7 @@ def test_a_second_conversion_into_a_bundle_in_use_says_who_or_waits(checkpoint: 
         code, output = _run(*args, "--no-wait")
         assert code == 1 and output.count("\n") == 1, output
         assert output.startswith(f"Error: bundle {out} is in use by pid {other.pid} on ") and "since" in output
-        waiting = subprocess.Popen(_cli("convert", *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        waiting = subprocess.Popen(cli_argv("convert", *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert waiting.stderr is not None
         line = waiting.stderr.readline()
         assert line.startswith(f"waiting for bundle {out}: in use by pid {other.pid}"), line

@@ -10,14 +10,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from support.targets import ONNX_FP32_TWO_THREADS
 
 from hydra_edge.commands.convert import convert
 from hydra_edge.convert import pipeline
 from hydra_edge.model.config import preset
 from hydra_edge.model.hydravit import HydraViT
-
-ONNX_FP32 = 'name = "host"\nthreads = 2\n[[artefacts]]\nformat = "onnx"\nquant = "fp32"\n' \
-            'runtime = "onnxruntime"\nruntime_min_version = "1.17"\n'
 
 
 def old_checkpoint(path: Path, classes: list[str]) -> Path:
@@ -30,7 +28,7 @@ def old_checkpoint(path: Path, classes: list[str]) -> Path:
 @pytest.fixture
 def host(tmp_path: Path) -> Path:
     f = tmp_path / "host.toml"
-    f.write_text(ONNX_FP32)
+    f.write_text(ONNX_FP32_TWO_THREADS)
     return f
 
 

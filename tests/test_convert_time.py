@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from test_convert import ONNX_FP32, _cli
+from support.cli import cli_argv
+from support.targets import ONNX_FP32_TWO_THREADS
 
 from hydra_edge.commands.convert import convert
 from hydra_edge.convert import artefact, pipeline, references, workers
@@ -43,7 +44,7 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def host(tmp_path: Path) -> Path:
     """A second target (fp32 ONNX, named "host") given as a .toml path."""
     path = tmp_path / "host.toml"
-    path.write_text(ONNX_FP32)
+    path.write_text(ONNX_FP32_TWO_THREADS)
     return path
 
 
@@ -153,7 +154,7 @@ def test_ctrl_c_while_converting_several_targets_leaves_every_bundle_whole(check
     no temporary file is left, and a re-run converts only the rest."""
     args = ("convert", "-c", checkpoint, "-t", f"{host},jetson", "-o", tmp_path, "--heads", "3-6",
             "--layout", "full", "-j", 2)
-    proc = subprocess.Popen(_cli(*args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(cli_argv(*args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 180
         while not list(tmp_path.glob("*/vit_h*.onnx")) and proc.poll() is None and time.monotonic() < deadline:

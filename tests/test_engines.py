@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from support.bounded import without_blocking
 
 from hydra_edge.convert.formats import exporter
 from hydra_edge.convert.targets import load_target
@@ -249,8 +250,6 @@ def test_a_golden_pair_is_what_its_record_names_or_one_line(tmp_path: Path) -> N
 
 @pytest.mark.parametrize("name", ["in.npz", "out.npz"])
 def test_a_fifo_in_place_of_a_golden_file_is_one_line_and_never_blocks(tmp_path: Path, name: str) -> None:
-    from test_records import without_blocking
-
     from hydra_edge.runtime.engines import load_golden, load_golden_pair
 
     golden = _golden_pair(tmp_path / "b")

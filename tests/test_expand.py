@@ -19,8 +19,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from filelock import FileLock, Timeout
-from test_compact import converted, model_file, root  # noqa: F401 - fixtures
-from test_records import without_blocking
+from support.bounded import without_blocking
 
 from hydra_edge.cli import main
 from hydra_edge.convert import expand as expand_module

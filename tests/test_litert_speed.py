@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_calibrate import torch_free_python
+from support.pythons import torch_free_python
 
 from hydra_edge.convert.attention import attention_matmuls
 from hydra_edge.convert.targets import load_target

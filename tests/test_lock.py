@@ -1,37 +1,18 @@
 """One writer per bundle or calibration record: a second process waits, saying who holds the lock,
-or (asked not to wait) stops with that name. ``held_elsewhere`` is shared with the stage tests."""
+or (asked not to wait) stops with that name."""
 
 from __future__ import annotations
 
 import json
 import os
 import platform
-import subprocess
-import sys
 import threading
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import pytest
+from support.processes import held_elsewhere
 
 from hydra_edge.lock import LockedError, exclusive, holder
-
-
-@contextmanager
-def held_elsewhere(lock_file: Path) -> Iterator[subprocess.Popen]:
-    """Another hydra-edge process holding ``lock_file`` until the block ends."""
-    code = ("import sys\nfrom pathlib import Path\nfrom hydra_edge.lock import exclusive\n"
-            f"with exclusive(Path({str(lock_file)!r}), 'it'):\n    print('held', flush=True)\n    sys.stdin.read()\n")
-    proc = subprocess.Popen([sys.executable, "-c", code, "--the-holder"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
-        yield proc
-    finally:
-        assert proc.stdin is not None
-        proc.stdin.close()
-        proc.wait(timeout=30)
 
 
 def test_a_held_lock_is_refused_naming_its_holder_or_waited_for(tmp_path: Path) -> None:

@@ -9,15 +9,14 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
 
 import msgspec
 import pytest
 from click.testing import CliRunner
+from support.tables import ANDROID_SIGNALS, PHONE_SIGNALS, calibration, fake_bundle, heads_grid, table
 
 from hydra_edge.atomic import sha256_file
 from hydra_edge.commands.lut import lut
-from hydra_edge.convert.targets import load_target
 from hydra_edge.errors import HydraEdgeError
 from hydra_edge.lut import policy as policy_module
 from hydra_edge.lut.make import OUTPUTS
@@ -26,64 +25,12 @@ from hydra_edge.lut.policy import Policy, load_policy, policy_from_dict
 from hydra_edge.lut.table import build_table
 from hydra_edge.measure.pareto import Point, pareto
 from hydra_edge.records import lut as record
-from hydra_edge.records.calibration import Calibration, Derating, HeadResult
-from hydra_edge.records.manifest import ArtefactRecord, Manifest, read_manifest
+from hydra_edge.records.calibration import Derating
+from hydra_edge.records.manifest import read_manifest
 from hydra_edge.runtime.lut import read_table
 
-PI_SIGNALS = {"files": {"temperature_mC": "/sys/class/thermal/thermal_zone0/temp"},
-              "commands": {"throttled": "vcgencmd get_throttled"}}
-ANDROID_SIGNALS = {"commands": {"thermal": "dumpsys thermalservice", "battery": "dumpsys battery"}}
-# targets/android.toml's: the thermal headroom forecast besides the status and the battery
-PHONE_SIGNALS = {"commands": {**ANDROID_SIGNALS["commands"], "headroom": "cmd thermalservice headroom 10"}}
-
-
-def fake_bundle(folder: Path, heads: list[int], top1: dict[int, float] | None = None,
-                signals: dict | None = None) -> Path:
-    """A bundle folder holding only manifest.json, with one made-up ONNX record per head count."""
-    records = [ArtefactRecord(
-        id=f"h{h}_onnx_fp32", heads=h, format="onnx", quant="fp32", file=f"vit_h{h}_onnx_fp32.onnx", bytes=1,
-        sha256="0" * 64, params=h, gmacs=0.1 * h, runtime="onnxruntime", runtime_min_version="1.17", threads=1,
-        host_runtime="onnxruntime", convert_seconds=1.0,
-        accuracy={"basis": "labels", "images": 10, "top1": None if top1 is None else top1[h], "fp32_top1": None,
-                  "drop_pp": None, "agreement": 100.0, "max_abs_diff": 0.0},
-        golden={"file": f"vit_h{h}_onnx_fp32.golden.npz", "sha256": "1" * 64, "inputs": 8, "reference": "fp32",
-                "tolerance": {"max_abs_diff": 0.1, "min_top1_agreement": 0.875, "host_max_abs_diff": 0.05,
-                              "host_top1_agreement": 1.0}},
-        fingerprint=str(h),
-    ) for h in heads]
-    target = {**load_target("rpi").to_dict(), "name": "pi", "signals": signals or PI_SIGNALS, "sha256": "2" * 64}
-    manifest = Manifest(checkpoint={"path": "model.pt", "sha256": "3" * 64}, model={}, data=None, target=target,
-                        tools={}, max_drop=1.0, artefacts=records)
-    manifest.write(folder)
-    return folder
-
-
-def calibration(bundle: Path, latency_ms: dict[int, float], soak: Derating | None = None,
-                power_w: float | None = None) -> Calibration:
-    cal = Calibration(device_id="local:test", device={}, settings={}, soak=soak,
-                      bundle={"path": str(bundle), "manifest_sha256": sha256_file(bundle / "manifest.json"),
-                              "target": "pi"})
-    recorded = read_manifest(bundle).by_id()  # each result names its artefact as the manifest records it
-    for h, ms in latency_ms.items():
-        artefact = recorded[f"h{h}_onnx_fp32"]
-        cal.put(HeadResult(heads=h, artefact=artefact.id, sha256=artefact.sha256, status="ok", runner="python",
-                           latency={"count": 10, "p50_ms": ms, "mean_ms": ms},
-                           state_after=None if power_w is None else {"power_w": power_w}))
-    return cal
-
-
-def table(tmp_path: Path, latency_ms: dict[int, float], budget_ms: float, policy: Policy | None = None,
-          **kw: Any) -> dict[str, Any]:
-    bundle = fake_bundle(tmp_path / "bundle", sorted(latency_ms), signals=kw.pop("signals", None))
-    cal = calibration(bundle, latency_ms, **kw)
-    cal.write(tmp_path / "cal.json")
-    return build_table(bundle, Manifest.from_dict(json.loads((bundle / "manifest.json").read_text())), cal,
-                       tmp_path / "cal.json", msgspec.structs.replace(policy or Policy(), budget_ms=budget_ms))
-
-
-def heads_grid(doc: dict[str, Any]) -> list[list[int]]:
-    heads = [c["heads"] for c in doc["candidates"]]
-    return [[heads[i] for i in row] for row in doc["selection"]["cells"]]
+# Imported from here by modules not yet moved to ``support`` (test_closed_loop, test_latency_in_service, test_transfer).
+__all__ = ["calibration", "fake_bundle", "table"]
 
 
 def test_pareto_keeps_only_faster_or_more_accurate() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_lut import ANDROID_SIGNALS, table
+from support.tables import ANDROID_SIGNALS, table
 
 from hydra_edge.lut.emit_c import emit_c
 from hydra_edge.lut.emit_kotlin import emit_kotlin

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from standins.sshd import SshServer, sshd_server  # noqa: F401  (fixture)
+from support.sshd import SshServer
 
 from hydra_edge.model.config import preset
 from hydra_edge.model.hydravit import HydraViT

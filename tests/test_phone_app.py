@@ -25,8 +25,9 @@ import msgspec
 import pytest
 import torch
 from click.testing import CliRunner, Result
-from standins.adbd import AdbDevice, AdbServer, Phone, adb_device, adb_server, start_adbd  # noqa: F401  (fixtures)
-from test_lut import fake_bundle
+from support.adbd import AdbDevice, AdbServer, Phone, start_adbd
+from support.processes import stop_process
+from support.tables import fake_bundle
 
 from hydra_edge.atomic import sha256_file
 from hydra_edge.commands.calibrate import calibrate
@@ -358,7 +359,7 @@ def test_deploy_failures_are_one_line_and_start_nothing(adb_device: AdbDevice, p
     else:
         serial = "127.0.0.1:9"
     line = one_line_error(deploy_phone(adb_device, apk, serial))
-    expected = {"install refused": f"refused to install demo.apk: INSTALL_FAILED_UPDATE_INCOMPATIBLE",
+    expected = {"install refused": "refused to install demo.apk: INSTALL_FAILED_UPDATE_INCOMPATIBLE",
                 "wrong package": f"not as {PACKAGE}: it is another app's package",
                 "not the demo app": "is not the hydra-edge demo app (it carries no bundle)",
                 "no device": "127.0.0.1:9 is not connected"}[case]
@@ -372,8 +373,6 @@ def test_deploy_failures_are_one_line_and_start_nothing(adb_device: AdbDevice, p
 
 def test_an_offline_phone_is_one_line_for_deploy_and_calibrate(adb_server: AdbServer, manifest_only: Path,
                                                                tmp_path: Path) -> None:
-    from standins import stop_process
-
     phone = start_adbd(tmp_path / "offline", adb_server, serial="OFFLINE1")
     try:
         stop_process(phone.process)  # the server keeps it listed, offline

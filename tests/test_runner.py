@@ -14,52 +14,21 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_calibrate import HOST_TARGET, make_bundle
+from support.bundles import make_bundle
+from support.runner import run_runner
+from support.targets import HOST_TARGET
 
 from hydra_edge.atomic import sha256_file
 from hydra_edge.bounds import MAX_RUNS
 from hydra_edge.measure.exits import exit_code, reporting_exit
-from hydra_edge.measure.session import runner_files
 from hydra_edge.records.manifest import read_manifest
 
 pytestmark = pytest.mark.slow  # converts a bundle and runs the device runner
-
-# Blocks torch, runs the runner as __main__, then reports where every hydra_edge module came from.
-GUARD = """\
-import json, os, runpy, sys
-for blocked in ["torch", *os.environ.get("BLOCKED_MODULES", "").split()]:
-    sys.modules[blocked] = None
-runner, sys.argv = sys.argv[1], sys.argv[1:]
-try:
-    runpy.run_path(runner, run_name="__main__")
-except SystemExit as e:
-    code = e.code
-print(json.dumps({"event": "modules", "code": code,
-                  "files": [getattr(m, "__file__", "") for n, m in sys.modules.items() if n.startswith("hydra_edge")]}))
-"""
 
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_bundle(tmp_path_factory.mktemp("onnx"), HOST_TARGET, "3,6,12")
-
-
-@pytest.fixture(scope="module")
-def pushed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The runner and exactly the modules the calibrator pushes, as they lie on a board."""
-    root = tmp_path_factory.mktemp("board")
-    for rel, local in runner_files("runner").items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(local, root / rel)
-    return root / "runner"
-
-
-def run_runner(pushed: Path, *args: object, blocked: str = "") -> tuple[list[dict], dict]:
-    done = subprocess.run([sys.executable, "-c", GUARD, str(pushed / "calibration" / "runner.py"),
-                           *map(str, args)], capture_output=True, text=True, timeout=120, cwd=pushed.parent,
-                          env={**os.environ, "BLOCKED_MODULES": blocked})
-    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    return events[:-1], events[-1]
 
 
 def test_the_pushed_files_suffice_and_torch_is_never_imported(bundle: Path, pushed: Path) -> None:

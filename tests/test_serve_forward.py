@@ -12,8 +12,8 @@ from typing import Iterator
 
 import pytest
 from click.testing import CliRunner
-from standins import free_port, gone, running
-from standins.sshd import SshServer, sshd_server  # noqa: F401  (fixture)
+from support.processes import free_port, gone, running
+from support.sshd import SshServer
 
 from hydra_edge.commands.deploy import deploy
 from hydra_edge.transport import HostKeyError, LocalTransport, SshTransport, TransportError, open_transport

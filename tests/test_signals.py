@@ -10,9 +10,9 @@ import sys
 import threading
 import tomllib
 from pathlib import Path
-from typing import Callable, TypeVar
 
 import pytest
+from support.bounded import within
 
 from hydra_edge.errors import HydraEdgeError
 from hydra_edge.runtime.latency import parse_benchmark_model, parse_executor_runner, summarize_latencies
@@ -638,19 +638,6 @@ def test_a_profile_naming_only_get_throttled_reads_no_vcgencmd_temperature(board
     assert "vcgencmd" not in state.zone_errors and state.max_temp_c is not None
     named = {**table, "commands": {**table["commands"], "temperature": "vcgencmd measure_temp"}}
     assert "vcgencmd" in read_state(named, root=str(board), run=lambda argv: None).zone_errors
-
-
-T = TypeVar("T")
-
-
-def within(seconds: float, call: Callable[[], T]) -> T:
-    """``call()``'s result; the test fails if it has not returned after ``seconds`` (a hang, not a speed check)."""
-    done: list = []
-    thread = threading.Thread(target=lambda: done.append(call()), daemon=True)
-    thread.start()
-    thread.join(seconds)
-    assert done, f"did not return within {seconds} s"
-    return done[0]
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ import socket
 from pathlib import Path
 
 import pytest
-from standins import free_port
-from standins.adbd import AdbDevice, AdbServer, adb_device, adb_server, start_adbd  # noqa: F401  (fixtures)
+from support.adbd import AdbDevice, AdbServer, start_adbd
+from support.processes import free_port
 
 from hydra_edge.transport import (
     AdbTransport,

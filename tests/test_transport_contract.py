@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from standins import gone, running
-from standins.adbd import AdbDevice, adb_device, adb_server  # noqa: F401  (fixtures)
-from standins.sshd import SshServer, sshd_server  # noqa: F401  (fixture)
+from support.adbd import AdbDevice
+from support.processes import gone, running
+from support.sshd import SshServer
 
 from hydra_edge.errors import HydraEdgeError
 from hydra_edge.transport import (

@@ -7,8 +7,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from standins import free_port
-from standins.sshd import SshServer, sshd_server  # noqa: F401  (fixture)
+from support.processes import free_port
+from support.sshd import SshServer
 
 from hydra_edge.transport import (
     AuthenticationError,

@@ -17,14 +17,12 @@ from typing import Callable, Set
 
 import pytest
 import torch
+from support.targets import ONNX_FP32
 
 from hydra_edge.model.config import preset
 from hydra_edge.model.hydravit import HydraViT
 
 pytestmark = pytest.mark.slow  # starts worker processes that import torch and the converters
-
-ONNX_FP32 = 'name = "host"\nthreads = 1\n[[artefacts]]\nformat = "onnx"\nquant = "fp32"\n' \
-            'runtime = "onnxruntime"\nruntime_min_version = "1.17"\n'
 
 
 @pytest.fixture(scope="module")

@@ -41,7 +41,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from . import free_port, stop_process, wait_for_port
+from .processes import free_port, stop_process, wait_for_port
 
 DEVICE_TMP = "/data/local/tmp"
 VERSION = 0x01000001  # skips payload checksums, as every adb since 2016 does
