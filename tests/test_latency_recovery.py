@@ -87,7 +87,8 @@ def test_after_the_load_the_tables_choice_is_back_within_window_dwell_and_its_pr
     gov = LatencyGovernor(CALIBRATED, QUICK, log)
     run = serve(gov, loaded_between(LOAD_STARTS, LOAD_ENDS), 40.0, seed)
     assert [p for p in probes(run) if p[0] < LOAD_ENDS] == [], "12 heads probed while the load was on"
-    [(back, inferences)] = probes(run)  # one probe after the load, kept
+    assert len(probes(run)) == 1, [r for _, r in gov.decisions]  # one probe after the load, kept
+    [(back, inferences)] = probes(run)
     probe_s = sum((ms + OVERHEAD_MS) / 1e3 for t, heads, ms in run if t >= back and heads == 12) / inferences * \
         QUICK.probe_inferences
     bound = QUICK.window_s + QUICK.dwell_s + probe_s
@@ -153,6 +154,29 @@ def test_a_prediction_that_is_wrong_delays_the_return_but_never_blocks_it() -> N
     gov = LatencyGovernor(CALIBRATED, QUICK, log)
     run = serve(gov, timing, 80.0, seed=2)
     after = [p for p in probes(run) if p[0] >= LOAD_ENDS]
+    assert after, [r for _, r in gov.decisions]
     back, inferences = after[0]
     assert back - LOAD_ENDS <= QUICK.window_s + QUICK.dwell_s * 2 ** MAX_BACKOFF_DOUBLINGS + 1
     assert run[-1][1] == 12 and inferences > QUICK.probe_inferences
+
+
+@pytest.mark.parametrize("switches", [4, 6])
+def test_a_probe_that_failed_during_the_load_holds_the_return_only_as_long_as_the_switch_rate_limit(
+        switches: int) -> None:
+    """3 heads run too briefly for the load to show in their timings (as on the 2-core bench host), so 12 are
+    probed while it lasts and fail (k = 1). Then a step down and that probe are 3 changes of the cap: with 4 a
+    minute, the next probe waits until the step down is a minute old; with 6, it comes after the doubled dwell."""
+    def timing(heads: int, t: float, rng: random.Random) -> float:
+        return CALIBRATED[heads] * (2.0 if heads == 12 and LOAD_STARTS <= t < LOAD_ENDS else 1.0) + jitter(rng)
+
+    gov = LatencyGovernor(CALIBRATED, LoopSettings(window_s=2.0, sustain_s=3.0, dwell_s=4.0,
+                                                   max_switches_per_minute=switches), log)
+    run = serve(gov, timing, 100.0, seed=0)
+    down = next(t for t, heads, _ in run if heads == 3)
+    assert len([p for p in probes(run) if p[0] < LOAD_ENDS]) == 1  # probed while loaded, and failed
+    [(back, inferences)] = [p for p in probes(run) if p[0] >= LOAD_ENDS]
+    assert inferences > QUICK.probe_inferences and run[-1][1] == 12  # kept
+    if switches == 4:
+        assert down + MINUTE_S <= back <= down + MINUTE_S + 1
+    else:
+        assert back - LOAD_ENDS <= QUICK.window_s + 2 * QUICK.dwell_s + 1

@@ -34,9 +34,11 @@ Rules, on the caller's clock and timings (pure logic: tests drive it with a fake
   of H since one was kept (0 when none failed during the load), H is back within
   ``window_s`` + 2^k x ``dwell_s`` + its probe's inferences of the load ending when the running
   head count's timings, the load forgotten, predict H to fit; whatever they predict, within
-  ``window_s`` + 8 x ``dwell_s`` + the probe (and the switch-rate limit allowing). With
-  ``window_s`` 2, ``dwell_s`` 4 and 12 heads calibrated at 13.7 ms against a budget of 20 ms, 3 heads
-  calibrated at 1.3 ms and timed at 1.3-2.2 ms: within 6.3 s (tests/test_latency_recovery.py).
+  ``window_s`` + 8 x ``dwell_s`` + the probe. Both as the switch-rate limit allows: a probe waits
+  until it and its undoing fit in it, so with 4 changes a minute a step down and a probe that failed
+  during the load hold the next probe until the step down is a minute old. With ``window_s`` 2,
+  ``dwell_s`` 4 and 12 heads calibrated at 13.7 ms against a budget of 20 ms, 3 heads calibrated at
+  1.3 ms and timed at 1.3-2.2 ms: within 6.3 s (tests/test_latency_recovery.py).
 * At most ``max_switches_per_minute`` changes of the cap in any 60 s (a probe is started only
   when it may also be undone); never below the smallest head count.
 * A timing that is NaN, infinite, negative or over ``absurd_ms`` (a clock jump, a suspended
