@@ -43,7 +43,7 @@ PREVIOUS = ["--lr", "1e-3", "--lr-batch", "512", "--layer-decay", "0.75", "--min
             "--random-erasing", "0.25", "--crop-scale", "0.35", "--flip", "--epochs", "5"]
 
 
-def _save_images(pixels: np.ndarray, labels: np.ndarray, folder: Path, keep: set[int], scale: float) -> None:
+def save_images(pixels: np.ndarray, labels: np.ndarray, folder: Path, keep: set[int], scale: float) -> None:
     from PIL import Image
 
     for i, (image, label) in enumerate(zip(pixels, labels)):
@@ -62,10 +62,10 @@ def write_tasks(work: Path) -> list[dict[str, Any]]:
         return tasks_in(work)
     images, labels = mnist_data()
     images = images.reshape(-1, 28, 28)
-    _save_images(images, labels, work / "mnist-0-4", set(range(5)), 1.0)
-    _save_images(images, labels, work / "mnist-5-9", set(range(5, 10)), 1.0)
+    save_images(images, labels, work / "mnist-0-4", set(range(5)), 1.0)
+    save_images(images, labels, work / "mnist-5-9", set(range(5, 10)), 1.0)
     digits = load_digits()
-    _save_images(digits.images, digits.target, work / "digits", set(range(10)), 255 / 16)
+    save_images(digits.images, digits.target, work / "digits", set(range(10)), 255 / 16)
     return tasks_in(work)
 
 

@@ -1,5 +1,6 @@
-"""What train says before minutes are spent (weak base, other input kind, short run, slow CPU), the
-summary's warning when accuracy falls with heads, and lut's line for each dominated head count."""
+"""What train says before minutes are spent (weak base, other input kind, no pretrained weights for a heavy
+model, short run, slow CPU), the summary's warning when accuracy falls with heads, and lut's line for each
+dominated head count."""
 
 from __future__ import annotations
 
@@ -88,6 +89,19 @@ def test_a_heavy_model_on_a_cpu_is_timed_and_the_lighter_preset_named(tmp_path, 
     before = result.output[:result.output.index("training on ")]
     assert "warning: --preset digits (8 px) on a CPU: about " in before and "an epoch of 14 images" in before
     assert "--preset mini (64 px) does about" in before and "measured" in before
+    assert f"fine-tune the official HydraViT weights ({advice.RELEASE_WEIGHTS}) with --checkpoint" in before
+
+
+def test_a_folder_on_a_heavy_model_from_new_weights_is_pointed_to_the_release_weights(tmp_path, monkeypatch):
+    folder = str(_folder(tmp_path / "images", colour=True, side=12))
+    monkeypatch.setattr(advice, "HEAVY_GMACS", 0.0)  # the digits model stands in for b16
+    model = HydraViT(preset("digits", heads=(3, 12)))
+    line = advice.no_pretrained(model, folder, 14, settings_for("scratch"))
+    assert line.startswith("note: 8 px model from new weights on 14 images") and "--preset mini" in line
+    assert advice.no_pretrained(model, "mnist", 14, settings_for("scratch")) is None  # built-in sets train from scratch
+    assert advice.no_pretrained(model, folder, 14, settings_for("finetune")) is None  # --init's pretrained heads
+    monkeypatch.setattr(advice, "HEAVY_GMACS", 1.0)
+    assert advice.no_pretrained(model, folder, 14, settings_for("scratch")) is None  # a light model learns a folder
 
 
 def test_step_seconds_are_measured_and_scale_with_the_batch(monkeypatch):

@@ -60,3 +60,34 @@ def test_the_measured_finetune_defaults_scale_with_the_batch_and_outlast_their_w
     tuned = settings_for("finetune")
     assert short_run(tuned) is None  # the defaults never end inside their own warm-up
     assert peak_lr(settings_for("finetune", batch_size=64)) == 2 * peak_lr(tuned)
+
+
+sys.path.insert(0, str(ROOT / "bench"))  # bench/from_scratch.py imports bench/transfer.py as its sibling
+scratch_spec = importlib.util.spec_from_file_location("bench_from_scratch", ROOT / "bench" / "from_scratch.py")
+from_scratch = importlib.util.module_from_spec(scratch_spec)
+scratch_spec.loader.exec_module(from_scratch)
+
+
+def test_from_scratch_trains_mini_per_set_recipe_and_seed_through_the_command_and_averages_the_seeds(tmp_path,
+                                                                                                  monkeypatch):
+    calls = []
+
+    def fake_train(args, log):
+        calls.append(args)
+        seed = int(args[args.index("--seed") + 1])
+        return {3: 10.0 + seed, 12: 20.0 + seed}, 60.0 * (seed + 1), []
+
+    monkeypatch.setattr(from_scratch, "train", fake_train)
+    entries = from_scratch.measure(["mnist", "digits"], ["digits", "scratch"], 3, [0, 2], tmp_path, tmp_path / "log")
+    assert len(calls) == 8 and all(a[a.index("--preset") + 1] == "mini" and "--epochs" in a for a in calls)
+    assert [a[a.index("--data") + 1] for a in calls[::4]] == ["mnist", str(tmp_path / "digits-folder")]
+    assert sum(1 for _ in (tmp_path / "digits-folder").rglob("*.png")) == 1797  # scikit-learn's digits, all of them
+    assert [(e["set"], e["recipe"]) for e in entries] == [("mnist", "digits"), ("mnist", "scratch"),
+                                                          ("digits", "digits"), ("digits", "scratch")]
+    assert entries[0]["top1"] == {3: 11.0, 12: 21.0} and entries[0]["seconds"] == [60.0, 180.0]
+
+    report = {"host": "cpu", "settings": {"epochs": 3, "seeds": [0, 2], "sets": ["mnist", "digits"],
+                                          "recipes": ["digits", "scratch"]}, "entries": entries}
+    text = from_scratch.markdown(report)
+    assert "| recipe | 3 | 12 | mean | minutes per run |" in text
+    assert "| digits | 11.0 | 21.0 | 16.0 | 2.0 |" in text  # the seeds' mean accuracy and minutes

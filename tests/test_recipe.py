@@ -24,7 +24,7 @@ from hydra_edge.records.training import TrainSettings
 from hydra_edge.train.augment import SoftTargets, TrainingTransform, training_reads
 from hydra_edge.train.data import DataSpec, load_data
 from hydra_edge.train.loop import CHECKPOINT, train
-from hydra_edge.train.recipe import RECIPES, layer_of, param_groups, settings_for
+from hydra_edge.train.recipe import RECIPES, default_recipe, layer_of, param_groups, settings_for
 
 # Every part of the recipe at once, on a model that trains an epoch of digits in about a second.
 EVERYTHING = dict(epochs=2, batch_size=128, lr=2e-3, warmup_epochs=1, mixup=0.8, cutmix=1.0, rand_augment=5,
@@ -62,8 +62,26 @@ def test_recipes_are_settings_the_typed_values_win_over_and_the_digits_recipe_is
         settings = settings_for(name)
         assert msgspec.convert(msgspec.to_builtins(settings), TrainSettings) == settings
         assert all(getattr(settings, k) == v for k, v in values.items())
-    with pytest.raises(HydraEdgeError, match="unknown recipe 'deit'; choose one of digits, finetune, imagenet"):
+    with pytest.raises(HydraEdgeError, match="unknown recipe 'deit'; choose one of digits, finetune, scratch, "):
         settings_for("deit")
+
+
+def test_without_a_recipe_new_weights_of_a_larger_preset_get_scratch_and_a_folder_from_a_checkpoint_finetune():
+    assert default_recipe("photos", None, pretrained=True) == "finetune"
+    assert default_recipe("mnist", None, pretrained=True) == "digits"  # built-in data, as before
+    for data, preset_name in (("digits", None), ("mnist", None), ("mnist", "digits"), ("photos", "digits")):
+        assert default_recipe(data, preset_name, pretrained=False) == "digits"  # the demo's, and its figures'
+    for data, preset_name in (("mnist", "mini"), ("photos", "mini"), ("photos", None), ("photos", "b16")):
+        assert default_recipe(data, preset_name, pretrained=False) == "scratch"
+
+
+def test_a_folder_trained_on_mini_from_new_weights_gets_the_scratch_recipe(tmp_path):
+    result = CliRunner().invoke(main, ["train", "--data", str(_images(tmp_path / "images")), "--preset", "mini",
+                                       "--heads", "3,12", "--epochs", "2", "--out", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    assert "recipe scratch" in result.output
+    settings = torch.load(tmp_path / "run" / CHECKPOINT, weights_only=True)["train"]["settings"]
+    assert {k: settings[k] for k in RECIPES["scratch"]} == {**RECIPES["scratch"], "epochs": 2}
 
 
 @pytest.mark.parametrize("mixup, cutmix", [(0.8, 0.0), (0.0, 1.0)])
@@ -327,7 +345,7 @@ def test_threads_default_to_one_for_a_small_model_and_to_the_free_cores_for_a_la
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--recipe", "deit"], "unknown recipe 'deit'; choose one of digits, finetune, imagenet"),
+    (["--recipe", "deit"], "unknown recipe 'deit'; choose one of digits, finetune, scratch, imagenet"),
     (["--precision", "fp16"], "--precision fp16 needs a CUDA GPU"),
     (["--precision", "bf16"], "--precision bf16: this CPU has no native bf16"),
 ])

@@ -110,7 +110,7 @@ def train(data: str, out: Path, val_fraction: float | None, preset_name: str | N
     from ..train.data import BUILT_IN, DataSpec, data_classes, load_data
     from ..train.loop import CHECKPOINT, OUTPUTS, cpu_threads, refuse_change, resumed_settings
     from ..train.loop import train as run_training
-    from ..train.recipe import autocast_dtype, settings_for
+    from ..train.recipe import autocast_dtype, default_recipe, settings_for
     from ..train.transfer import fit_classes, init_first_heads
 
     check_outputs(*(out / name for name in OUTPUTS))  # now, not after the first epoch
@@ -145,7 +145,7 @@ def train(data: str, out: Path, val_fraction: float | None, preset_name: str | N
                     refuse_change(option, given, getattr(spec, name), previous)
                 spec = replace(spec, **{name: given})
     else:
-        default = "digits" if data in BUILT_IN or not (checkpoint or init_from) else "finetune"
+        default = default_recipe(data, preset_name, pretrained=bool(checkpoint or init_from))
         settings = settings_for(typed.pop("recipe", default), init_scheme=init_scheme, **typed, **machine)
         spec = DataSpec(data, seed=settings.seed, **({"val_fraction": val_fraction} if val_fraction else {}))
         torch.manual_seed(settings.seed)  # the same initial weights on every run and every DDP rank

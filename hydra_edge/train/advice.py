@@ -3,7 +3,8 @@
 Each check is one line, printed before the first epoch; the run then goes on, since each is a likely
 waste rather than an error. A base checkpoint near chance, a base made for another kind of image,
 a run too short for its warm-up, and a large model on a CPU (measured, not guessed) each used to
-cost a user a run before they found out (issue 36). ``falls_with_heads`` reads a finished run's
+cost a user a run before they found out; so did a folder trained on b16 from new weights, which
+is pointed to the release's weights. ``falls_with_heads`` reads a finished run's
 accuracy: a HydraViT whose larger subnetworks are less accurate than smaller ones is undertrained,
 and the lookup table will never choose those head counts.
 
@@ -114,6 +115,27 @@ def short_run(settings: "TrainSettings") -> Optional[str]:
             f"climbs and never decays; give --epochs {settings.warmup_epochs + 1} or more, or --warmup-epochs 0")
 
 
+# The official HydraViT weights (ImageNet-1k, 224 px, timm's layout with EMA weights), as the paper's
+# code repository (github.com/ds-kiel/HydraViT) publishes them; docs/training.md says what a fine-tune costs.
+RELEASE_WEIGHTS = "https://doi.org/10.5281/zenodo.14300201"
+
+
+def no_pretrained(model: "HydraViT", source: str, images: int, settings: "TrainSettings") -> Optional[str]:
+    """A line when a folder trains a heavy model (b16) from new weights: a ViT-B/16 needs ImageNet's
+    million images to learn from nothing, so on a folder it should start from the release's weights
+    (``--checkpoint``), or the folder should train ``--preset mini`` from scratch. A run with the
+    ``finetune`` recipe starts from pretrained heads (``--init``) and is left alone."""
+    from ..model.sizes import subnet_size
+    from .data import BUILT_IN
+
+    cfg = model.config
+    if source in BUILT_IN or settings.recipe == "finetune" or subnet_size(cfg, max(cfg.heads)).gmacs < HEAVY_GMACS:
+        return None
+    return (f"note: {cfg.img_size} px model from new weights on {images} images: a ViT this size learns little "
+            f"from a folder; fine-tune the official HydraViT weights ({RELEASE_WEIGHTS}) with --checkpoint, or "
+            "train --preset mini from scratch (docs/training.md, 'Without a pretrained checkpoint')")
+
+
 def step_seconds(model: "HydraViT", batch: int, steps: int = 2) -> float:
     """Seconds one training step of ``batch`` images takes on this CPU, averaged over the head counts
     the run samples: ``steps`` timed forward and backward passes of 2 images at the middle head count,
@@ -208,6 +230,8 @@ def before_training(*, settings: "TrainSettings", model: "HydraViT", source: str
         if accuracy:
             lines.append(weak_base(accuracy, classes, origin))
         lines.append(other_input(model.config, source, origin))
+    else:
+        lines.append(no_pretrained(model, source, images, settings))
     lines.append(short_run(settings))
     if cpu:
         lines.append(cpu_epoch(model, settings.batch_size * settings.accum_steps, images,

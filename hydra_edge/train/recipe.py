@@ -41,6 +41,17 @@ RECIPES: dict[str, dict[str, Any]] = {
         epochs=10, batch_size=32, lr=3e-3, lr_batch=32, min_lr=1e-5, weight_decay=0.05, warmup_epochs=1,
         decay_all=False, clip_grad=1.0, label_smoothing=0.1,
     ),
+    # A small folder from new weights, no pretrained checkpoint (``--preset mini``). Chosen by measurement
+    # (bench/from_scratch.py; docs/training.md has the figures): a ViT from new weights sits at chance
+    # until its attention learns where to look, which takes optimizer steps, and a few thousand images
+    # at batch 32 are 125 steps an epoch. Batch 8 gives four times the steps for the same images and
+    # about the same time; lr 1e-3 as given (not scaled with the batch), one warm-up epoch (none
+    # trailed), clipping for the first steps' large gradients, no augmentation (none to remove: the
+    # digits recipe has none either).
+    "scratch": dict(
+        epochs=10, batch_size=8, lr=1e-3, lr_batch=0, min_lr=1e-5, weight_decay=0.05, warmup_epochs=1,
+        decay_all=False, clip_grad=1.0, label_smoothing=0.1,
+    ),
     # The official release's (DeiT's recipe, as the HydraViT paper trains ImageNet-1k).
     "imagenet": dict(
         epochs=300, batch_size=256, lr=5e-4, lr_batch=512, min_lr=1e-5, weight_decay=0.05, warmup_epochs=5,
@@ -56,6 +67,21 @@ def settings_for(recipe: str, **typed: Any) -> TrainSettings:
     if recipe not in RECIPES:
         raise HydraEdgeError(f"unknown recipe {recipe!r}; choose one of {', '.join(RECIPES)}")
     return msgspec.structs.replace(TrainSettings(), recipe=recipe, **{**RECIPES[recipe], **typed})
+
+
+def default_recipe(data: str, preset_name: str | None, pretrained: bool) -> str:
+    """The recipe a run without ``--recipe`` trains with: ``finetune`` for a folder and a pretrained
+    model (``--checkpoint``, ``--init``; built-in data keeps ``digits`` there, as before); for new
+    weights, ``digits`` on the digits preset (the demo and every digits figure were trained so) and
+    ``scratch`` on any other, where the digits recipe learnt little in a few epochs (bench/from_scratch.py).
+
+    ``preset_name`` is None where the command picks the preset: digits for built-in data, else b16.
+    """
+    from .data import BUILT_IN
+
+    if pretrained:
+        return "digits" if data in BUILT_IN else "finetune"
+    return "digits" if (preset_name or ("digits" if data in BUILT_IN else "b16")) == "digits" else "scratch"
 
 
 def peak_lr(settings: TrainSettings) -> float:
