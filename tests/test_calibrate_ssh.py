@@ -165,9 +165,12 @@ def test_ctrl_c_mid_calibration_keeps_what_was_measured(bundle: Path, device_pyt
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 1
-    last = output.strip().splitlines()[-1]  # in a device stream or between them (a save, the progress bar)
-    assert last.startswith("Error: ") and "interrupted" in last and "Traceback" not in output and "Aborted" not in output
+    assert proc.returncode == 130, output
+    *_, said, resume = output.strip().splitlines()  # in a device stream or between them (a save, the progress bar)
+    assert said == (f"Interrupted: each head count measured so far is saved in {out}; "
+                    "the rest are measured when it resumes."), output
+    assert resume.startswith("Resume with: hydra-edge calibrate "), output
+    assert "Traceback" not in output and "Aborted" not in output and "sh -c" not in output
     assert 1 <= len(read_calibration(out).measured()) < 3
     result = invoke(*args)
     assert result.exit_code == 0, result.output
@@ -188,7 +191,8 @@ def test_stopping_the_host_stops_the_runner_on_the_board(how: str, bundle: Path,
         time.sleep(0.05)  # the device has reported itself: the runner is timing 3 heads, for minutes
     output = stop_host_and_check_the_board(host, how, sshd_server, str(board))
     if how == "ctrl-c":
-        assert host.returncode == 1 and "Traceback" not in output, output
+        assert host.returncode == 130 and "Traceback" not in output, output
+        assert output.strip().splitlines()[-2].startswith("Interrupted: "), output
 
 
 @pytest.mark.parametrize("how", ["ctrl-c", "killed"])
@@ -278,8 +282,8 @@ def test_stopping_the_host_during_setup_stops_pip_on_the_board(how: str, bundle:
         if _running(pip):
             os.kill(pip, signal.SIGKILL)
     if how == "ctrl-c":
-        assert host.returncode == 1 and "Traceback" not in output, output
-        assert output.strip().splitlines()[-1].startswith("Error: ") and "interrupted" in output, output
+        assert host.returncode == 130 and "Traceback" not in output, output
+        assert output.strip().splitlines()[-2].startswith("Interrupted: "), output
 
 
 def _running(pid: int) -> bool:
