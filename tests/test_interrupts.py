@@ -19,9 +19,11 @@ from test_board_demo import board  # noqa: F401  (fixture)
 from test_calibrate import HOST_TARGET, torch_free_python
 
 from hydra_edge.cli import main
+from hydra_edge.convert.pool import Commit
 from hydra_edge.measure.journal import read_calibration
 from hydra_edge.model.config import preset
 from hydra_edge.model.hydravit import HydraViT
+from hydra_edge.runtime.terminal import restore_signals, stop_on_signals
 
 pytestmark = pytest.mark.slow  # trains, converts, calibrates and deploys, each stopped part-way
 
@@ -169,3 +171,25 @@ def test_ctrl_c_in_a_command_that_writes_only_when_whole_says_so(args: list[str]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 130 and not any(text in result.output for text in INTERNAL), result.output
     assert result.output.splitlines() == [f"Interrupted: {kept}.", f"Resume with: hydra-edge {shlex.join(args)}"]
+
+
+def test_sigterm_between_an_artefacts_rename_and_its_record_waits_for_the_record() -> None:
+    """SIGTERM is Ctrl-C to a command, so it too waits while convert finishes recording a renamed
+    artefact; a worker, which keeps SIGTERM's default, can still be terminated there."""
+    previous = stop_on_signals()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with Commit() as commit:
+                commit.hold()
+                signal.raise_signal(signal.SIGTERM)
+                recorded = True  # what runs here (the manifest record) is not cut short
+        assert recorded
+    finally:
+        restore_signals(previous)
+    default = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        with Commit() as commit:
+            commit.hold()
+            assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, default)

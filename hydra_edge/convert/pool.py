@@ -46,17 +46,20 @@ def remove_stale(out: Path) -> None:
 class Commit:
     """Ctrl-C between an artefact's rename and its manifest record would leave a file the manifest
     does not list; from ``hold()`` to the end of the block, SIGINT is noted instead and acted on
-    after (``then``: by default KeyboardInterrupt). Before ``hold()`` it interrupts as usual, and
-    the artefact's temporary file is removed."""
+    after (``then``: by default KeyboardInterrupt), and so is SIGTERM where the process treats it as
+    Ctrl-C (a command's main process: a handler is installed; a worker keeps SIGTERM's default, so
+    terminating it still ends it). Before ``hold()`` they interrupt as usual, and the artefact's
+    temporary file is removed."""
 
     def __init__(self, then: Callable[[], None] | None = None) -> None:
         self.interrupted = False
         self._then = then
-        self._previous: Any = None
+        self._previous: dict[int, Any] = {}
 
     def hold(self) -> None:
-        if threading.current_thread() is threading.main_thread() and self._previous is None:
-            self._previous = signal.signal(signal.SIGINT, self._note)
+        if threading.current_thread() is threading.main_thread() and not self._previous:
+            held = [signal.SIGINT] + [signal.SIGTERM] * callable(signal.getsignal(signal.SIGTERM))
+            self._previous = {signum: signal.signal(signum, self._note) for signum in held}
 
     def _note(self, signum: int, frame: Any) -> None:
         self.interrupted = True
@@ -65,9 +68,9 @@ class Commit:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-            self._previous = None
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous = {}
         if self.interrupted and exc[0] is None:
             (self._then or _raise_interrupt)()
 
