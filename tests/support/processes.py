@@ -62,15 +62,8 @@ def stop_process(proc: subprocess.Popen) -> None:
 
 def running(marker: str) -> list[str]:
     """Command lines of live processes on this machine (every stand-in device's too) naming ``marker``."""
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue  # it ended while we looked
-        if marker in text:
-            found.append(text)
-    return found
+    lines = (cmdline(int(proc.name)) for proc in Path("/proc").glob("[0-9]*"))
+    return [line for line in lines if marker in line]
 
 
 def gone(marker: str, within_s: float) -> bool:
