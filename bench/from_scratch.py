@@ -30,7 +30,10 @@ from hydra_edge.profiling.timing import host_cpu
 from transfer import save_images, train  # one way to run `hydra-edge train` and keep its result
 
 ROOT = Path(__file__).resolve().parents[1]
-SETS = ("mnist", "digits")
+SETS = {  # name -> what the report says it is
+    "mnist": "the 5000 built-in MNIST digits (4000 trained on, 1000 held out)",
+    "digits": "scikit-learn's 1797 8x8 digits as a folder of PNG images (1437 and 360)",
+}
 
 
 def data_of(name: str, work: Path) -> str:
@@ -81,8 +84,7 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         f"`hydra-edge train --preset mini` (64 px RGB) from new weights, {s['epochs']} epochs, seeds "
         f"{', '.join(map(str, s['seeds']))} (held-out top-1 % per head count, the mean over the seeds), one "
-        "thread per run. mnist: the 5000 built-in MNIST digits (4000 trained on, 1000 held out); digits: "
-        "scikit-learn's 1797 8x8 digits as a folder of PNG images (1437 and 360).",
+        "thread per run. " + "; ".join(f"{name}: {SETS[name]}" for name in s["sets"]) + ".",
         "",
     ]
     for name in s["sets"]:
