@@ -79,7 +79,7 @@ def setting_options(f: Callable[..., Any]) -> Callable[..., Any]:
 @ema_option
 @click.option("--recipe", default=None,
               help=f"Training recipe: {', '.join(RECIPES)} (docs/training.md). Default: finetune with --checkpoint "
-                   "or --init on a folder, else digits (no augmentation).")
+                   "or --init on a folder; from new weights, digits on the digits preset, else scratch.")
 @setting_options
 @click.option("--resume", is_flag=True, help="Continue an interrupted run in --out, with the run's own settings.")
 @click.option("--override", is_flag=True, help="With --resume: let --epochs, --lr, ... change the run's settings.")
