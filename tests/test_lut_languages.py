@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.tables import ANDROID_SIGNALS, table
+from support.tables import ANDROID_SIGNALS, ODD_NAMES, table, table_with_classes
 
 from hydra_edge.lut.emit_c import emit_c
 from hydra_edge.lut.emit_kotlin import emit_kotlin
@@ -123,8 +123,6 @@ def test_c_and_kotlin_pick_what_python_picks(case: tuple[dict[str, Any], list[st
 
 def test_kotlin_names_the_classes_as_they_are(tmp_path: Path) -> None:
     """Quotes, backslashes, a ``$`` that would be a template, characters outside the BMP: each name exact."""
-    from test_transfer import ODD_NAMES, table_with_classes
-
     assert shutil.which("kotlinc"), "kotlinc missing: apt-get install kotlin (Debian ships 1.3.31)"
     (tmp_path / "HydraLut.kt").write_text(emit_kotlin(table_with_classes(tmp_path, ODD_NAMES)))
     (tmp_path / "Main.kt").write_text("fun main() { for (name in HydraLut.CLASSES) println(name.codePoints().toArray()"

@@ -15,6 +15,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 from PIL import Image
+from support.tables import ODD_NAMES, table_with_classes
 
 from hydra_edge import HydraEdgeError, HydraViT
 from hydra_edge.cli import main
@@ -171,9 +172,6 @@ def test_init_from_a_narrow_model_of_the_same_classes_takes_its_classifier_too(t
 
 # --- class names travel: manifest, lut.json, C and Kotlin -----------------------------------------------------
 
-ODD_NAMES = ["plain", 'say "hi"', "back\\slash", "??= trigraph", "$price", "Ärger 🐍", "end */ comment", "tab\there"]
-
-
 def test_convert_takes_the_checkpoints_class_names_else_its_datas(tmp_path, b16_like):
     from hydra_edge.convert.inputs import check_inputs
     from hydra_edge.convert.options import ConvertOptions
@@ -194,23 +192,6 @@ def test_convert_takes_the_checkpoints_class_names_else_its_datas(tmp_path, b16_
     assert manifest_classes({**own, "data": DataSpec(str(folder)).to_dict()}) == PETS
     with pytest.raises(HydraEdgeError, match=r"pets's classes are not the model's: class 0 is 'cat' there and 'a'"):
         manifest_classes({**own, "classes": list("abcd")}, data=str(folder))
-
-
-def table_with_classes(tmp_path: Path, classes: list[str] | None) -> dict:
-    from test_lut import calibration, fake_bundle
-
-    from hydra_edge.lut.policy import Policy
-    from hydra_edge.lut.table import build_table
-    from hydra_edge.records.manifest import read_manifest
-
-    bundle = fake_bundle(tmp_path / "bundle", [3, 12])
-    manifest = read_manifest(bundle)
-    manifest.model, manifest.classes = {"num_classes": len(classes or [0])}, classes
-    manifest.write(bundle)
-    cal = calibration(bundle, {3: 1.0, 12: 5.0})
-    cal.write(tmp_path / "cal.json")
-    return build_table(bundle, read_manifest(bundle), cal, tmp_path / "cal.json",
-                       msgspec.structs.replace(Policy(), budget_ms=10.0))
 
 
 def test_lut_json_carries_the_class_names_and_refuses_repeated_ones(tmp_path):

@@ -74,3 +74,21 @@ def table(tmp_path: Path, latency_ms: dict[int, float], budget_ms: float, policy
 def heads_grid(doc: dict[str, Any]) -> list[list[int]]:
     heads = [c["heads"] for c in doc["candidates"]]
     return [[heads[i] for i in row] for row in doc["selection"]["cells"]]
+
+
+# Class names an emitter must carry exactly: quotes, a backslash, a C trigraph, a Kotlin template,
+# characters outside the BMP, a comment's end and a tab.
+ODD_NAMES = ["plain", 'say "hi"', "back\\slash", "??= trigraph", "$price", "Ärger 🐍", "end */ comment", "tab\there"]
+
+
+def table_with_classes(tmp_path: Path, classes: list[str] | None) -> dict:
+    """lut.json as built for a 3/12-head bundle whose manifest names ``classes``: what the C and Kotlin
+    emitters and the records read class names from."""
+    bundle = fake_bundle(tmp_path / "bundle", [3, 12])
+    manifest = read_manifest(bundle)
+    manifest.model, manifest.classes = {"num_classes": len(classes or [0])}, classes
+    manifest.write(bundle)
+    cal = calibration(bundle, {3: 1.0, 12: 5.0})
+    cal.write(tmp_path / "cal.json")
+    return build_table(bundle, read_manifest(bundle), cal, tmp_path / "cal.json",
+                       msgspec.structs.replace(Policy(), budget_ms=10.0))
