@@ -18,7 +18,7 @@ window.
 demo's latency budget) while headless Chromium watches its page, captured ``--at-s`` into the day.
 
 (c) Attacks (issue 37, items 10 and 11), ``--only attacks``: the same app as in (a) while a client in a
-process of its own (tests/page_attack.py) attacks the page for ``--attack-s`` seconds: a slowloris (200
+process of its own (tests/support/page_attack.py) attacks the page for ``--attack-s`` seconds: a slowloris (200
 sockets opened at once, each sending one header line a second, never a whole head) or a flood (50 threads
 fetching ``/`` back to back), and, for reference, no attack. Meanwhile a legitimate viewer in this process
 polls ``/state.json`` every 0.5 s with a 2 s timeout: its latency p50/p90/max (an unanswered poll counted
@@ -64,10 +64,10 @@ from hydra_edge.records.manifest import read_manifest
 from hydra_edge.runtime.live_page import MAX_REQUESTS_PER_S, MAX_STREAMS, REQUEST_BURST
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-from browser import Chromium  # noqa: E402  (the tests' DevTools driver and port helper)
-from page_attack import attack, attack_result, summary, viewer  # noqa: E402  (the attacker, in its own process)
-from standins import free_port  # noqa: E402
+sys.path.insert(0, str(ROOT / "tests"))  # the tests' support package (tests/support) is not installed: import it from there
+from support.browser import Chromium  # noqa: E402  (the tests' DevTools driver)
+from support.page_attack import attack, attack_result, summary, viewer  # noqa: E402  (the attacker, in its own process)
+from support.processes import free_port  # noqa: E402
 
 # ONNX fp32 on onnxruntime, read from the sysfs paths the app's SimulatedBoard writes (a Pi's, plus a battery).
 PROFILE = """\

@@ -20,6 +20,7 @@ pytest.register_assert_rewrite("support")
 pytest_plugins = [
     "support.adbd",  # adb_server, adb_device: the stand-in phone
     "support.compact",  # model_file, converted, root: bundles in every format, full and compact
+    "support.demo_board",  # board: the board demo app's bundle, table and images
     "support.kotlin",  # classpath: the Android library, built and tested with Maven
     "support.pythons",  # device_python: the device's Python, without torch
     "support.runner",  # pushed: the device runner as it lies on a board

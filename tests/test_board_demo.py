@@ -17,65 +17,20 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from PIL import Image
-from standins.sshd import SshServer, sshd_server  # noqa: F401  (fixture)
-from test_calibrate import HOST_TARGET, make_bundle, torch_free_python
-from test_calibrate_ssh import start_host, stop_host_and_check_the_board
+from support.boards import start_host, stop_host_and_check_the_board
+from support.demo_board import table_for
+from support.processes import free_port
+from support.pythons import torch_free_python
+from support.sshd import SshServer
 
 from hydra_edge.commands.demo import scenario_steps
 from hydra_edge.commands.deploy import APP, deploy
-from hydra_edge.lut.make import make_lut
-from hydra_edge.measure.session import bundle_record
-from hydra_edge.records.calibration import Calibration, HeadResult
 from hydra_edge.records.manifest import read_manifest
 from hydra_edge.runtime.terminal import shown
 
 pytestmark = pytest.mark.slow  # converts a bundle, runs the board app, deploys over sshd
 
 ROOT = Path(__file__).resolve().parents[1]
-# The Raspberry Pi's signals plus a battery (a UPS HAT), as a user-added profile.
-BOARD_TARGET = HOST_TARGET.replace("[signals.files]\n", "[signals.files]\n"
-                                   'battery_capacity = "/sys/class/power_supply/battery/capacity"\n')
-
-
-@pytest.fixture(scope="module")
-def board(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A converted bundle whose held-out accuracy rises with heads, its calibration and table, and images."""
-    root = tmp_path_factory.mktemp("board")
-    bundle = make_bundle(root, BOARD_TARGET, "3,6,12", layout="compact")  # 3 and 6 heads rebuilt on the board
-    trained_accuracy(bundle)
-    lut = table_for(bundle, root)
-    return {"bundle": bundle, "lut": lut, "images": digit_images(root / "images"), "root": root}
-
-
-def digit_images(images: Path) -> Path:
-    """Twelve random 8x8 grey images in class folders 0, 1 and 2: what the digits models classify."""
-    rng = np.random.default_rng(0)
-    for label in range(3):
-        (images / str(label)).mkdir(parents=True)
-        for i in range(4):
-            Image.fromarray(rng.integers(0, 255, (8, 8), dtype=np.uint8), mode="L").save(images / str(label) / f"{i}.png")
-    return images
-
-
-def trained_accuracy(bundle: Path) -> None:
-    """Give an untrained model's artefacts the held-out accuracy a trained one has: it rises with heads."""
-    manifest_file = bundle / "manifest.json"
-    manifest = json.loads(manifest_file.read_text())
-    for a in manifest["artefacts"]:
-        a["accuracy"]["top1"] = 80.0 + a["heads"]
-    manifest_file.write_text(json.dumps(manifest))
-
-
-def table_for(bundle: Path, root: Path) -> Path:
-    """A calibration of ``bundle`` whose latencies rise with heads, and its lookup table; returns lut.json."""
-    records = read_manifest(bundle)
-    ms = {3: 1.0, 6: 6.0, 12: 9.0}  # budget 10: 12 heads when cool on mains, 3 when very hot or nearly empty
-    calibration = Calibration("local:test", {}, bundle_record(bundle, records), {"runs": 5}, results=[
-        HeadResult(a.heads, a.id, a.sha256, "ok", "python", latency={"count": 5, "mean_ms": ms[a.heads], "p50_ms": ms[a.heads]})
-        for a in records.artefacts])
-    calibration.write(root / "calibration.json")
-    make_lut(bundle, root / "calibration.json", root / "lut", budget_ms=10.0)
-    return root / "lut" / "lut.json"
 
 
 def test_app_follows_a_scripted_day(board: dict[str, Path], tmp_path: Path) -> None:
@@ -372,8 +327,6 @@ def test_the_app_serves_a_live_page_of_what_it_runs_and_a_port_in_use_is_one_lin
     a second app asking for the same port stops in one line."""
     import urllib.request
 
-    from standins import free_port
-
     port = free_port()
     launched = time.monotonic()
     app = subprocess.Popen([sys.executable, str(APP), "--bundle", str(board["bundle"]), "--lut", str(board["lut"]),
@@ -596,8 +549,6 @@ def test_plain_output_is_each_switch_and_a_summary_every_few_seconds_not_a_line_
 def test_the_app_serves_beyond_loopback_only_with_serve_remote(board: dict[str, Path]) -> None:
     """--serve on an address that is not loopback without --serve-remote: exit 1, one line naming the flag, before
     anything is served or classified."""
-    from standins import free_port
-
     port = free_port()
     proc = run_app(board, "--images", board["images"], "--max-images", 2, "--serve", f"0.0.0.0:{port}")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr

@@ -25,9 +25,10 @@ from typing import Any, Callable, Dict, Iterator, List, Set
 import numpy as np
 import pytest
 import torch
-from browser import Chromium
-from standins import free_port
-from test_board_demo import BOARD_TARGET, digit_images, table_for, trained_accuracy
+from support.browser import Chromium
+from support.demo_board import digit_images, table_for, trained_accuracy
+from support.processes import free_port
+from support.targets import BOARD_TARGET
 
 from hydra_edge.commands.demo import scenario_steps
 from hydra_edge.commands.deploy import APP

@@ -1,9 +1,5 @@
 """hydra-edge calibrate on a real rpi (LiteRT) bundle: --local, adb with the Python runner and with a
-native benchmark_model, resume, missing runtime, --setup, no space.
-
-The helpers here (a tiny converted bundle, a device Python that cannot import torch) are shared by
-the other test_calibrate_* modules.
-"""
+native benchmark_model, resume, missing runtime, --setup, no space."""
 
 from __future__ import annotations
 
@@ -20,9 +16,8 @@ from click.testing import CliRunner
 from support.adbd import AdbDevice
 from support.bundles import make_bundle
 from support.cli import invoke, one_line_error
-from support.pythons import torch_free_python
 from support.tables import fake_bundle
-from support.targets import HOST_TARGET, TRT_TARGET
+from support.targets import TRT_TARGET
 
 from hydra_edge.cli import main
 from hydra_edge.logs import VERBOSE
@@ -31,8 +26,6 @@ from hydra_edge.measure.journal import journal_path, read_calibration
 from hydra_edge.transport import LocalTransport
 
 pytestmark = pytest.mark.slow  # converts bundles, builds venvs, drives the adb stand-in
-# Imported from here by modules not yet moved to ``support`` (test_board_demo, test_demo, test_interrupts).
-__all__ = ["HOST_TARGET", "make_bundle", "torch_free_python"]
 
 
 @pytest.fixture(scope="module")

@@ -29,8 +29,6 @@ from hydra_edge.measure.session import runner_files
 from hydra_edge.transport import RemoteCommandError, open_transport
 
 pytestmark = pytest.mark.slow  # drives a real sshd and converts a bundle
-# Imported from here by modules not yet moved to ``support`` (test_board_demo, test_demo).
-__all__ = ["on_board", "start_host", "stop_host_and_check_the_board"]
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import pytest
-from test_lut import table
-from test_switcher import Board, Clock
+from support.switcher import Board, Clock
+from support.tables import table
 
 from hydra_edge.errors import HydraEdgeError
 from hydra_edge.lut.policy import policy_from_dict

@@ -22,10 +22,10 @@ from typing import Callable
 
 import pytest
 from click.testing import CliRunner
-from standins import free_port, gone, running
-from standins.sshd import SshServer, sshd_server  # noqa: F401  (fixture)
-from test_calibrate import torch_free_python
-from test_calibrate_ssh import on_board, start_host
+from support.boards import on_board, start_host
+from support.processes import free_port, gone, running
+from support.pythons import torch_free_python
+from support.sshd import SshServer
 
 from hydra_edge.commands.demo import demo as demo_command
 from hydra_edge.commands.deploy import deploy

@@ -15,8 +15,8 @@ from typing import Callable
 import pytest
 import torch
 from click.testing import CliRunner
-from test_board_demo import board  # noqa: F401  (fixture)
-from test_calibrate import HOST_TARGET, torch_free_python
+from support.pythons import torch_free_python
+from support.targets import HOST_TARGET
 
 from hydra_edge.cli import main
 from hydra_edge.convert.pool import Commit
@@ -111,7 +111,7 @@ def test_ctrl_c_in_convert_keeps_each_finished_artefact(checkpoint: Path, tmp_pa
     assert resume == ["hydra-edge", *args]
 
 
-def test_ctrl_c_in_calibrate_keeps_each_measured_head_count(board: dict[str, Path], tmp_path: Path) -> None:  # noqa: F811
+def test_ctrl_c_in_calibrate_keeps_each_measured_head_count(board: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "cal.json"
     args = ["calibrate", "--bundle", str(board["bundle"]), "--local", "--python", str(torch_free_python(tmp_path)),
             "--out", str(out), "--runs", "4000", "--warmup", "0"]
@@ -123,7 +123,7 @@ def test_ctrl_c_in_calibrate_keeps_each_measured_head_count(board: dict[str, Pat
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_stopping_deploy_local_names_no_internal_command(board: dict[str, Path], tmp_path: Path,  # noqa: F811
+def test_stopping_deploy_local_names_no_internal_command(board: dict[str, Path], tmp_path: Path,
                                                         sig: int) -> None:
     """The board app runs on until stopped (no --max-images): deploy stops it and says so in plain words,
     not as the shell wrapper that ran it."""

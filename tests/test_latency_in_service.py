@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_lut import table
+from support.tables import table
 
 from hydra_edge.lut.emit_c import emit_c
 from hydra_edge.lut.emit_kotlin import emit_kotlin

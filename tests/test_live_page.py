@@ -120,7 +120,7 @@ def test_a_browser_shows_mains_for_a_board_without_a_battery(power: Dict[str, An
                                                             charging: str) -> None:
     """What a person reads on the page's battery card: a Pi on mains (its profile names no battery) is
     "mains", never "on battery"; a board with one shows its charge and whether it charges."""
-    from browser import Chromium
+    from support.browser import Chromium
 
     shown = PageState(heads=3, t=12.5, switches=[Switch(1.5, None, 3, "start")], **power)
     with LivePage(lambda: shown, port=0, tick_s=TICK_S) as page:

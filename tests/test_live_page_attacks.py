@@ -1,5 +1,5 @@
 """The live page under the two attacks of issue 37 (items 10 and 11), on loopback, the attacker in a process of
-its own (tests/page_attack.py): a viewer polling ``/state.json`` is still answered, within 2 s, at least 9
+its own (tests/support/page_attack.py): a viewer polling ``/state.json`` is still answered, within 2 s, at least 9
 times in 10. The page the threading server served failed both (7 to 11 of 36 polls unanswered over 20 s);
 ``bench/live_page.py`` measures the same attacks for 20 s on the real board app, with the viewer's latency.
 
@@ -14,7 +14,7 @@ import time
 from typing import Iterator
 
 import pytest
-from page_attack import attack, attack_result, summary, viewer
+from support.page_attack import attack, attack_result, summary, viewer
 
 from hydra_edge.runtime.live_page import LivePage, PageState
 

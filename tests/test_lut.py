@@ -29,8 +29,8 @@ from hydra_edge.records.calibration import Derating
 from hydra_edge.records.manifest import read_manifest
 from hydra_edge.runtime.lut import read_table
 
-# Imported from here by modules not yet moved to ``support`` (test_closed_loop, test_latency_in_service, test_transfer).
-__all__ = ["calibration", "fake_bundle", "table"]
+# Imported from here by test_transfer, not yet moved to ``support``.
+__all__ = ["calibration", "fake_bundle"]
 
 
 def test_pareto_keeps_only_faster_or_more_accurate() -> None:

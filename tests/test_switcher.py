@@ -38,9 +38,6 @@ from hydra_edge.runtime.latency_governor import LoopSettings
 from hydra_edge.runtime.signals import _text
 from hydra_edge.runtime.switcher import Switcher
 
-# Imported from here by a module not yet moved to ``support`` (test_closed_loop).
-__all__ = ["Board", "Clock"]
-
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -19,3 +19,6 @@ TRT_TARGET = HOST_TARGET.replace('runtime_min_version = "1.17"\n', 'runtime_min_
                                  'device_build = "trtexec --onnx={file} --saveEngine={engine} --fp16"\n')
 # sysfs paths only (no commands), a battery among them: signals_from_profile reads thermal and battery from sysfs.
 SYSFS_TARGET = HOST_TARGET[:HOST_TARGET.index("[signals.commands]")] + 'battery = "/sys/class/power_supply/BAT0/capacity"\n'
+# The Raspberry Pi's signals plus a battery (a UPS HAT), as a user-added profile: the board demo app's.
+BOARD_TARGET = HOST_TARGET.replace("[signals.files]\n", "[signals.files]\n"
+                                   'battery_capacity = "/sys/class/power_supply/battery/capacity"\n')
