@@ -29,9 +29,6 @@ from hydra_edge.records.calibration import Derating
 from hydra_edge.records.manifest import read_manifest
 from hydra_edge.runtime.lut import read_table
 
-# Imported from here by test_transfer, not yet moved to ``support``.
-__all__ = ["calibration", "fake_bundle"]
-
 
 def test_pareto_keeps_only_faster_or_more_accurate() -> None:
     pts = [Point(3, "a", 10, 50, None), Point(6, "b", 25, 60, None), Point(9, "c", 20, 70, None),
