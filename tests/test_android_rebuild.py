@@ -40,7 +40,7 @@ def variant(request: pytest.FixtureRequest, converted: Callable[[str, str], Path
     return converted(*request.param)
 
 
-def kotlin(classpath: str, bundle: Path, out: Path, *heads: int) -> List[Dict[str, Any]]:  # noqa: F811
+def kotlin(classpath: str, bundle: Path, out: Path, *heads: int) -> List[Dict[str, Any]]:
     """RebuildCheck's lines: one per artefact (``heads`` only, if given), or one for a refused manifest."""
     done = subprocess.run(["java", "-cp", classpath, "org.hydraedge.core.RebuildCheck", str(bundle), str(out),
                            *map(str, heads)], capture_output=True, text=True, encoding="utf-8", timeout=120)
@@ -58,7 +58,7 @@ def python(bundle: Path, heads: int) -> Tuple[Optional[bytes], Optional[str]]:
         return None, str(e)
 
 
-def test_the_bundles_hold_nested_int8_and_float_ranges_in_every_layout_of_axes(converted: Callable[[str, str], Path]) -> None:  # noqa: F811
+def test_the_bundles_hold_nested_int8_and_float_ranges_in_every_layout_of_axes(converted: Callable[[str, str], Path]) -> None:
     """What the byte-for-byte test below covers: int8 weights nested in the 12-head file, float tensors, per-row
     tensors, several spans on one axis (qkv) and tensors of one to four axes, in both formats."""
     for target, quant in VARIANTS:
@@ -73,7 +73,7 @@ def test_the_bundles_hold_nested_int8_and_float_ranges_in_every_layout_of_axes(c
         assert {len(r.shape) for r in ranges} >= {1, 2}, target
 
 
-def test_kotlin_rebuilds_every_head_count_byte_for_byte_as_python(variant: Path, classpath: str,  # noqa: F811
+def test_kotlin_rebuilds_every_head_count_byte_for_byte_as_python(variant: Path, classpath: str,
                                                                   tmp_path: Path) -> None:
     bundle = variant / "compact"
     manifest = read_manifest(bundle)
@@ -280,7 +280,7 @@ TAMPER = [flip_recipe_byte, recipe_skeleton_up, recipe_source_absolute, recipe_s
 
 
 @pytest.mark.parametrize("tamper", TAMPER, ids=lambda t: t.__name__)
-def test_kotlin_refuses_what_python_refuses_in_one_line_naming_the_file(variant: Path, classpath: str,  # noqa: F811
+def test_kotlin_refuses_what_python_refuses_in_one_line_naming_the_file(variant: Path, classpath: str,
                                                                          tmp_path: Path,
                                                                          tamper: Callable[[Path], Tuple[int, Path]]) -> None:
     bundle = tmp_path / "bundle"
@@ -311,7 +311,7 @@ def _corrections() -> List[Dict[str, Any]]:
     ]
 
 
-def test_a_correction_written_by_either_side_is_read_by_the_other(classpath: str, tmp_path: Path) -> None:  # noqa: F811
+def test_a_correction_written_by_either_side_is_read_by_the_other(classpath: str, tmp_path: Path) -> None:
     for i, spec in enumerate(_corrections()):
         # Python writes, Kotlin reads
         by_python = tmp_path / f"python-{i}.correction.json"
