@@ -27,7 +27,7 @@ import numpy as np
 
 from hydra_edge.profiling.report import save_report, subplots
 from hydra_edge.profiling.timing import host_cpu
-from transfer import save_images, train  # one way to run `hydra-edge train` and keep its result
+from transfer import _mean, save_images, train  # one way to run `hydra-edge train` and keep its result
 
 ROOT = Path(__file__).resolve().parents[1]
 SETS = {  # name -> what the report says it is
@@ -71,10 +71,6 @@ def measure(sets: list[str], recipes: list[str], epochs: int, seeds: list[int], 
             entries.append({"set": name, "recipe": recipe, "epochs": epochs, "seeds": seeds, "runs": runs,
                             "seconds": seconds, "top1": mean_over_seeds(runs)})
     return entries
-
-
-def _mean(acc: dict[int, float]) -> float:
-    return sum(acc.values()) / len(acc)
 
 
 def markdown(report: dict[str, Any]) -> str:
