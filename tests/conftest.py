@@ -25,6 +25,7 @@ pytest_plugins = [
     "support.pythons",  # device_python: the device's Python, without torch
     "support.runner",  # pushed: the device runner as it lies on a board
     "support.sshd",  # sshd_server: the stand-in board
+    "support.targets",  # host: a second target profile for convert, as a .toml file
 ]
 
 torch.set_num_threads(1)  # tiny models: one thread is fastest and keeps the shared machine usable

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from support.targets import ONNX_FP32_TWO_THREADS
 
 from hydra_edge.commands.convert import convert
 from hydra_edge.convert import pipeline
@@ -23,13 +22,6 @@ def old_checkpoint(path: Path, classes: list[str]) -> Path:
     before training refused non-UTF-8 class folders carry such a name surrogate-escaped (``caf\\udce9``)."""
     HydraViT(preset("digits", depth=1, heads=(3, 12))).save(path, classes=classes)
     return path
-
-
-@pytest.fixture
-def host(tmp_path: Path) -> Path:
-    f = tmp_path / "host.toml"
-    f.write_text(ONNX_FP32_TWO_THREADS)
-    return f
 
 
 def run(*args: str | Path) -> tuple[int, list[str]]:

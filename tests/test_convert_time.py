@@ -18,7 +18,6 @@ import pytest
 import torch
 from click.testing import CliRunner
 from support.cli import cli_argv
-from support.targets import ONNX_FP32_TWO_THREADS
 
 from hydra_edge.commands.convert import convert
 from hydra_edge.convert import artefact, pipeline, references, workers
@@ -37,14 +36,6 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     torch.manual_seed(0)
     path = tmp_path_factory.mktemp("ckpt") / "digits.pt"
     HydraViT(preset("digits", depth=2, heads=(3, 6, 12))).save(path)
-    return path
-
-
-@pytest.fixture
-def host(tmp_path: Path) -> Path:
-    """A second target (fp32 ONNX, named "host") given as a .toml path."""
-    path = tmp_path / "host.toml"
-    path.write_text(ONNX_FP32_TWO_THREADS)
     return path
 
 

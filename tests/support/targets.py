@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 HOST_TARGET = (Path(__file__).parent / "profiles" / "host.toml").read_text()
 # The artefact alone, no [signals]: what a conversion needs.
 ONNX_FP32 = HOST_TARGET[:HOST_TARGET.index("[signals.")]
@@ -22,3 +24,11 @@ SYSFS_TARGET = HOST_TARGET[:HOST_TARGET.index("[signals.commands]")] + 'battery 
 # The Raspberry Pi's signals plus a battery (a UPS HAT), as a user-added profile: the board demo app's.
 BOARD_TARGET = HOST_TARGET.replace("[signals.files]\n", "[signals.files]\n"
                                    'battery_capacity = "/sys/class/power_supply/battery/capacity"\n')
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> Path:
+    """A second target for convert (fp32 ONNX on two threads, named "host"), given as a .toml path."""
+    path = tmp_path / "host.toml"
+    path.write_text(ONNX_FP32_TWO_THREADS)
+    return path
