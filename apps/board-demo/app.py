@@ -460,7 +460,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--loop-sustain-s", type=number_arg(0, MAX_LOOP_S, low_open=True), default=loop.sustain_s,
                         help="seconds the p90 must stay over budget before fewer heads run")
     parser.add_argument("--loop-dwell-s", type=number_arg(0, MAX_LOOP_S, low_open=True), default=loop.dwell_s,
-                        help="seconds the slow-down must have been gone before more heads are tried again")
+                        help="seconds a larger head count must be predicted to fit before it is tried; with none "
+                             "predicted, more heads are tried after 8 x this of the running count fitting")
     parser.add_argument("--plain", action="store_true", help="plain lines instead of the live table: each switch, "
                                                               "and a summary every --summary-s seconds")
     parser.add_argument("--summary-s", type=number_arg(0, MAX_LOOP_S, low_open=True), default=SUMMARY_S,

@@ -81,7 +81,9 @@ class LoopSettings:
     window_s: float = 5.0  # the p90 is over the timings of this long
     sustain_s: float = 10.0  # how long the p90 must stay over budget before the head count falls: a
     # burst shorter than sustain_s - 0.8 x window_s (6 s) moves nothing
-    dwell_s: float = 30.0  # how long the slow-down must have been gone before a probe up
+    dwell_s: float = 30.0  # how long a larger head count must have been predicted to fit before it is
+    # probed (doubled after each failed probe of it, up to 8 x); with none predicted, the running head
+    # count's p90 fitting for 8 x dwell_s probes more heads all the same
     probe_inferences: int = 20  # how many inferences a probe runs before it is judged
     max_switches_per_minute: int = 4  # changes of the cap in any 60 s; at least 2 (a probe and its undoing)
     min_samples: int = 5  # fewer timings in the window: no p90 yet (so the loop needs 1 inference/s or more)
