@@ -19,7 +19,6 @@ from ..measure.soak import parse_duration
 from ..records.calibration import Calibration
 from ..runtime.terminal import rich_shown, shown
 from ..transport import DeviceArg, Transport
-from ..transport.errors import TransportInterrupted
 from .base import Number, command
 
 RUNS = Number(1, MAX_RUNS, integer=True)  # timed runs per head count; demo passes its own through
@@ -193,12 +192,7 @@ def calibrate(bundle: Path, hosts: tuple[str, ...], serial: str | None, local: b
     devices = _devices(hosts, serial, local)
     options = {k: v for k, v in {"remote_dir": remote_dir, "identity_file": identity_file, "known_hosts": known_hosts,
                                  "ssh_config": ssh_config, "adb_port": adb_port}.items() if v is not None}
-    try:
-        _run_all(devices, options, opts, out, Console(), wait=not no_wait)
-    except TransportInterrupted:  # Ctrl-C while a device command ran: the command's summary follows
-        raise
-    except HydraEdgeError as e:  # its text may quote the device (its runner's last words, a fatal message)
-        raise HydraEdgeError(shown(str(e))) from None
+    _run_all(devices, options, opts, out, Console(), wait=not no_wait)
 
 
 def _check_app_options(hosts: tuple[str, ...], local: bool, setup: bool, pip_args: tuple[str, ...],
