@@ -61,17 +61,18 @@ def exclusive(lock_file: Path, what: str, wait: bool = True, say: Callable[[str]
     """Hold ``lock_file`` for the block; ``what`` names the protected thing in messages.
 
     A held lock means waiting (saying so once, naming the holder), or with ``wait=False`` a
-    ``LockedError`` naming the holder. The lock's folder must exist.
+    ``LockedError`` naming the holder. The lock's folder must exist; one removed while this waits
+    (by ``remove_unused``'s caller) is made again, as the caller made it before.
     """
     lock = FileLock(lock_file)
     try:
-        lock.acquire(timeout=0)
+        _acquire(lock, lock_file, what, timeout=0)
     except Timeout:
         if not wait:
             raise LockedError(f"{what} is in use by {holder(lock_file)}; wait for it to finish "
                               "(or run without --no-wait to wait for it)") from None
         say(f"waiting for {what}: in use by {holder(lock_file)}")
-        lock.acquire()
+        _acquire(lock, lock_file, what)
     try:
         write_json(_owner_file(lock_file), {"pid": os.getpid(), "host": platform.node() or "localhost",
                                             "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:200],
@@ -80,3 +81,35 @@ def exclusive(lock_file: Path, what: str, wait: bool = True, say: Callable[[str]
     finally:
         _owner_file(lock_file).unlink(missing_ok=True)
         lock.release()
+
+
+def _acquire(lock: FileLock, lock_file: Path, what: str, timeout: float = -1) -> None:
+    while True:
+        try:
+            lock.acquire(timeout=timeout)
+            return
+        except FileNotFoundError:  # the folder is gone: filelock creates the file, not its folder
+            try:
+                lock_file.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise HydraEdgeError(f"cannot make the folder of {what} again ({lock_file.parent}): {e.strerror}; "
+                                     "choose a writable folder") from None
+
+
+def remove_unused(lock_file: Path) -> bool:
+    """Remove ``lock_file`` unless another process holds it; whether it was removed.
+
+    Taken without waiting and removed while held: a run that waits for it at that moment and then locks
+    the removed file sees it gone (filelock checks its link count) and locks the path anew, which
+    ``exclusive`` makes again with its folder, so no two runs ever hold two files of one path.
+    """
+    lock = FileLock(lock_file)
+    try:
+        lock.acquire(timeout=0)
+    except (Timeout, FileNotFoundError):
+        return False
+    try:
+        lock_file.unlink(missing_ok=True)
+    finally:
+        lock.release()
+    return True

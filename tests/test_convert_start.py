@@ -6,13 +6,16 @@ The checkpoints here are untrained (what is checked is the run's start, never an
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from support.cli import cli_argv
 
 from hydra_edge.commands.convert import convert
 from hydra_edge.convert import pipeline
+from hydra_edge.errors import HydraEdgeError
 from hydra_edge.model.config import preset
 from hydra_edge.model.hydravit import HydraViT
 
@@ -66,3 +69,27 @@ def test_ctrl_c_before_the_first_manifest_leaves_no_bundle_folder_nor_lock(tmp_p
     with pytest.raises(KeyboardInterrupt):
         pipeline.convert(options)
     assert not (tmp_path / "new").exists()
+
+
+def test_a_run_waiting_for_one_refused_at_its_start_converts_and_the_lock_stays_one(tmp_path, host, monkeypatch):
+    """Two runs into one new --out: the first creates the folder, locks it and is refused while planning; the
+    second, already waiting on that lock, must then convert as usual (no traceback on a lock file or folder the
+    first removed), and a lock file must still be there for the second to hold while it runs."""
+    checkpoint = old_checkpoint(tmp_path / "model.pt", [str(d) for d in range(10)])
+    out = tmp_path / "new" / "host"
+    waiting: list[subprocess.Popen] = []
+
+    def refused_while_the_second_waits(*args: object, **kwargs: object) -> None:
+        second = subprocess.Popen(cli_argv("convert", "-c", checkpoint, "-t", host, "-o", out, "--heads", "3"),
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        waiting.append(second)
+        assert second.stdout is not None
+        assert second.stdout.readline().startswith(f"waiting for bundle {out}: in use by pid {os.getpid()}")
+        raise HydraEdgeError("refused")
+
+    monkeypatch.setattr(pipeline, "plan", refused_while_the_second_waits)
+    with pytest.raises(HydraEdgeError, match="^refused$"):
+        pipeline.convert(pipeline.ConvertOptions(checkpoint=checkpoint, target=str(host), out=out, heads="3"))
+    output, _ = waiting[0].communicate(timeout=300)
+    assert waiting[0].returncode == 0 and "Traceback" not in output, output
+    assert (out / "manifest.json").is_file() and (out / ".lock").is_file()

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import HydraEdgeError
-from ..lock import exclusive
+from ..lock import exclusive, remove_unused
 from ..model.config import HydraConfig
 from ..records.manifest import LOCK, ArtefactRecord
 from .artefact import failure, run_job
@@ -81,11 +81,11 @@ def convert_targets(runs: Sequence[ConvertOptions], report: Report | None = None
         raise
     prefixes = [f"{i.target.name}/" if len(runs) > 1 else "" for i in inputs]  # names progress shows
     with ExitStack() as locks:
+        # Pushed first, so it runs last, once the locks (and their owner notes) are released: see _discard_unused.
+        # Returns None, so the exception goes on.
+        locks.push(lambda kind, error, trace: _discard_unused(created) if kind else None)
         for opts in sorted(runs, key=lambda o: str(o.out.resolve())):  # one order: two runs cannot deadlock
             locks.enter_context(exclusive(opts.out / LOCK, f"bundle {opts.out}", opts.wait))
-        # Runs before the locks are released: a run waiting for this one never finds its lock file removed
-        # after it acquired it. Returns None, so the exception goes on.
-        locks.push(lambda kind, error, trace: _discard_unused(created) if kind else None)
         for opts in runs:
             remove_stale(opts.out)
         plans = [plan(opts, i, shown) for opts, i, shown in zip(runs, inputs, prefixes)]
@@ -118,15 +118,13 @@ def _discard_unused(created: dict[Path, Path | None]) -> None:
     """Remove the bundle folders this run created that hold nothing but their lock, and the folders above
     them it created, once empty: a run that stopped at its start (a refusal, Ctrl-C, a full disk before the
     first manifest) leaves no empty folder holding ``.lock`` that looks like a bundle and that the next run,
-    or a user choosing another ``--out``, trips over. Anything else in a folder keeps it."""
+    or a user choosing another ``--out``, trips over. Anything else in a folder keeps it, and so does a lock
+    another run holds (``remove_unused``); a run that waits for it makes the folder again as it takes it."""
     for out, top in created.items():
-        if top is None or not out.is_dir():
+        if top is None or not out.is_dir() or any(entry.name != LOCK for entry in out.iterdir()):
             continue
-        lock_files = {LOCK, LOCK + ".owner"}
-        if any(entry.name not in lock_files for entry in out.iterdir()):
+        if not remove_unused(out / LOCK):
             continue
-        for name in lock_files:
-            (out / name).unlink(missing_ok=True)
         for folder in (out, *out.parents):
             try:
                 folder.rmdir()
