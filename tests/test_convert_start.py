@@ -20,10 +20,10 @@ from hydra_edge.model.config import preset
 from hydra_edge.model.hydravit import HydraViT
 
 
-def old_checkpoint(path: Path, classes: list[str]) -> Path:
+def old_checkpoint(path: Path, classes: list[str], **extra: object) -> Path:
     """A digits HydraViT saved with ``classes`` as its class names, as ``train`` saved them: checkpoints written
     before training refused non-UTF-8 class folders carry such a name surrogate-escaped (``caf\\udce9``)."""
-    HydraViT(preset("digits", depth=1, heads=(3, 12))).save(path, classes=classes)
+    HydraViT(preset("digits", depth=1, heads=(3, 12))).save(path, classes=classes, **extra)
     return path
 
 
@@ -93,3 +93,17 @@ def test_a_run_waiting_for_one_refused_at_its_start_converts_and_the_lock_stays_
     output, _ = waiting[0].communicate(timeout=300)
     assert waiting[0].returncode == 0 and "Traceback" not in output, output
     assert (out / "manifest.json").is_file() and (out / ".lock").is_file()
+
+
+@pytest.mark.parametrize(("data", "expected"), [
+    ({"source": "digits", "seed": 0, "val_fraction": 0.2, "shuffle": True}, "$: object contains unknown field `shuffle`"),
+    ({"source": "digits", "seed": "0", "val_fraction": 0.2}, "$.seed: expected `int`, got `str`"),
+])
+def test_a_checkpoint_whose_data_record_is_wrong_is_refused_in_one_line_naming_the_field(tmp_path, host, data,
+                                                                                          expected):
+    checkpoint = old_checkpoint(tmp_path / "model.pt", [str(d) for d in range(10)], data=data)
+    out = tmp_path / "bundles" / "host"
+    code, lines = run("-c", checkpoint, "-t", host, "-o", out, "--heads", "3")
+    assert code == 1 and len(lines) == 1, lines
+    assert lines[0].startswith(f"Error: {checkpoint} ['data']: ") and expected in lines[0], lines
+    assert not (tmp_path / "bundles").exists()

@@ -62,7 +62,7 @@ def check_inputs(opts: ConvertOptions) -> Inputs:
     heads = parse_heads(opts.heads, cfg.num_heads) if opts.heads else cfg.heads
     if cfg.separate_heads and set(heads) - set(cfg.heads):
         raise HydraEdgeError(f"{opts.checkpoint} has classifiers only for heads {list(cfg.heads)}; pick --heads among them")
-    data = _data_spec(saved, opts.data)
+    data = _data_spec(saved, opts.data, f"{opts.checkpoint} ['data']")
     # The class names a device labels its predictions with: the checkpoint's own, else its data's. The data
     # is loaded now so that a folder that is gone, or whose classes are not the model's, is one line.
     named = checkpoint_classes(saved, opts.checkpoint, cfg.num_classes)
@@ -91,14 +91,15 @@ def _utf8_classes(names: list[str], checkpoint: Path) -> None:
                                  "rename that class folder in UTF-8 and train again") from None
 
 
-def _data_spec(raw: dict[str, Any], override: str | None) -> dict[str, Any] | None:
-    """``--data`` wins, keeping the checkpoint's split seed; else the checkpoint's own spec; else None."""
+def _data_spec(raw: dict[str, Any], override: str | None, where: str) -> dict[str, Any] | None:
+    """``--data`` wins, keeping the checkpoint's split seed; else the checkpoint's own spec; else None.
+    ``where`` names the checkpoint's spec in the line that refuses it."""
     from ..train.data import DataSpec
 
     spec = raw.get("data") if isinstance(raw.get("data"), dict) else None
     if override is not None:
-        return DataSpec.from_dict({**(spec or DataSpec().to_dict()), "source": override}).to_dict()
-    return DataSpec.from_dict(spec).to_dict() if spec else None
+        return DataSpec.from_dict({**(spec or DataSpec().to_dict()), "source": override}, where).to_dict()
+    return DataSpec.from_dict(spec, where).to_dict() if spec else None
 
 
 def prepare_out(out: Path) -> None:

@@ -247,8 +247,9 @@ class DataRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         return msgspec.to_builtins(self)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "DataRecord":
-        return cls(**d)
+    def from_dict(cls, d: Mapping[str, Any], where: str = "data record") -> "DataRecord":
+        """``d`` (a checkpoint's ``data`` entry; ``where`` names it) checked against the schema; one line otherwise."""
+        return codec.convert(dict(d), cls, where, HINT)
 
 
 class Resume(msgspec.Struct, frozen=True):
