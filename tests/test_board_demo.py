@@ -24,7 +24,7 @@ from support.pythons import torch_free_python
 from support.sshd import SshServer
 
 from hydra_edge.commands.demo import scenario_steps
-from hydra_edge.commands.deploy import APP, deploy
+from hydra_edge.commands.deploy import APP, deploy, local_state
 from hydra_edge.records.manifest import read_manifest
 from hydra_edge.runtime.terminal import shown
 
@@ -135,6 +135,27 @@ def test_deploy_local_says_what_it_keeps_and_fresh_removes_a_saved_correction(
     assert fresh.exit_code == 0, fresh.output
     assert f"--fresh: the latency correction {saved} is removed, the app starts from the table" in fresh.output
     assert not saved.exists() or correction.read(saved).saved_at != planted  # gone (or learned anew by this run)
+
+
+def test_deploy_local_says_its_line_when_a_file_goes_while_it_looks(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A detached app from an earlier deploy may still run from the folder, rotating app.log and renaming its
+    correction as it saves it: a file gone between the listing and its size is left out, never a traceback."""
+    folder = tmp_path / "local-board"
+    (folder / "app" / "bundle").mkdir(parents=True)
+    (folder / "app" / "app.log").write_bytes(b"x" * 2_000_000)
+    (folder / "app" / "bundle" / "model.onnx").write_bytes(b"\0" * 1_000_000)
+    listed = Path.is_file
+
+    def listed_then_gone(path: Path) -> bool:
+        found = listed(path)
+        if found and path.name == "app.log":
+            path.unlink()
+        return found
+
+    monkeypatch.setattr(Path, "is_file", listed_then_gone)
+    assert local_state(folder, fresh=False) == (f"local board: {folder} holds 1.0 MB kept between runs (the app, "
+                                                "the bundle, the images); rm -r it to remove them")
 
 
 def test_deploy_refuses_a_table_of_another_bundle(board: dict[str, Path], tmp_path: Path) -> None:

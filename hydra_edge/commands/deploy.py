@@ -152,7 +152,7 @@ def local_state(folder: Path, fresh: bool) -> str:
     files = [f for f in folder.rglob("*") if f.is_file() and not f.is_symlink()] if folder.is_dir() else []
     if not files:
         return f"local board: its files go to {folder}, kept between runs (rm -r it to remove them)"
-    size = sum(f.stat().st_size for f in files)
+    size = sum(_size(f) for f in files)
     held = f"local board: {folder} holds {size / 1e6:.1f} MB kept between runs (the app, the bundle, the images)"
     saved = correction_path(folder / APP_DIR / "bundle" / "lut.json")
     if not saved.is_file():
@@ -166,6 +166,15 @@ def local_state(folder: Path, fresh: bool) -> str:
     return (f"{held}, and the latency correction {saved}, {age}: for {LoopSettings().expire_s:.0f} s after it "
             "was saved it caps the head count the app starts with; --fresh removes it, rm -r the folder "
             "removes everything")
+
+
+def _size(file: Path) -> int:
+    """``file``'s size; 0 once it is gone: a detached app from an earlier deploy may still run from the folder,
+    rotating app.log and renaming its correction as it saves it, between the listing and this."""
+    try:
+        return file.stat().st_size
+    except OSError:
+        return 0
 
 
 @command(kept=lambda params: "the app deploy started was stopped; the files already on the board stay there and "
