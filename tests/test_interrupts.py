@@ -4,6 +4,7 @@ there, exit 130; never a traceback, click's "Aborted!", or the device command th
 
 from __future__ import annotations
 
+import os
 import shlex
 import signal
 import subprocess
@@ -19,6 +20,7 @@ from support.pythons import torch_free_python
 from support.targets import HOST_TARGET
 
 from hydra_edge.cli import main
+from hydra_edge.commands.base import command
 from hydra_edge.convert.pool import Commit
 from hydra_edge.measure.journal import read_calibration
 from hydra_edge.model.config import preset
@@ -193,3 +195,20 @@ def test_sigterm_between_an_artefacts_rename_and_its_record_waits_for_the_record
             assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     finally:
         signal.signal(signal.SIGTERM, default)
+
+
+def test_a_second_signal_while_a_command_says_it_was_stopped_is_ignored() -> None:
+    """Ctrl-C then SIGTERM (or Ctrl-C twice): the second lands while the first's cleanup or summary runs and must
+    not cut it with a traceback; the command still says what it kept, exit 130."""
+    def kept(params: dict) -> str:
+        os.kill(os.getpid(), signal.SIGTERM)  # the second signal, while the summary is being written
+        time.sleep(0.1)
+        return "what it kept"
+
+    @command(kept=kept)
+    def stopped() -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)
+
+    result = CliRunner().invoke(stopped, [])
+    assert result.exit_code == 130 and "Interrupted: what it kept." in result.output, result.output

@@ -51,8 +51,9 @@ class Command(click.Command):
 
     def invoke(self, ctx: click.Context) -> Any:
         # SIGTERM (systemd's stop, kill, a supervisor's) stops a command as Ctrl-C does, so the same
-        # except/finally blocks stop what it started on a device and keep what it finished
-        previous = stop_on_signals()
+        # except/finally blocks stop what it started on a device and keep what it finished; only the first
+        # signal stops, so a second one cannot cut that cleanup or the summary with a traceback
+        previous = stop_on_signals(once=True)
         try:
             return super().invoke(ctx)
         except (KeyboardInterrupt, TransportInterrupted):  # a transport's: Ctrl-C while a device command ran
