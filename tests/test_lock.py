@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from support.processes import held_elsewhere
 
-from hydra_edge.lock import LockedError, exclusive, holder
+from hydra_edge.lock import LockedError, exclusive, holder, remove_unused
 
 
 def test_a_held_lock_is_refused_naming_its_holder_or_waited_for(tmp_path: Path) -> None:
@@ -47,6 +47,15 @@ def test_a_killed_holder_releases_the_lock(tmp_path: Path) -> None:
         other.wait()
         with exclusive(lock_file, "the bundle", wait=False):
             pass
+
+
+def test_a_lock_file_is_removed_only_when_no_process_holds_it(tmp_path: Path) -> None:
+    """A run that stopped at its start removes its lock file after releasing it, but never one another run took
+    meanwhile: that run would hold a file no later run could find, and the next would run beside it."""
+    lock_file = tmp_path / ".lock"
+    with held_elsewhere(lock_file):
+        assert not remove_unused(lock_file) and lock_file.is_file()
+    assert remove_unused(lock_file) and not lock_file.exists()
 
 
 @pytest.mark.parametrize("since", [1e308, -1e20])
