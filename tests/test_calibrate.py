@@ -10,6 +10,7 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
@@ -23,6 +24,8 @@ from hydra_edge.cli import main
 from hydra_edge.logs import VERBOSE
 from hydra_edge.measure.device import RuntimeMissingError, ensure_python
 from hydra_edge.measure.journal import journal_path, read_calibration
+from hydra_edge.measure.session import Session
+from hydra_edge.records.calibration import HeadResult
 from hydra_edge.transport import LocalTransport
 
 pytestmark = pytest.mark.slow  # converts bundles, builds venvs, drives the adb stand-in
@@ -423,3 +426,35 @@ def test_what_the_device_sends_reaches_the_terminal_escaped_one_line_each(rpi_bu
     assert last.startswith("Error: 1 head count(s) failed: local:") and f"(runtime failed: {OSC_SHOWN}); " in last
     # the record keeps what the device said, as it said it
     assert read_calibration(tmp_path / "cal.json").device["model"] == HOSTILE
+
+
+# --- the one line on a phone that gives no thermal headroom forecast ----------------------------------
+
+
+def said_no_forecast(*states: object) -> list[str]:
+    """What calibrate prints for results whose device states are ``states`` (the device's JSON, any shape)."""
+    lines: list[str] = []
+    session = SimpleNamespace(t=SimpleNamespace(device_id="adb:X1"), _said_no_forecast=False, echo=lines.append)
+    for state in states:
+        Session._say_no_forecast(session, HeadResult(heads=3, artefact="h3", sha256="0" * 64, status="ok",
+                                                     runner="app", state_before=state))
+    return lines
+
+
+def test_a_failed_forecast_is_said_once_with_what_the_table_will_do() -> None:
+    nan = {"errors": {"headroom": "getThermalHeadroom(10) answered NaN: the phone cannot forecast now"}}
+    assert said_no_forecast(nan, nan) == [
+        "adb:X1: no thermal headroom forecast (getThermalHeadroom(10) answered NaN: the phone cannot forecast now); "
+        "unless it forecasts later in this calibration, its table will not use the forecast: it selects on the "
+        "thermal status alone"]
+
+
+@pytest.mark.parametrize("errors", [["headroom"], "headroom", 7, None, {"thermal": "no status"}, {"headroom": ""}])
+def test_device_errors_of_any_other_shape_say_nothing(errors: object) -> None:
+    assert said_no_forecast({"errors": errors}, "headroom", ["headroom"], None) == []
+
+
+@pytest.mark.parametrize("why, shown", [("NaN\x1b[2J\u202e", "NaN\\x1b[2J\\u202e"), (["NaN", 1], "['NaN', 1]")])
+def test_the_devices_words_are_shown_never_obeyed(why: object, shown: str) -> None:
+    [line] = said_no_forecast({"errors": {"headroom": why}})
+    assert f"no thermal headroom forecast ({shown}); " in line and line.isprintable()

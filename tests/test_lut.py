@@ -22,7 +22,7 @@ from hydra_edge.lut import policy as policy_module
 from hydra_edge.lut.make import OUTPUTS
 from hydra_edge.lut.plot import markdown
 from hydra_edge.lut.policy import Policy, load_policy, policy_from_dict
-from hydra_edge.lut.table import build_table
+from hydra_edge.lut.table import NO_FORECAST, build_table
 from hydra_edge.measure.pareto import Point, pareto
 from hydra_edge.records import lut as record
 from hydra_edge.records.calibration import Derating
@@ -96,6 +96,35 @@ def test_the_table_records_whether_the_phone_selects_on_its_thermal_headroom(
     path = tmp_path / "lut.json"
     path.write_bytes(record.encode(doc, "lut.json"))
     assert read_table(path).thermal_headroom is named
+
+
+@pytest.mark.parametrize("forecast, named", [
+    (0.4, True), (0.0, True), (10.0, True),  # a forecast, at either end of the range one may take
+    (None, False),  # the phone never forecast (no command before Android 14, a HAL answering NaN)
+    (10.5, False), (-0.1, False), ("0.4", False), (True, False), ([0.4], False),  # the device's JSON, not a forecast
+])
+def test_the_table_names_headroom_only_where_the_phone_forecast_during_calibration(
+        tmp_path: Path, forecast: object, named: bool) -> None:
+    said: list[str] = []
+    doc = table(tmp_path, {3: 10, 12: 40}, budget_ms=45, signals=PHONE_SIGNALS, say=said.append, forecast=forecast)
+    assert doc["thermal"]["headroom"] is named
+    assert said == ([] if named else [NO_FORECAST])
+
+
+def test_a_profile_without_headroom_says_nothing_of_a_forecast(tmp_path: Path) -> None:
+    said: list[str] = []
+    doc = table(tmp_path, {3: 10, 12: 40}, budget_ms=45, signals=ANDROID_SIGNALS, say=said.append, forecast=None)
+    assert doc["thermal"]["headroom"] is False and said == []
+
+
+def test_lut_says_once_why_a_phone_that_never_forecast_gets_no_headroom(tmp_path: Path) -> None:
+    bundle = fake_bundle(tmp_path / "bundle", [3, 12], signals=PHONE_SIGNALS)
+    calibration(bundle, {3: 10, 12: 40}).write(tmp_path / "cal.json")
+    result = CliRunner().invoke(lut, ["--bundle", str(bundle), "--calibration", str(tmp_path / "cal.json"),
+                                      "--budget-ms", "45", "--out", str(tmp_path / "lut")])
+    assert result.exit_code == 0, result.output
+    assert result.output.count(f"{NO_FORECAST}\n") == 1
+    assert read_table(tmp_path / "lut" / "lut.json").thermal_headroom is False
 
 
 def test_a_table_written_before_headroom_was_recorded_reads_as_not_naming_it(tmp_path: Path) -> None:

@@ -35,6 +35,7 @@ from hydra_edge.commands.deploy import deploy
 from hydra_edge.commands.lut import lut
 from hydra_edge.convert import pipeline
 from hydra_edge.convert.options import ConvertOptions
+from hydra_edge.lut.table import NO_FORECAST
 from hydra_edge.measure.journal import read_calibration
 from hydra_edge.model.config import preset
 from hydra_edge.model.hydravit import HydraViT
@@ -175,7 +176,7 @@ def test_the_apps_record_is_the_python_runners_for_the_same_lines(adb_device: Ad
     # the runner read the profile's headroom command where there is none (as a phone before Android 14): said once
     note = (f"adb:{adb_device.serial}: no thermal headroom forecast "
             "(`cmd thermalservice headroom 10` failed or printed nothing)")
-    assert app.output.count(note) == 1 and "delete the headroom line of its profile's [signals.commands]" in app.output
+    assert app.output.count(note) == 1 and "its table will not use the forecast" in app.output
 
     # The Python runner's path over the same phone, its runner printing exactly the same lines.
     (tmp_path / "lines").write_text("".join(line + "\n" for line in lines))
@@ -197,7 +198,9 @@ def test_the_apps_record_is_the_python_runners_for_the_same_lines(adb_device: Ad
     made = CliRunner().invoke(lut, ["--bundle", str(pte_bundle), "--calibration", str(tmp_path / "app.json"),
                                     "--budget-ms", "1000", "--out", str(tmp_path / "lut")])
     assert made.exit_code == 0, made.output
-    read_table(tmp_path / "lut" / "lut.json", pte_bundle)  # a table the switcher takes for this bundle
+    # the profile names headroom but the phone never forecast: the table leaves it out, and says so once
+    assert made.output.count(f"{NO_FORECAST}\n") == 1
+    assert read_table(tmp_path / "lut" / "lut.json", pte_bundle).thermal_headroom is False
     table = json.loads((tmp_path / "lut" / "lut.json").read_text())
     assert table["bundle"]["manifest_sha256"] == sha256_file(pte_bundle / "manifest.json")
 

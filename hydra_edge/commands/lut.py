@@ -32,6 +32,6 @@ def lut(bundle: Path, calibration: Path, budget_ms: float | None, policy: Path |
     Example:
       hydra-edge lut --bundle bundles/rpi --calibration calibration/pi4.json --budget-ms 80 --out lut/
     """
-    doc = make_lut(bundle, calibration, out, budget_ms, policy)
+    doc = make_lut(bundle, calibration, out, budget_ms, policy, say=click.echo)
     click.echo(markdown(doc), nl=False)
     click.echo(f"wrote {', '.join(str(out / name) for name in OUTPUTS)}")

@@ -101,6 +101,6 @@ def markdown(lut: dict[str, Any]) -> str:
               f"{thermal['margin']:g} hotter and {battery['margin_pct']:g} % emptier; switch down at once."]
     if thermal.get("headroom"):
         lines += ["", "Thermal headroom: a forecast at or past 1.0 runs as at least SEVERE; one the phone cannot "
-                  "give (NaN, an error) is held, then the hottest band (a phone that cannot forecast: drop the "
-                  "profile's headroom line)."]
+                  "give (NaN, an error) is held, then the hottest band (the table names it only because the phone "
+                  "forecast during calibration)."]
     return "\n".join(lines) + "\n"

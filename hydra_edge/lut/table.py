@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .. import __version__
 from ..atomic import sha256_file
@@ -22,7 +22,7 @@ from ..measure.pareto import Point, pareto
 from ..records.calibration import Calibration, Derating
 from ..records.lut import SCHEMA, SCHEMA_VERSION
 from ..records.manifest import MANIFEST, Manifest
-from ..runtime.signals import configured, signals_from_profile
+from ..runtime.signals import HEADROOM_RANGE, configured, signals_from_profile
 from .policy import ANDROID_STATUSES, Policy
 
 
@@ -67,10 +67,30 @@ def thermal_source(policy: Policy, manifest: Manifest, soak: Derating | None) ->
     return "android" if android else "temperature"
 
 
-def names_headroom(source: str, manifest: Manifest) -> bool:
+NO_FORECAST = ("the phone gave no thermal headroom forecast during calibration: "
+               "the table selects on its thermal status alone")
+
+
+def gave_forecast(calibration: Calibration) -> bool:
+    """Whether a device state the calibration recorded holds a usable thermal headroom forecast (a number
+    within HEADROOM_RANGE). The states are the device's own JSON: anything else is no forecast."""
+    low, high = HEADROOM_RANGE
+    states = (s for r in calibration.results for s in (r.state_before, r.state_after) if isinstance(s, dict))
+    values = (s.get("android_thermal_headroom") for s in states)
+    return any(isinstance(v, (int, float)) and not isinstance(v, bool) and low <= v <= high for v in values)
+
+
+def names_headroom(source: str, manifest: Manifest, calibration: Calibration, say: Callable[[str], None]) -> bool:
     """Whether the device selects on Android's thermal headroom: an Android table whose target's signals
-    name it (a ``cmd thermalservice headroom`` line). Recorded in lut.json, so the phone app knows too."""
-    return source == "android" and "headroom" in configured(manifest.target.get("signals", {}))
+    name it (a ``cmd thermalservice headroom`` line) and whose calibration saw the phone forecast. A phone
+    that never forecasts would otherwise run its fewest heads; ``say`` gets one line why it is left out.
+    Recorded in lut.json, so the phone app knows too."""
+    if source != "android" or "headroom" not in configured(manifest.target.get("signals", {})):
+        return False
+    if not gave_forecast(calibration):
+        say(NO_FORECAST)
+        return False
+    return True
 
 
 def _bins_max(bins: list[tuple[float, float]], width: float, lo: float, hi: float) -> float | None:
@@ -162,8 +182,9 @@ def _max_heads(front: list[Point], rows_above: list[list[int]], row: list[tuple[
 
 
 def build_table(bundle: Path, manifest: Manifest, calibration: Calibration, calibration_path: Path,
-                policy: Policy) -> dict[str, Any]:
-    """The ``lut.json`` document (schema ``hydra-edge/lut`` v1), bound to bundle and calibration by sha256."""
+                policy: Policy, say: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+    """The ``lut.json`` document (schema ``hydra-edge/lut`` v1), bound to bundle and calibration by sha256;
+    ``say`` gets a line for what the table leaves out (a thermal headroom forecast the phone never gave)."""
     if policy.budget_ms is None:
         raise HydraEdgeError("no latency budget: pass --budget-ms or set budget_ms in the policy file")
     manifest_sha = sha256_file(bundle / MANIFEST)
@@ -176,7 +197,8 @@ def build_table(bundle: Path, manifest: Manifest, calibration: Calibration, cali
     front, out_of_order = _fewer_heads_first(front)
     dominated += out_of_order
     source = thermal_source(policy, manifest, calibration.soak)
-    thermal = {**thermal_axis(policy, source, calibration.soak), "headroom": names_headroom(source, manifest)}
+    thermal = {**thermal_axis(policy, source, calibration.soak),
+               "headroom": names_headroom(source, manifest, calibration, say)}
     battery = battery_axis(policy)
     cells: list[list[int]] = []
     expected, meets = [], []

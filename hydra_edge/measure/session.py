@@ -180,15 +180,16 @@ class Session:
         self._say_no_forecast(result)
 
     def _say_no_forecast(self, result: HeadResult) -> None:
-        """Once per run, one line when the device's states carry no thermal headroom forecast the profile names:
-        where its table names headroom, a phone that cannot forecast runs its fewest heads."""
-        states = (state or {} for state in (result.state_before, result.state_after))
-        why = next((state["errors"]["headroom"] for state in states if "headroom" in (state.get("errors") or {})), None)
+        """Once per run, one line when a device state carries a failed thermal headroom forecast the profile
+        names: unless some state holds one, the table will select on the thermal status alone. The states are
+        the device's JSON: ``errors`` may be anything, and its text is shown, never obeyed by the terminal."""
+        errors = (state.get("errors") for state in (result.state_before, result.state_after) if isinstance(state, dict))
+        why = next((e["headroom"] for e in errors if isinstance(e, dict) and e.get("headroom")), None)
         if why and not self._said_no_forecast:
             self._said_no_forecast = True
-            self.echo(f"{self.t.device_id}: no thermal headroom forecast ({why}); where the table names headroom "
-                      "the phone runs its fewest heads while that lasts: for a phone that never can forecast, "
-                      "delete the headroom line of its profile's [signals.commands] before hydra-edge convert")
+            self.echo(f"{self.t.device_id}: no thermal headroom forecast ({shown(str(why))}); unless it forecasts "
+                      "later in this calibration, its table will not use the forecast: it selects on the thermal "
+                      "status alone")
 
     def _in_flight(self, todo: list[ArtefactRecord]) -> ArtefactRecord | None:
         """The first artefact of ``todo`` the device has not reported: the one it was timing."""

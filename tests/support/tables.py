@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import msgspec
 
@@ -49,7 +49,9 @@ def fake_bundle(folder: Path, heads: list[int], top1: dict[int, float] | None = 
 
 
 def calibration(bundle: Path, latency_ms: dict[int, float], soak: Derating | None = None,
-                power_w: float | None = None) -> Calibration:
+                power_w: float | None = None, forecast: Any = None) -> Calibration:
+    """Each head count timed at ``latency_ms``; its state before holds ``forecast`` as the device's
+    ``android_thermal_headroom`` (None: the device gave none), its state after ``power_w``."""
     cal = Calibration(device_id="local:test", device={}, settings={}, soak=soak,
                       bundle={"path": str(bundle), "manifest_sha256": sha256_file(bundle / "manifest.json"),
                               "target": "pi"})
@@ -58,17 +60,20 @@ def calibration(bundle: Path, latency_ms: dict[int, float], soak: Derating | Non
         artefact = recorded[f"h{h}_onnx_fp32"]
         cal.put(HeadResult(heads=h, artefact=artefact.id, sha256=artefact.sha256, status="ok", runner="python",
                            latency={"count": 10, "p50_ms": ms, "mean_ms": ms},
+                           state_before=None if forecast is None else {"android_thermal_headroom": forecast},
                            state_after=None if power_w is None else {"power_w": power_w}))
     return cal
 
 
 def table(tmp_path: Path, latency_ms: dict[int, float], budget_ms: float, policy: Policy | None = None,
-          **kw: Any) -> dict[str, Any]:
+          say: Callable[[str], None] = lambda line: None, forecast: Any = 0.4, **kw: Any) -> dict[str, Any]:
+    """lut.json from a calibration in which the device forecast its thermal headroom (``forecast``, as a phone
+    on Android 14 does), so a profile naming headroom gets a table naming it; ``forecast=None``: it never did."""
     bundle = fake_bundle(tmp_path / "bundle", sorted(latency_ms), signals=kw.pop("signals", None))
-    cal = calibration(bundle, latency_ms, **kw)
+    cal = calibration(bundle, latency_ms, forecast=forecast, **kw)
     cal.write(tmp_path / "cal.json")
     return build_table(bundle, Manifest.from_dict(json.loads((bundle / "manifest.json").read_text())), cal,
-                       tmp_path / "cal.json", msgspec.structs.replace(policy or Policy(), budget_ms=budget_ms))
+                       tmp_path / "cal.json", msgspec.structs.replace(policy or Policy(), budget_ms=budget_ms), say)
 
 
 def heads_grid(doc: dict[str, Any]) -> list[list[int]]:
