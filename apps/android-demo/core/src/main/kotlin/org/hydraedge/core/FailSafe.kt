@@ -9,7 +9,7 @@ package org.hydraedge.core
  *   on readings taken at every poll ([RaiseGate]); it falls at once.
  * * A signal going bad is logged once, and once more when it has read well for `raiseAfterS`.
  */
-class SignalSettings(
+data class SignalSettings(
     val staleAfterS: Double = 30.0,
     val raiseAfterS: Double = 10.0,
     /** In the table's thermal unit (an Android thermal status); null: unknown is the hottest band. */
@@ -21,8 +21,8 @@ class SignalSettings(
      */
     val namesHeadroom: Boolean = true,
 ) {
-    /** These settings on a phone that does ([named]) or does not read the thermal headroom. */
-    fun namingHeadroom(named: Boolean): SignalSettings = SignalSettings(staleAfterS, raiseAfterS, assumedHot, named)
+    /** These settings, every other field kept, on a phone that does ([named]) or does not read the thermal headroom. */
+    fun namingHeadroom(named: Boolean): SignalSettings = copy(namesHeadroom = named)
 
     init {
         // hydra_edge.records.target.Signals: the same ranges, so a phone refuses what a board refuses

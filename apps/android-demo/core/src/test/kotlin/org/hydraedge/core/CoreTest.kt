@@ -98,6 +98,15 @@ class CoreTest {
     }
 
     @Test
+    fun `naming the thermal headroom keeps every other setting`() {
+        val settings = SignalSettings(staleAfterS = 12.0, raiseAfterS = 3.0, assumedHot = 2.0, namesHeadroom = true)
+        assertEquals(SignalSettings(12.0, 3.0, 2.0, false), settings.namingHeadroom(false))
+        assertEquals(settings, settings.namingHeadroom(false).namingHeadroom(true))
+        // settings that fail the checks are refused however they are made
+        assertThrows(IllegalArgumentException::class.java) { settings.copy(staleAfterS = 0.0) }
+    }
+
+    @Test
     fun `a head count that will not load falls back to the fewest and is never chosen again`() {
         var now = 0.0
         val sw = Switcher(threeHeadCounts(), SignalSettings(raiseAfterS = 0.0), { now })
