@@ -265,7 +265,8 @@ public class MainActivity extends Activity {
                 s.append("image    ").append(i + 1).append('/').append(inputs.rows()).append(": ").append(name)
                         .append(predicted == expected ? "  (as fp32)" : "  (fp32 says " + expected + ")").append('\n');
                 s.append("thermal  ").append(r.thermalStatus == null ? "unknown" : r.thermalName())
-                        .append(Float.isNaN(r.thermalHeadroom) ? "" : String.format("  headroom %.2f", r.thermalHeadroom)).append('\n');
+                        .append(Float.isNaN(r.thermalHeadroom) ? "" : String.format("  headroom %.2f (%.1f s ago)",
+                                r.thermalHeadroom, r.headroomAgeMs / 1000.0)).append('\n');
                 s.append("battery  ").append(r.batteryPercent == null ? "unknown" : r.batteryPercent + " %")
                         .append(Boolean.TRUE.equals(r.charging) ? " charging" : "").append('\n');
                 if (failed != null) s.append("failed   ").append(failed).append('\n');

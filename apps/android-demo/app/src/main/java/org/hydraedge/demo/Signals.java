@@ -6,6 +6,7 @@ import android.content.IntentFilter;
 import android.os.BatteryManager;
 import android.os.Build;
 import android.os.PowerManager;
+import android.os.SystemClock;
 
 import org.json.JSONException;
 import org.json.JSONObject;
@@ -14,11 +15,15 @@ import org.json.JSONObject;
  * What the phone says about its heat and battery, read the way the app may without permissions:
  * PowerManager's thermal status (API 29+; older phones give none: unknown, which the table reads as
  * the hottest band) and thermal headroom (API 30+; NaN when the phone cannot forecast), and the
- * sticky battery broadcast (level, charging, temperature).
+ * sticky battery broadcast (level, charging, temperature). The forecast is asked for at most once a
+ * second ({@link #HEADROOM_EVERY_MS}): Android answers NaN to a faster caller, so a read in between
+ * reuses the last answer and says how old it is.
  */
 final class Signals {
     /** The state's error for a NaN forecast (a failed read, as a board's `cmd thermalservice headroom` NaN is). */
     static final String HEADROOM_NAN = "getThermalHeadroom(10) answered NaN: the phone cannot forecast now";
+    /** PowerManager answers getThermalHeadroom with NaN when asked again within about a second. */
+    static final long HEADROOM_EVERY_MS = 1000;
     static final String[] THERMAL_NAMES = {"NONE", "LIGHT", "MODERATE", "SEVERE", "CRITICAL", "EMERGENCY", "SHUTDOWN"};
 
     /** One reading. {@code null} / NaN: the phone did not say. */
@@ -26,6 +31,8 @@ final class Signals {
         final long timestampMs;
         final Integer thermalStatus;
         final float thermalHeadroom;
+        /** How long before this reading PowerManager gave {@link #thermalHeadroom} (0: asked for this reading). */
+        final long headroomAgeMs;
         final Integer batteryPercent;
         final Boolean charging;
         final String batteryStatus;
@@ -35,12 +42,13 @@ final class Signals {
         final String thermalError;
         final String batteryError;
 
-        Reading(long timestampMs, Integer thermalStatus, float thermalHeadroom, Integer batteryPercent,
-                Boolean charging, String batteryStatus, Integer batteryStatusCode, Float batteryTempC, String thermalError,
-                String batteryError) {
+        Reading(long timestampMs, Integer thermalStatus, float thermalHeadroom, long headroomAgeMs,
+                Integer batteryPercent, Boolean charging, String batteryStatus, Integer batteryStatusCode, Float batteryTempC,
+                String thermalError, String batteryError) {
             this.timestampMs = timestampMs;
             this.thermalStatus = thermalStatus;
             this.thermalHeadroom = thermalHeadroom;
+            this.headroomAgeMs = headroomAgeMs;
             this.batteryPercent = batteryPercent;
             this.charging = charging;
             this.batteryStatus = batteryStatus;
@@ -89,6 +97,14 @@ final class Signals {
         return Build.VERSION.SDK_INT >= 30;
     }
 
+    /**
+     * The last forecast and when it was asked for (SystemClock.elapsedRealtime). Shared by every Signals:
+     * they all ask the application context's one PowerManager, whose rate limit is its own.
+     */
+    private static final Object HEADROOM_LOCK = new Object();
+    private static float lastHeadroom = Float.NaN;
+    private static long headroomAskedAt = Long.MIN_VALUE;
+
     private final Context context;
 
     Signals(Context context) {
@@ -98,12 +114,21 @@ final class Signals {
     Reading read() {
         Integer status = null;
         float headroom = Float.NaN;
+        long headroomAgeMs = 0;
         String thermalError = null;
         PowerManager pm = (PowerManager) context.getSystemService(Context.POWER_SERVICE);
         if (Build.VERSION.SDK_INT >= 29 && pm != null) {
             status = pm.getCurrentThermalStatus();
             if (readsHeadroom()) {
-                headroom = pm.getThermalHeadroom(10);  // forecast 10 s ahead; NaN when unsupported
+                synchronized (HEADROOM_LOCK) {
+                    long now = SystemClock.elapsedRealtime();
+                    if (headroomAskedAt == Long.MIN_VALUE || now - headroomAskedAt >= HEADROOM_EVERY_MS) {
+                        lastHeadroom = pm.getThermalHeadroom(10);  // forecast 10 s ahead; NaN when unsupported
+                        headroomAskedAt = now;
+                    }
+                    headroom = lastHeadroom;
+                    headroomAgeMs = now - headroomAskedAt;
+                }
             }
         } else {
             thermalError = "Android " + Build.VERSION.RELEASE + " (API " + Build.VERSION.SDK_INT
@@ -136,7 +161,7 @@ final class Signals {
             int tenths = battery.getIntExtra(BatteryManager.EXTRA_TEMPERATURE, Integer.MIN_VALUE);
             if (tenths != Integer.MIN_VALUE) tempC = tenths / 10f;
         }
-        return new Reading(System.currentTimeMillis(), status, headroom, level, charging, batteryStatus, statusCode, tempC,
-                thermalError, batteryError);
+        return new Reading(System.currentTimeMillis(), status, headroom, headroomAgeMs, level, charging, batteryStatus,
+                statusCode, tempC, thermalError, batteryError);
     }
 }
