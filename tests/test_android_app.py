@@ -18,19 +18,15 @@ from pathlib import Path
 
 import msgspec
 import pytest
-import torch
 from click.testing import CliRunner
+from support.compact import android_bundle
 from support.tables import fake_bundle
 
 from hydra_edge.android import apk, dex
 from hydra_edge.atomic import sha256_file
 from hydra_edge.commands.android_app import android_app
-from hydra_edge.convert import pipeline
-from hydra_edge.convert.options import ConvertOptions
 from hydra_edge.lut.policy import Policy
 from hydra_edge.lut.table import build_table
-from hydra_edge.model.config import preset
-from hydra_edge.model.hydravit import HydraViT
 from hydra_edge.records.calibration import Calibration, HeadResult
 from hydra_edge.records.manifest import Manifest, bundle_files, read_manifest
 
@@ -57,11 +53,7 @@ def lut_for(bundle: Path, out: Path) -> Path:
 def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A depth-1 digits model (random weights) as an android bundle: 3 heads compact over 12 heads' .pte."""
     root = tmp_path_factory.mktemp("android")
-    torch.manual_seed(0)
-    HydraViT(preset("digits", depth=1, heads=(3, 12))).save(root / "m.pt")
-    result = pipeline.convert(ConvertOptions(checkpoint=root / "m.pt", target="android", quant="int8-dynamic",
-                                             heads="3,12", out=root / "bundle", eval_limit=16, layout="compact"))
-    assert not result.failed and len(result.converted) == 2
+    android_bundle(root, "compact")
     lut_for(root / "bundle", root / "lut.json")
     return root / "bundle"
 

@@ -23,9 +23,9 @@ from typing import Any, Iterator
 
 import msgspec
 import pytest
-import torch
 from click.testing import CliRunner, Result
 from support.adbd import AdbDevice, AdbServer, Phone, start_adbd
+from support.compact import android_bundle
 from support.processes import stop_process
 from support.tables import fake_bundle
 
@@ -33,12 +33,8 @@ from hydra_edge.atomic import sha256_file
 from hydra_edge.commands.calibrate import calibrate
 from hydra_edge.commands.deploy import deploy
 from hydra_edge.commands.lut import lut
-from hydra_edge.convert import pipeline
-from hydra_edge.convert.options import ConvertOptions
 from hydra_edge.lut.table import NO_FORECAST
 from hydra_edge.measure.journal import read_calibration
-from hydra_edge.model.config import preset
-from hydra_edge.model.hydravit import HydraViT
 from hydra_edge.records.manifest import read_manifest
 from hydra_edge.runtime.lut import read_table
 
@@ -112,13 +108,7 @@ def runner_lines(bundle: Path, *args: str) -> list[str]:
 @pytest.fixture(scope="module")
 def pte_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A depth-1 digits model (random weights) converted for android: real .pte artefacts, 3 and 12 heads."""
-    root = tmp_path_factory.mktemp("android")
-    torch.manual_seed(0)
-    HydraViT(preset("digits", depth=1, heads=(3, 12))).save(root / "m.pt")
-    result = pipeline.convert(ConvertOptions(checkpoint=root / "m.pt", target="android", heads="3,12",
-                                             out=root / "bundle", eval_limit=16, layout="full"))
-    assert not result.failed and len(result.converted) == 2
-    return root / "bundle"
+    return android_bundle(tmp_path_factory.mktemp("android"), "full")
 
 
 @pytest.fixture(scope="module")

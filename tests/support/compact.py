@@ -3,7 +3,8 @@
 A small digits model (depth 1, heads 3/6/12, random weights) holds every kind of weight; ``converted``
 makes a variant's ``full`` bundle and compacts a copy of it, so the tests of compact bundles (their
 layout, ``expand``, the Android rebuild) compare the two. Fixtures: ``model_file``, ``converted``,
-``root`` (jetson fp16).
+``root`` (jetson fp16). ``android_bundle``: the phone's .pte bundle the app tests build into an APK
+and calibrate through.
 """
 
 from __future__ import annotations
@@ -63,3 +64,14 @@ def converted(model_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Cal
 def root(converted: Callable[[str, str], Path]) -> Path:
     """jetson fp16, for what does not depend on the format (golden files, calibration, the switcher)."""
     return converted("jetson", "fp16")
+
+
+def android_bundle(root: Path, layout: str) -> Path:
+    """A depth-1 digits model (random weights, seed 0) converted for android in ``layout`` (``full``, or
+    ``compact``: 3 heads over 12 heads' .pte), its bundle in ``root/bundle``."""
+    torch.manual_seed(0)
+    HydraViT(preset("digits", depth=1, heads=(3, 12))).save(root / "m.pt")
+    result = pipeline.convert(ConvertOptions(checkpoint=root / "m.pt", target="android", quant="int8-dynamic",
+                                             heads="3,12", out=root / "bundle", eval_limit=16, layout=layout))
+    assert not result.failed and len(result.converted) == 2
+    return root / "bundle"
