@@ -33,13 +33,18 @@ class LoopSettings(
 /** What one head count was observed to take when the loop last judged it (a correction record entry). */
 data class LearnedLatency(val heads: Int, val p90Ms: Double, val slowdown: Double, val samples: Long)
 
-/** The p-th percentile (0..100) of sorted values by linear interpolation, as numpy's default (latency.percentile). */
+/**
+ * The p-th percentile (0..100) of sorted values by linear interpolation, as numpy's default (latency.percentile):
+ * numpy's two-sided form, which never leaves [lower, upper], so a window of equal timings has them as its p90.
+ */
 fun percentile(sorted: List<Double>, q: Double): Double {
-    val position = (sorted.size - 1) * q / 100.0
+    val position = (sorted.size - 1) * (q / 100.0)
     val low = Math.floor(position).toInt()
     val high = Math.ceil(position).toInt()
     val weight = position - low
-    return sorted[low] * (1.0 - weight) + sorted[high] * weight
+    val a = sorted[low]
+    val b = sorted[high]
+    return if (weight >= 0.5) b - (b - a) * (1.0 - weight) else a + (b - a) * weight
 }
 
 /**
