@@ -11,7 +11,10 @@ import threading
 import tomllib
 from pathlib import Path
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support.bounded import within
 
 from hydra_edge.errors import HydraEdgeError
@@ -467,6 +470,57 @@ def test_a_thermal_headroom_forecast_is_read(text: str, headroom: float):
 def test_a_thermal_headroom_that_is_no_forecast_says_why(text: str, why: str):
     headroom, said = parse_headroom(text)
     assert headroom is None and why in said and "\n" not in said
+
+
+@pytest.mark.parametrize("figure", ["\u0660.\u0665", "\uff10.\uff15", "0.\u0665", "\u0661.0E-5", "0.5\u0663"])
+def test_a_forecast_in_digits_android_never_prints_is_no_forecast(figure: str):
+    """Python's float() reads Arabic-Indic and full-width digits; Float.toString writes ASCII only."""
+    for text in (f"Headroom in 10 seconds: {figure}", "Headroom in \uff11\uff10 seconds: 0.5"):
+        headroom, said = parse_headroom(text)
+        assert headroom is None and "not a forecast" in said, (text, headroom)
+
+
+@pytest.mark.parametrize("figure", ["1.0E-400", "1.0E-40", "1.4E-45", "1.1754942E-38", "-1.0E-40"])
+def test_a_forecast_no_float_holds_is_no_forecast(figure: str):
+    """A figure that underflows to 0.0, or a denormal float: a broken HAL's, not a cool phone."""
+    headroom, said = parse_headroom(f"Headroom in 10 seconds: {figure}")
+    assert headroom is None and ("no float's forecast" in said or "outside" in said), said
+
+
+def java_float_to_string(f: np.float32) -> str:
+    """What Float.toString prints for ``f`` (its shortest digits; plain from 1e-3 to 1e7, else 1.0E-5)."""
+    if np.isnan(f):
+        return "NaN"
+    if np.isinf(f):
+        return "Infinity" if f > 0 else "-Infinity"
+    if f == 0 or 1e-3 <= abs(f) < 1e7:
+        return np.format_float_positional(f, unique=True, trim="0")
+    return np.format_float_scientific(f, unique=True, trim="0", exp_digits=1).replace("e+", "E").replace("e", "E")
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.floats(width=32))
+def test_every_float_a_phone_prints_reads_back_as_itself_or_as_a_failed_read(f: float):
+    """Generated over every float32: a forecast in 0..10 that is a normal float (or zero) reads as that
+    float; any other (negative, over 10, a denormal, NaN, infinite) is a failed read, never a reading."""
+    value = np.float32(f)
+    headroom, said = parse_headroom(f"Headroom in 10 seconds: {java_float_to_string(value)}\n")
+    usable = 0.0 <= value <= 10.0 and (value == 0 or abs(value) >= np.finfo(np.float32).tiny)
+    if usable:
+        assert said is None and np.float32(headroom) == value, (value, headroom, said)
+    else:
+        assert headroom is None and said and "\n" not in said, (value, headroom)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(min_size=1, max_size=12))
+def test_any_other_text_after_the_prefix_is_read_as_python_would_never_stand_in(text: str):
+    """Whatever follows the prefix, the answer is a reading only where Float.toString could have printed it."""
+    headroom, said = parse_headroom(f"Headroom in 10 seconds: {text}")
+    if headroom is not None:
+        assert text.strip().isascii() and float(text) == headroom and 0.0 <= headroom <= 10.0
+    else:
+        assert said and "\n" not in said
 
 
 def test_the_headroom_a_profile_names_is_read_and_a_failed_one_is_an_error():

@@ -7,6 +7,7 @@ A stock phone has no Python, so these parsers run on the host over text fetched 
 
 import math
 import re
+import struct
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
@@ -29,32 +30,47 @@ _GETPROP = re.compile(r"^\[([^\]]+)\]: \[(.*)\]\s*$", re.MULTILINE)
 # PowerManager.getThermalHeadroom: 1.0 is where SEVERE throttling begins; 0 is no load. What counts as a
 # reading: more than 10x the severe point is a broken HAL, not a hot phone, and a negative one is garbage.
 HEADROOM_RANGE = (0.0, 10.0)
-# ``cmd thermalservice headroom 10`` (Android 14+) prints the forecast as Java's Float.toString writes it.
-_HEADROOM = re.compile(r"Headroom in \d+ seconds?: (\S+)")
-_JAVA_FLOAT = re.compile(r"NaN|-?Infinity|-?\d+\.\d+(?:E-?\d+)?")
+# The forecast is a Java float: one below its smallest normal value (2^-126), or a figure that is not zero
+# yet reads as 0.0, is no forecast a thermal HAL gives but a broken one's (or garbled text).
+FLOAT_MIN_NORMAL = 2.0 ** -126
+# ``cmd thermalservice headroom 10`` (Android 14+) prints the forecast as Java's Float.toString writes it:
+# ASCII digits only (Python's \d would also take Arabic-Indic and full-width ones, which float() reads).
+_HEADROOM = re.compile(r"Headroom in \d+ seconds?: (\S+)", re.ASCII)
+_JAVA_FLOAT = re.compile(r"NaN|-?Infinity|-?(\d+\.\d+)(?:E-?\d+)?", re.ASCII)
 
 
 def parse_headroom(text: Optional[str]) -> Tuple[Optional[float], Optional[str]]:
     """``cmd thermalservice headroom N``'s forecast: (headroom, None), or (None, why it is no reading).
 
     Why not: an ``Error: ...`` line (the thermal HAL is not ready, a forecast outside 0..60 s), any other
-    text, NaN (the phone cannot forecast, or was asked again within a second) or a value outside
-    ``HEADROOM_RANGE``. Each is a failed read, never a cool phone: the switcher holds the last good
+    text (digits other than ASCII's included), NaN (the phone cannot forecast, or was asked again within a
+    second), a value outside ``HEADROOM_RANGE``, or one no float holds (a denormal, or a non-zero figure that
+    underflows to 0.0). Each is a failed read, never a cool phone: the switcher holds the last good
     forecast and then assumes the hottest band.
     """
     line = (text or "").strip()
     if line.startswith("Error:"):
         return None, f"cmd thermalservice headroom: {line[:100]}"
     match = _HEADROOM.fullmatch(line)
-    if match is None or not _JAVA_FLOAT.fullmatch(match.group(1)):
+    figure = _JAVA_FLOAT.fullmatch(match.group(1)) if match is not None else None
+    if match is None or figure is None:
         return None, f"cmd thermalservice headroom printed {line[:60]!r}, not a forecast"
     value = float(match.group(1))
     if math.isnan(value):
         return None, "thermal headroom NaN: the phone cannot forecast now"
+    nonzero = figure.group(1) is not None and figure.group(1).strip("0.") != ""
+    if (value != 0.0 or nonzero) and abs(_as_float(value)) < FLOAT_MIN_NORMAL:
+        return None, f"thermal headroom {match.group(1)} is no float's forecast (below {FLOAT_MIN_NORMAL:g})"
     low, high = HEADROOM_RANGE
     if not low <= value <= high:
         return None, f"thermal headroom {value:g} is outside {low:g}..{high:g} (1.0: severe throttling begins)"
     return value, None
+
+
+def _as_float(value: float) -> float:
+    """``value`` rounded to a Java float (only ever asked of numbers near zero): Float.toString prints the
+    smallest normal float as 1.17549435E-38, a hair below 2^-126 until it is read back as a float."""
+    return struct.unpack("<f", struct.pack("<f", value))[0] if abs(value) < 1.0 else value
 
 
 def thermal_status_name(status: Optional[int]) -> Optional[str]:

@@ -12,8 +12,9 @@ import java.util.concurrent.Executor
  * * [thermalHeadroom]: `PowerManager.getThermalHeadroom(10)` (API 30), where 1.0 is the start of severe
  *   throttling; NaN when the phone cannot forecast or is asked again within a second. Where the table and
  *   the settings name headroom, a forecast at or past 1.0 counts as at least SEVERE and one that is NaN,
- *   negative or absurd (outside [HEADROOM_MIN]..[HEADROOM_MAX]) is a failed read, as on a board
- *   (`cmd thermalservice headroom`); elsewhere it plays no part.
+ *   negative, absurd (outside [HEADROOM_MIN]..[HEADROOM_MAX]) or a denormal float (below
+ *   `Float.MIN_NORMAL`: a broken HAL's) is a failed read, as on a board (`cmd thermalservice headroom`);
+ *   elsewhere it plays no part.
  * * [batteryLevel]: `BatteryManager.BATTERY_PROPERTY_CAPACITY` in %, null when unreadable
  *   (Integer.MIN_VALUE from the API means unreadable too: pass it, it is outside 0..100).
  * * [batteryStatus]: `BatteryManager.BATTERY_STATUS_*` (2 CHARGING, 5 FULL, ...), null if unknown.
@@ -35,12 +36,15 @@ data class AndroidReading(
         else -> null
     }
 
-    /** The thermal headroom as the switcher takes it: null (a failed read) unless within HEADROOM_MIN..HEADROOM_MAX. */
-    val validHeadroom: Double? get() = thermalHeadroom.takeIf { it >= HEADROOM_MIN && it <= HEADROOM_MAX }
+    /** The thermal headroom as the switcher takes it: null (a failed read) unless within HEADROOM_MIN..HEADROOM_MAX and no denormal. */
+    val validHeadroom: Double? get() = thermalHeadroom.takeIf {
+        it >= HEADROOM_MIN && it <= HEADROOM_MAX && (it == 0.0 || it.toFloat() >= java.lang.Float.MIN_NORMAL)
+    }
 
     /** Why the thermal headroom gave no reading, or null when it did. */
     val headroomError: String? get() = when {
         thermalHeadroom.isNaN() -> "thermal headroom NaN: the phone cannot forecast now"
+        thermalHeadroom > 0.0 && thermalHeadroom.toFloat() < java.lang.Float.MIN_NORMAL -> "thermal headroom ${Py.g(thermalHeadroom)} is no float's forecast (below ${Py.g(FLOAT_MIN_NORMAL)})"
         validHeadroom == null -> "thermal headroom ${Py.g(thermalHeadroom)} is outside ${Py.g(HEADROOM_MIN)}..${Py.g(HEADROOM_MAX)}"
         else -> null
     }
@@ -55,6 +59,8 @@ data class AndroidReading(
         /** hydra_edge.runtime.signals.android.HEADROOM_RANGE: beyond 10x the severe point is a broken HAL. */
         const val HEADROOM_MIN = 0.0
         const val HEADROOM_MAX = 10.0
+        /** hydra_edge.runtime.signals.android.FLOAT_MIN_NORMAL: the forecast is a float; below its smallest normal is garbage. */
+        const val FLOAT_MIN_NORMAL = java.lang.Float.MIN_NORMAL.toDouble()
         /** Where Android's headroom says severe throttling begins: a forecast at or past it counts as SEVERE. */
         const val HEADROOM_SEVERE = 1.0
         val SEVERE = Lut.ANDROID_THERMAL_STATUSES.indexOf("SEVERE").toDouble()
