@@ -15,8 +15,9 @@ import msgspec
 
 from hydra_edge.atomic import sha256_file
 from hydra_edge.convert.targets import load_target
-from hydra_edge.lut.policy import Policy
+from hydra_edge.lut.policy import Policy, policy_from_dict
 from hydra_edge.lut.table import build_table
+from hydra_edge.records import lut as lut_record
 from hydra_edge.records.calibration import Calibration, Derating, HeadResult
 from hydra_edge.records.manifest import ArtefactRecord, Manifest, read_manifest
 
@@ -97,3 +98,19 @@ def table_with_classes(tmp_path: Path, classes: list[str] | None) -> dict:
     cal.write(tmp_path / "cal.json")
     return build_table(bundle, read_manifest(bundle), cal, tmp_path / "cal.json",
                        msgspec.structs.replace(Policy(), budget_ms=10.0))
+
+
+def lut_document(tmp: Path, spec: dict[str, Any]) -> Path:
+    """A manifest-only Android bundle and the lut.json Python's own table builder makes for ``spec``: a
+    trace's table (``latency_ms`` per head count, ``budget_ms``; optionally the soak's ``by_thermal_status``,
+    ``headroom``, and a ``policy`` table as a policy file holds it)."""
+    soak = Derating(heads=max(int(h) for h in spec["latency_ms"]), duration_s=60, samples=[], by_temperature=[],
+                    by_thermal_status=spec.get("by_thermal_status", {"NONE": 1.0, "LIGHT": 1.3, "MODERATE": 1.9,
+                                                                     "SEVERE": 3.5}))
+    policy = policy_from_dict(spec["policy"], "the trace's policy") if "policy" in spec else None
+    doc = table(tmp, {int(h): ms for h, ms in spec["latency_ms"].items()}, spec["budget_ms"], policy=policy,
+                soak=soak, signals=PHONE_SIGNALS if spec.get("headroom") else ANDROID_SIGNALS)
+    assert doc["thermal"]["headroom"] is bool(spec.get("headroom"))
+    bundle = tmp / "bundle"
+    (bundle / "lut.json").write_bytes(lut_record.encode(doc, "lut.json"))
+    return bundle

@@ -1,6 +1,7 @@
 package org.hydraedge.core
 
 import org.json.JSONArray
+import org.json.JSONException
 import org.json.JSONObject
 import java.io.File
 
@@ -11,7 +12,10 @@ import java.io.File
  * compares the two line by line; this is the harness, not the logic, so it only mirrors the
  * Python side's fake clock, fake timer and fake phone.
  *
- * Usage: `java -cp <jar:deps> org.hydraedge.core.TraceReplay trace.json bundle-folder`
+ * Usage: `java -cp <jar:deps> org.hydraedge.core.TraceReplay trace.json bundle-folder`, or
+ * `TraceReplay --batch list.tsv` for many traces in one JVM (the generated traces: thousands): each line of
+ * the list is `trace.json<TAB>bundle-folder`, and each trace's result is one JSON line, `{"out": [...]}`
+ * or, when the library threw (which it never may), `{"error": "..."}`.
  */
 object TraceReplay {
     private class State(trace: JSONObject, val bundle: File) {
@@ -19,7 +23,9 @@ object TraceReplay {
         var wall = trace.optDouble("wall", 1.75e9)
         val signals = trace.optJSONObject("signals") ?: JSONObject()
         val loop = trace.optJSONObject("loop")
-        val out = StringBuilder()
+        val out = JSONArray()
+        /** The phone's reading now: what the last poll read, which an inference's own first poll reads too. */
+        var reading = AndroidReading(null, Double.NaN, null, null)
         var sw: Switcher = open()
 
         fun open(): Switcher = Switcher.open(
@@ -32,7 +38,7 @@ object TraceReplay {
 
         fun emit(op: String, heads: Int?, before: Int) {
             val reason = if (sw.events.size > before) sw.events.last().reason else null
-            out.append(JSONObject().put("op", op).put("heads", heads ?: JSONObject.NULL).put("reason", reason ?: JSONObject.NULL)).append('\n')
+            out.put(JSONObject().put("op", op).put("heads", heads ?: JSONObject.NULL).put("reason", reason ?: JSONObject.NULL))
         }
     }
 
@@ -60,21 +66,34 @@ object TraceReplay {
         else -> throw IllegalArgumentException("latency $v")
     }
 
-    /** One timed single-image inference of the running head count, as the Python harness's fake timer times it. */
+    /**
+     * One timed single-image inference of the running head count, as the Python harness's fake timer times it;
+     * before the first poll it polls the phone's reading now first, as Python's predict() does, and reports
+     * that start switch as the inference's.
+     */
     private fun infer(s: State, ms: Double, advance: Boolean) {
-        val heads = s.sw.heads ?: s.sw.poll(AndroidReading(null, Double.NaN, null, null))
         val before = s.sw.events.size
+        val heads = s.sw.heads ?: s.sw.poll(s.reading)
         val elapsedS = ms / 1e3 - 0.0
         if (advance) s.clock += ms / 1e3
         s.sw.observe(heads, elapsedS * 1e3)
         s.emit("infer", s.sw.heads, before)
     }
 
+    /**
+     * Spoil the saved correction as the Python harness does: an edit needs a correction there to edit (a JSON
+     * object with something learned), a folder put in its place stays until "delete".
+     */
     private fun spoil(s: State, how: String) {
         val path = s.sw.loop?.path ?: Correction.pathFor(File(s.bundle, "lut.json"))
+        if (path.isDirectory) {
+            if (how == "delete") path.delete()
+            return
+        }
         val text = if (path.isFile) path.readText() else ""
         fun edit(change: (JSONObject) -> Unit) {
-            val doc = JSONObject(text)
+            val doc = try { JSONObject(text) } catch (e: JSONException) { return }
+            if ((doc.optJSONArray("learned")?.length() ?: 0) == 0) return
             change(doc)
             path.writeText(doc.toString())
         }
@@ -88,7 +107,7 @@ object TraceReplay {
             "negative_p90" -> edit { it.getJSONArray("learned").getJSONObject(0).put("p90_ms", -1.0) }
             "unknown_field" -> edit { it.put("extra", 1) }
             "folder" -> { path.delete(); path.mkdir() }
-            "delete" -> { if (path.isDirectory) path.delete() else path.delete() }
+            "delete" -> path.delete()
             else -> throw IllegalArgumentException("spoil $how")
         }
     }
@@ -101,11 +120,7 @@ object TraceReplay {
             if (step.has("wall_dt")) s.wall += step.getDouble("wall_dt")
             when {
                 step.has("repeat") -> repeat(step.getInt("repeat")) { run(s, step.getJSONArray("steps")) }
-                step.has("poll") -> {
-                    val before = s.sw.events.size
-                    val heads = s.sw.poll(reading(step.getJSONObject("poll")))
-                    s.emit("poll", heads, before)
-                }
+                step.has("poll") -> poll(s, reading(step.getJSONObject("poll")))
                 step.has("infer") -> infer(s, latency(step.get("infer")), advance = false)
                 step.has("serve") -> serve(s, step.getJSONObject("serve"))
                 step.has("restart") -> { s.sw = s.open(); s.emit("restart", null, s.sw.events.size) }
@@ -125,9 +140,7 @@ object TraceReplay {
         var nextPoll = s.clock
         while (s.clock < end) {
             if (s.clock >= nextPoll) {
-                val before = s.sw.events.size
-                val heads = s.sw.poll(reading)
-                s.emit("poll", heads, before)
+                poll(s, reading)
                 nextPoll += every
             }
             val frame = s.clock
@@ -138,13 +151,40 @@ object TraceReplay {
         }
     }
 
+    private fun poll(s: State, reading: AndroidReading) {
+        s.reading = reading
+        val before = s.sw.events.size
+        val heads = s.sw.poll(reading)
+        s.emit("poll", heads, before)
+    }
+
+    /** The trace's lines, each poll's and inference's head count and switch reason. */
+    private fun replay(trace: File, bundle: File): JSONArray {
+        val doc = JSONObject(trace.readText())
+        val s = State(doc, bundle)
+        run(s, doc.getJSONArray("steps"))
+        return s.out
+    }
+
     @JvmStatic
     fun main(args: Array<String>) {
-        require(args.size == 2) { "usage: TraceReplay trace.json bundle-folder" }
-        val trace = JSONObject(File(args[0]).readText())
-        val s = State(trace, File(args[1]))
-        run(s, trace.getJSONArray("steps"))
-        System.out.print(s.out)
+        val out = StringBuilder()
+        if (args.size == 2 && args[0] == "--batch") {
+            for (line in File(args[1]).readLines().filter { it.isNotEmpty() }) {
+                val (trace, bundle) = line.split('\t')
+                val result = try {
+                    JSONObject().put("out", replay(File(trace), File(bundle)))
+                } catch (e: Exception) {
+                    JSONObject().put("error", e.toString())
+                }
+                out.append(result).append('\n')
+            }
+        } else {
+            require(args.size == 2) { "usage: TraceReplay trace.json bundle-folder | TraceReplay --batch list.tsv" }
+            val lines = replay(File(args[0]), File(args[1]))
+            for (i in 0 until lines.length()) out.append(lines.getJSONObject(i)).append('\n')
+        }
+        System.out.print(out)
         System.out.flush()
     }
 }

@@ -1,0 +1,72 @@
+"""The device's rules proved by search: generated phone traces through Python's switcher and the Kotlin
+library, the same head count and reason at every step, neither side raising, Python's invariants held.
+
+Each trace is drawn by ``support.trace_gen`` from a seeded generator (random tables within the schema,
+readings that fail, print NaN or sit on band edges and margins, garbage and equal timings, serving,
+restarts, spoiled corrections), replayed through ``Switcher`` with the invariants of
+``support.switcher_rules`` checked after every line, and through ``TraceReplay`` in one JVM per batch.
+The seeds are fixed, so a failure is reproduced by its seed; a trace that found a defect is kept, shrunk,
+among the named traces (apps/android-demo/core/src/test/resources/traces/regression_*.json), which
+tests/test_android_parity.py replays. A few hundred traces run in the fast tier, thousands in the slow one.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import List
+
+import pytest
+from support import trace_gen
+from support.switcher_rules import CheckedReplay
+from support.trace_replay import Line, bundles_for, first_difference, kotlin_batch
+
+FAST, SLOW = range(0, 200), range(200, 3200)
+
+
+def python_side(trace: dict, bundle: Path) -> List[Line]:
+    """The trace's lines from Python's switcher, every invariant checked on the way and after close()."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        replay = CheckedReplay(trace, bundle, monkeypatch)
+        try:
+            replay.run(trace["steps"])
+        finally:
+            replay.sw.close()
+        replay.assert_saved()
+    return replay.out
+
+
+def divergences(seeds: range, classpath: str, folder: Path) -> List[str]:
+    """Every seed whose trace made either side raise, broke an invariant, or made the two disagree."""
+    runs, python, found = [], {}, []
+    for seed in seeds:
+        trace = trace_gen.trace(random.Random(seed))
+        here = folder / str(seed)
+        here.mkdir()
+        (here / "trace.json").write_text(json.dumps(trace))
+        python_bundle, kotlin_bundle = bundles_for(trace, here)
+        try:
+            python[seed] = python_side(trace, python_bundle)
+        except Exception as e:  # noqa: BLE001 - an invariant broken or the switcher raising: both are findings
+            found.append(f"seed {seed}: Python: {type(e).__name__}: {str(e)[:300]}")
+        runs.append((here / "trace.json", kotlin_bundle))
+    for seed, kotlin in zip(seeds, kotlin_batch(classpath, runs, folder)):
+        if "error" in kotlin:
+            found.append(f"seed {seed}: Kotlin threw {kotlin['error'][:300]}")
+        elif seed in python:
+            difference = first_difference(python[seed], kotlin["out"])
+            if difference is not None:
+                found.append(f"seed {seed}: {difference}")
+    return found
+
+
+def test_a_few_hundred_generated_traces_agree(classpath: str, tmp_path: Path) -> None:
+    found = divergences(FAST, classpath, tmp_path)
+    assert not found, f"{len(found)} of {len(FAST)} traces (in {tmp_path}):\n" + "\n".join(found[:10])
+
+
+@pytest.mark.slow
+def test_thousands_of_generated_traces_agree(classpath: str, tmp_path: Path) -> None:
+    found = divergences(SLOW, classpath, tmp_path)
+    assert not found, f"{len(found)} of {len(SLOW)} traces (in {tmp_path}):\n" + "\n".join(found[:10])
