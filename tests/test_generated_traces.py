@@ -15,31 +15,21 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import List
+from typing import Dict, List, Tuple
 
 import pytest
 from support import trace_gen
-from support.switcher_rules import CheckedReplay
+from support.switcher_rules import replay_checked
 from support.trace_replay import Line, bundles_for, first_difference, kotlin_batch
 
 FAST, SLOW = range(0, 200), range(200, 3200)
 
 
-def python_side(trace: dict, bundle: Path) -> List[Line]:
-    """The trace's lines from Python's switcher, every invariant checked on the way and after close()."""
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        replay = CheckedReplay(trace, bundle, monkeypatch)
-        try:
-            replay.run(trace["steps"])
-        finally:
-            replay.sw.close()
-        replay.assert_saved()
-    return replay.out
-
-
 def divergences(seeds: range, classpath: str, folder: Path) -> List[str]:
     """Every seed whose trace made either side raise, broke an invariant, or made the two disagree."""
-    runs, python, found = [], {}, []
+    runs: List[Tuple[Path, Path]] = []
+    python: Dict[int, List[Line]] = {}
+    found: List[str] = []
     for seed in seeds:
         trace = trace_gen.trace(random.Random(seed))
         here = folder / str(seed)
@@ -47,7 +37,7 @@ def divergences(seeds: range, classpath: str, folder: Path) -> List[str]:
         (here / "trace.json").write_text(json.dumps(trace))
         python_bundle, kotlin_bundle = bundles_for(trace, here)
         try:
-            python[seed] = python_side(trace, python_bundle)
+            python[seed] = replay_checked(trace, python_bundle)
         except Exception as e:  # noqa: BLE001 - an invariant broken or the switcher raising: both are findings
             found.append(f"seed {seed}: Python: {type(e).__name__}: {str(e)[:300]}")
         runs.append((here / "trace.json", kotlin_bundle))

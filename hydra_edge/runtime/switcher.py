@@ -187,7 +187,8 @@ class Switcher:
         self._ceiling: Optional[int] = None  # the table's choice after the fail-safe rules: heads run at most this
         self._ceiling_at = -math.inf  # when it last changed: the table's dwell counts from then
         self._reading: Optional[Reading] = None  # the last poll's, for the latency loop's events
-        self._saving: Optional["Future[None]"] = None  # the latest write of the latency correction
+        # the latest write of the latency correction, queued on the loader thread, and what it writes
+        self._saving: Optional[Tuple["Future[None]", bytes]] = None
         self._prefetch_due = False  # set by a switch, cleared once the neighbours are queued
         self._lock = threading.RLock()  # poll() and the cache, from the caller and the poll thread
         self._cache: "OrderedDict[int, Future[Engine]]" = OrderedDict()
@@ -319,7 +320,7 @@ class Switcher:
         data = self.loop.snapshot()
         if data is not None:
             try:  # on the loader thread: an inference never waits for the disk
-                self._saving = self._loader.submit(self.loop.save, data)
+                self._saving = (self._loader.submit(self.loop.save, data), data)
             except RuntimeError:  # closed: nothing runs there any more
                 self.loop.save(data)
         return reason
@@ -466,7 +467,7 @@ class Switcher:
         """Block until every background job has finished: the loads (the bench's steady state) and
         the latest write of the latency correction."""
         with self._lock:
-            pending = [*self._cache.values(), *([self._saving] if self._saving is not None else [])]
+            pending = [*self._cache.values(), *([self._saving[0]] if self._saving is not None else [])]
         wait(pending)
 
     # -- running --------------------------------------------------------------------------------
@@ -518,10 +519,17 @@ class Switcher:
                 log.warning("poll failed: %s", e)
 
     def close(self) -> None:
+        """Stop polling and the loader; queued loads are dropped, but not what the latency loop learned last:
+        a write of it that the shutdown cancelled is done here, so a restart starts from it."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
         self._loader.shutdown(wait=True, cancel_futures=True)
+        with self._lock:
+            saving = self._saving
+        if saving is not None and saving[0].cancelled():
+            assert self.loop is not None
+            self.loop.save(saving[1])
 
     def __enter__(self) -> "Switcher":
         return self

@@ -21,12 +21,12 @@ import json
 import math
 from collections import deque
 from pathlib import Path
-from typing import Any, Deque, Dict, Optional
+from typing import Any, Deque, Dict, List, Optional
 
 import numpy as np
 import pytest
 
-from support.trace_replay import PythonReplay
+from support.trace_replay import Line, PythonReplay
 
 from hydra_edge.runtime.closed_loop import correction_path
 from hydra_edge.runtime.switcher import Switcher
@@ -49,11 +49,11 @@ def good(signal: str, value: Any) -> bool:
 class CheckedReplay(PythonReplay):
     """``PythonReplay`` asserting the invariants after every line (see the module docstring)."""
 
-    def __init__(self, trace: Dict[str, Any], bundle: Path, monkeypatch: pytest.MonkeyPatch, **kw: Any) -> None:
+    def __init__(self, trace: Dict[str, Any], bundle: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         self.stale_after_s = float(trace.get("signals", {}).get("stale_after_s", 30.0))
         self.lines = 0
         self.spoiled: Optional[tuple] = None  # (switcher, its loop's revision) when the correction was last spoiled
-        super().__init__(trace, bundle, monkeypatch, **kw)
+        super().__init__(trace, bundle, monkeypatch)
 
     def open(self) -> Switcher:
         sw = super().open()
@@ -138,3 +138,15 @@ class CheckedReplay(PythonReplay):
         learned = [{"heads": e.heads, "p90_ms": e.p90_ms, "slowdown": e.slowdown, "samples": e.samples}
                    for _, e in sorted(loop.governor.learned.items())]
         assert saved == learned, f"saved {saved}, learned {learned}"
+
+
+def replay_checked(trace: Dict[str, Any], bundle: Path) -> List[Line]:
+    """The trace's lines from Python's switcher, every invariant checked on the way and after close()."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        replay = CheckedReplay(trace, bundle, monkeypatch)
+        try:
+            replay.run(trace["steps"])
+        finally:
+            replay.sw.close()
+        replay.assert_saved()
+    return replay.out

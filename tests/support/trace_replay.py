@@ -15,7 +15,6 @@ import json
 import math
 import shutil
 import subprocess
-import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -84,15 +83,10 @@ class Fake:
 
 
 class PythonReplay:
-    """The trace through ``hydra_edge.runtime.switcher.Switcher``, as TraceReplay runs it through the library.
+    """The trace through ``hydra_edge.runtime.switcher.Switcher``, as TraceReplay runs it through the library."""
 
-    ``prefetch`` and ``load_s`` make the engines' loads real work on the switcher's loader thread (each
-    takes ``load_s`` of wall time), where the latency correction is written too.
-    """
-
-    def __init__(self, trace: Dict[str, Any], bundle: Path, monkeypatch: pytest.MonkeyPatch,
-                 prefetch: bool = False, load_s: float = 0.0) -> None:
-        self.trace, self.bundle, self.prefetch = trace, bundle, prefetch
+    def __init__(self, trace: Dict[str, Any], bundle: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.trace, self.bundle = trace, bundle
         self.clock, self.wall, self.timer = Fake(trace.get("clock", 1000.0)), Fake(trace.get("wall", 1.75e9)), Fake(0.0)
         self.phone = Phone()
         self.took = 0.0
@@ -107,11 +101,7 @@ class PythonReplay:
                     replay.clock.now += replay.took / 1e3
                 return np.zeros((len(x), 10), np.float32)
 
-        def load(bundle: Path, record: Any, threads: int) -> Engine:
-            time.sleep(load_s)
-            return Engine()
-
-        monkeypatch.setattr(switcher_module, "load_record", load)
+        monkeypatch.setattr(switcher_module, "load_record", lambda bundle, record, threads: Engine())
         self.sw = self.open()
 
     def open(self) -> Switcher:
@@ -120,7 +110,7 @@ class PythonReplay:
         signals = {**PHONE_SIGNALS, **{k: v for k, v in self.trace.get("signals", {}).items() if v is not None}}
         loop = self.trace.get("loop")
         return Switcher(self.bundle, signals=signals, run=self.phone.run, clock=self.clock, timer=self.timer,
-                        wall_clock=self.wall, prefetch=self.prefetch,
+                        wall_clock=self.wall, prefetch=False,
                         latency_loop=None if loop is None else LoopSettings(**loop))
 
     def emit(self, op: str, heads: Optional[int], before: int) -> None:
