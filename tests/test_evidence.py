@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
 from pathlib import Path
+from typing import Callable
 
 import msgspec
 import numpy as np
 import pytest
 import torch
 
+from hydra_edge.convert import nesting
 from hydra_edge.convert.evidence import decide, expected_right, judge, newcombe_interval, rejudge
 from hydra_edge.convert.nesting import both_scales, nested_ranges
 from hydra_edge.convert.verify import EvalSet, eager_logits, verify, within_drop
@@ -77,8 +80,83 @@ def test_the_predicted_cost_follows_the_error_and_counts_broken_outputs_as_lost(
     broken = reference.copy()
     broken[:100] = np.nan
     assert expected_right(broken, reference, None) == pytest.approx(0.8)
-    with pytest.raises(ValueError):  # the record refuses counts that do not fit in the images
-        decide(10, 5, 6, 0, 0.0, 1.0)
+
+
+def _refused(call: Callable[[], object]) -> str:
+    """The one line a gate gives a bad argument: a HydraEdgeError, never a pass nor numpy's or math's error."""
+    with pytest.raises(HydraEdgeError) as err:
+        call()
+    message = str(err.value)
+    assert message and "\n" not in message
+    return message
+
+
+LOGITS = np.random.default_rng(0).standard_normal((8, 10))
+LABELS = np.arange(8)
+BAD_ARGUMENTS: dict[str, Callable[[], object]] = {
+    "no images": lambda: decide(0, 0, 0, 0, logit_cost_pp=0.0, bound_pp=1.0),
+    "an empty table": lambda: newcombe_interval(0, 0, 0, 0),
+    "a negative count": lambda: newcombe_interval(5, -1, 0, 3),
+    "a fractional count": lambda: newcombe_interval(5, 1.5, 0, 3),
+    "worse over the reference's right": lambda: decide(10, 5, 6, 0, 0.0, 1.0),
+    "better over the reference's wrong": lambda: decide(10, 5, 0, 6, 0.0, 1.0),
+    "a NaN bound": lambda: decide(96, 51, 2, 0, 0.4, math.nan),
+    "a bound off the scale": lambda: decide(96, 51, 2, 0, 0.4, 101.0),
+    "a NaN predicted cost": lambda: decide(96, 51, 2, 0, math.nan, 1.0),
+    "outcomes of two lengths": lambda: judge(np.ones(4, bool), np.ones(5, bool), 0.0, 1.0),
+    "no outcomes": lambda: judge(np.ones(0, bool), np.ones(0, bool), 0.0, 1.0),
+    "outputs of another shape": lambda: expected_right(LOGITS[:, :9], LOGITS, LABELS),
+    "one class": lambda: expected_right(LOGITS[:, :1], LOGITS[:, :1], None),
+    "no image's logits": lambda: expected_right(LOGITS[:0], LOGITS[:0], None),
+    "a label out of range": lambda: expected_right(LOGITS, LOGITS, LABELS + 3),
+    "a negative label": lambda: expected_right(LOGITS, LOGITS, LABELS - 1),
+    "labels of another length": lambda: expected_right(LOGITS, LOGITS, LABELS[:5]),
+    "fractional labels": lambda: expected_right(LOGITS, LOGITS, LABELS + 0.5),
+}
+
+
+@pytest.mark.parametrize("call", BAD_ARGUMENTS.values(), ids=BAD_ARGUMENTS.keys())
+def test_a_bad_argument_to_the_gate_is_one_line(call: Callable[[], object]) -> None:
+    """The issue's cases: 0 images passed (the logits decided, cost 0); mismatched shapes, labels out
+    of range and counts that do not add up were numpy's or math's errors, or a decision."""
+    _refused(call)
+
+
+def _returning(outputs: np.ndarray) -> Engine:
+    """An engine that answers image i (its pixels all i) with ``outputs[i]``."""
+    return Engine(path=Path("vit_h3.tflite"), format="tflite", threads=1,
+                  step=lambda x: outputs[int(x.flat[0])][None])
+
+
+def _indexed(n: int) -> np.ndarray:
+    return np.broadcast_to(np.arange(n, dtype=np.float32)[:, None, None, None], (n, 1, 2, 2)).copy()
+
+
+def test_a_nan_reference_is_evidence_of_nothing_and_never_passes() -> None:
+    """The issue's case: an all-NaN fp32 reference with an all-NaN artefact passed. The reference's
+    NaN is refused at both gates, all of it or one image of it, saying so."""
+    labels = np.arange(96) % 10
+    nan = np.full((96, 10), np.nan, np.float32)
+    message = _refused(lambda: verify(_returning(nan), nan, EvalSet(_indexed(96), labels, "held-out"), 1.0, "vit_h3.tflite"))
+    assert "fp32" in message and "NaN" in message
+    reference = np.eye(10, dtype=np.float32)[labels] * 5
+    reference[7, 3] = np.inf
+    for truth in (labels, None):
+        assert "NaN or inf on 1 of 96" in _refused(lambda: nesting.decide(reference, reference, reference, truth, 0.3))
+
+
+def test_an_artefact_with_a_nan_output_never_passes() -> None:
+    """A NaN row's arg-max is 0: an image of class 0 was counted right, and one lost image in 96 passed
+    2 p.p. A non-finite output is a broken runtime or quantisation, refused at either gate however few."""
+    labels = np.arange(96) % 10
+    reference = np.eye(10, dtype=np.float32)[labels] * 5
+    broken = reference.copy()
+    broken[0] = np.nan  # label 0
+    message = _refused(lambda: verify(_returning(broken), reference, EvalSet(_indexed(96), labels, "held-out"), 2.0,
+                                      "vit_h3.tflite"))
+    assert message.startswith("vit_h3.tflite: ") and "NaN or inf on 1 of 96" in message
+    for truth in (labels, None):
+        assert "nested" in _refused(lambda: nesting.decide(reference, broken, reference, truth, 2.0))
 
 
 def test_a_manifest_from_before_the_evidence_is_judged_to_within_one_image() -> None:
