@@ -205,6 +205,24 @@ def test_an_artefact_with_a_nan_output_never_passes() -> None:
         assert "nested" in _refused(lambda: nesting.decide(reference, broken, reference, truth, 2.0))
 
 
+def test_a_zero_cost_passes_a_bound_of_zero_at_either_decision() -> None:
+    """``--max-drop 0`` is accepted, so an artefact identical to fp32 (cost exactly 0) must pass it where
+    the logits decide (0 <= 0) at both gates; an interval ending exactly at the bound passes on the
+    images, and one starting exactly at it is not beyond it, so the logits decide."""
+    labels = np.arange(96) % 10
+    reference = np.random.default_rng(0).standard_normal((96, 10)).astype(np.float32)
+    acc, _ = verify(_returning(reference), reference, EvalSet(_indexed(96), labels, "held-out"), 0.0, "vit_h3.tflite")
+    e = acc["evidence"]
+    assert (e["decided_by"], e["logit_cost_pp"], e["passed"]) == ("logits", 0.0, True) and within_drop(acc, 0.0)
+    assert all(nesting.decide(reference, reference, reference, truth, 0.0).nested for truth in (labels, None))
+    gained = decide(96, 40, 0, 20, logit_cost_pp=50.0, bound_pp=0.0)  # the interval wholly below 0
+    at_high = rejudge(gained, gained.high_pp)
+    assert gained.high_pp < 0 and (at_high.decided_by, at_high.passed) == ("images", True)
+    lost = decide(96, 60, 20, 0, logit_cost_pp=-50.0, bound_pp=0.0)  # wholly above 0
+    at_low = rejudge(lost, lost.low_pp)
+    assert lost.low_pp > 0 and (at_low.decided_by, at_low.passed) == ("logits", True)
+
+
 def test_a_manifest_from_before_the_evidence_is_judged_to_within_one_image() -> None:
     """Records written before the gate kept its evidence are re-judged as they were made: the drop
     against the bound plus one held-out image; records with evidence by the evidence."""
