@@ -120,12 +120,12 @@ def expected_right(outputs: np.ndarray, reference: np.ndarray, labels: np.ndarra
     """
     out, ref, labels = _logits(outputs, reference, labels)
     r = ref - ref.mean(-1, keepdims=True)
-    o = out - out.mean(-1, keepdims=True)
     power = np.sum(r * r, -1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        gain = np.where(power > 0, np.sum(r * o, -1) / np.where(power > 0, power, 1.0), 0.0)
     free = max(ref.shape[-1] - 2, 1)  # the fit spends two of the classes' degrees of freedom
-    variance = np.sum((o - gain[:, None] * r) ** 2, -1) / free
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # NaN or inf outputs: lost, below
+        o = out - out.mean(-1, keepdims=True)
+        gain = np.where(power > 0, np.sum(r * o, -1) / np.where(power > 0, power, 1.0), 0.0)
+        variance = np.sum((o - gain[:, None] * r) ** 2, -1) / free
     # One spread for every image, pooled: quantisation noise is the same process on every image, and
     # a few classes give each image's own estimate too little to go on (10 classes: +-25 %).
     finite = np.isfinite(variance) & np.isfinite(gain)
@@ -219,15 +219,16 @@ def weigh(reference: np.ndarray, candidate: np.ndarray, fp32: np.ndarray, labels
     row's arg-max is its first class, so counted it may look right, and a few lost images can hide
     in the interval of a large set or behind a weak reference; a broken output must never pass.
     """
-    predicted = (expected_right(reference, fp32, labels) - expected_right(candidate, fp32, labels)) * 100
-    reference, candidate = np.asarray(reference), np.asarray(candidate)
+    outcomes = []
     for name, outputs in zip(names, (reference, candidate)):
-        lost = ~np.isfinite(outputs).all(-1)
+        out, ref, truth = _logits(outputs, fp32, labels)
+        lost = ~np.isfinite(out).all(-1)
         if lost.any():
             raise HydraEdgeError(f"{name}: logits NaN or inf on {int(lost.sum())} of {len(lost)} images, which "
                                  f"the gate never passes: {FIX}")
-    truth = np.asarray(fp32).argmax(-1) if labels is None else labels
-    return judge(reference.argmax(-1) == truth, candidate.argmax(-1) == truth, predicted, bound_pp)
+        outcomes.append(out.argmax(-1) == (ref.argmax(-1) if truth is None else truth))
+    predicted = (expected_right(reference, fp32, labels) - expected_right(candidate, fp32, labels)) * 100
+    return judge(*outcomes, predicted, bound_pp)
 
 
 def judge(reference_ok: np.ndarray, candidate_ok: np.ndarray, logit_cost_pp: float, bound_pp: float) -> Evidence:
@@ -263,7 +264,7 @@ def decide(images: int, reference_right: int, worse: int, better: int, logit_cos
     else:
         decided_by, passed = "logits", logit_cost_pp <= bound_pp
     return Evidence(images=images, reference_right=reference_right, worse=worse, better=better,
-                    cost_pp=round((worse - better) * 100 / max(images, 1), DECIMALS), low_pp=low_pp, high_pp=high_pp,
+                    cost_pp=round((worse - better) * 100 / images, DECIMALS), low_pp=low_pp, high_pp=high_pp,
                     logit_cost_pp=logit_cost_pp, bound_pp=bound_pp, decided_by=decided_by, passed=passed)
 
 
