@@ -12,9 +12,12 @@ import msgspec
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hydra_edge.convert import nesting
-from hydra_edge.convert.evidence import TOP_CLASSES, decide, expected_right, judge, newcombe_interval, rejudge
+from hydra_edge.convert.evidence import (TOP_CLASSES, decide, expected_right, judge, newcombe_interval, rejudge,
+                                         weigh)
 from hydra_edge.convert.nesting import both_scales, nested_ranges
 from hydra_edge.convert.verify import EvalSet, eager_logits, verify, within_drop
 from hydra_edge.errors import HydraEdgeError
@@ -223,6 +226,113 @@ def test_a_zero_cost_passes_a_bound_of_zero_at_either_decision() -> None:
     assert lost.low_pp > 0 and (at_low.decided_by, at_low.passed) == ("logits", True)
 
 
+FAST_EXAMPLES, SLOW_EXAMPLES = 200, 3000  # per generated test: the fast tier's few seconds, the slow tier's minute
+GENERATED: list[tuple[str, st.SearchStrategy, Callable]] = []  # each generated test, run again by the slow tier
+
+
+def generated(strategy: st.SearchStrategy) -> Callable[[Callable], Callable]:
+    """A generated test over ``strategy`` in the fast tier, kept for the slow tier's many more examples."""
+    def register(test: Callable) -> Callable:
+        GENERATED.append((test.__name__, strategy, test))
+        return settings(max_examples=FAST_EXAMPLES, deadline=None)(given(strategy)(test))
+    return register
+
+
+NAMES = ("the reference", "the candidate")
+
+
+@st.composite
+def gate_cases(draw: st.DrawFn) -> dict:
+    """Valid logits for ``weigh``: the fp32 logits (scaled, with ties or flat rows at times), a reference
+    choice (fp32 itself, or fp32 under a small error) and a candidate under any error: a gain (reversed
+    or nothing at all), a shift, noise from none to garbage; labels or none; a bound on the scale."""
+    images, classes = draw(st.integers(1, 40)), draw(st.integers(2, 12))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    fp32 = rng.standard_normal((images, classes)) * draw(st.sampled_from([1e-3, 1.0, 30.0]))
+    if draw(st.booleans()):
+        fp32 = np.round(fp32)  # ties, and rows all one value
+    own = fp32 + rng.standard_normal(fp32.shape) * draw(st.sampled_from([0.0, 1e-3, 0.1]))
+    noise = draw(st.sampled_from([0.0, 1e-4, 0.3, 3.0, 1e3]))
+    candidate = fp32 * draw(st.sampled_from([1.0, 0.5, 0.0, -1.0])) + 2.0 + rng.standard_normal(fp32.shape) * noise
+    return {"reference": own if draw(st.booleans()) else fp32, "candidate": candidate, "fp32": fp32,
+            "labels": rng.integers(0, classes, images) if draw(st.booleans()) else None,
+            "bound_pp": draw(st.floats(-100, 100))}
+
+
+@generated(gate_cases())
+def test_any_valid_evidence_is_on_the_scale_with_its_cost_inside_its_interval(case: dict) -> None:
+    """Whatever the logits: no error, every figure in [-100, 100] p.p., the point estimate inside its
+    interval, the images deciding only where the interval lies on one side of the bound, and a looser
+    bound never failing what a stricter one passed."""
+    e = weigh(**case, names=NAMES)
+    assert all(-100 <= v <= 100 for v in (e.cost_pp, e.low_pp, e.high_pp, e.logit_cost_pp))
+    assert e.low_pp <= e.cost_pp <= e.high_pp
+    assert (e.decided_by == "images") == (e.low_pp > e.bound_pp or e.high_pp <= e.bound_pp)
+    looser = rejudge(e, min(100.0, e.bound_pp + 1.0))
+    assert looser.passed or not e.passed
+
+
+@generated(gate_cases())
+def test_a_candidate_identical_to_its_reference_passes_any_bound_from_zero(case: dict) -> None:
+    e = weigh(case["reference"], case["reference"], case["fp32"], case["labels"], abs(case["bound_pp"]), NAMES)
+    assert e.passed and e.worse == e.better == 0 and e.logit_cost_pp == 0
+
+
+@generated(st.integers(30, 10**6).flatmap(lambda n: st.tuples(
+    st.just(n), st.integers(-(-n // 2), n), st.floats(0, 5), st.floats(-100, 100))))
+def test_a_candidate_losing_every_image_its_reference_got_right_fails(case: tuple[int, int, float, float]) -> None:
+    """At least half the images lost on 30 or more images fails a bound up to 5 p.p., whatever the logits say."""
+    images, right, bound, logit_cost = case
+    e = decide(images, right, worse=right, better=0, logit_cost_pp=logit_cost, bound_pp=bound)
+    assert (e.decided_by, e.passed) == ("images", False)
+
+
+def _spoiled(case: dict, rng: np.random.Generator) -> list[Callable[[], object]]:
+    """Ways to get a valid case wrong, each a call the gate must refuse."""
+    fp32, labels, images, classes = case["fp32"], case["labels"], *case["fp32"].shape
+    truth = rng.integers(0, classes, images) if labels is None else labels
+    nan = fp32.copy()
+    nan[rng.integers(images), rng.integers(classes)] = rng.choice([np.nan, np.inf, -np.inf])
+    out_of_range = truth.copy()
+    out_of_range[rng.integers(images)] = rng.choice([-1, classes, classes + 1000])
+
+    def gate(reference: np.ndarray = case["reference"], candidate: np.ndarray = case["candidate"],
+             fp32: np.ndarray = fp32, labels: np.ndarray | None = labels) -> Callable[[], object]:
+        return functools.partial(weigh, reference, candidate, fp32, labels, abs(case["bound_pp"]), NAMES)
+
+    return [gate(fp32=nan), gate(candidate=nan), gate(reference=nan),
+            gate(candidate=case["candidate"][:, :-1]), gate(candidate=case["candidate"][:-1]),
+            gate(candidate=case["candidate"][0]), gate(fp32[:0], fp32[:0], fp32[:0], None),
+            gate(fp32[:, :1], fp32[:, :1], fp32[:, :1], None),
+            gate(labels=out_of_range), gate(labels=truth[:-1]), gate(labels=truth + 0.5),
+            functools.partial(judge, np.ones(images, bool), np.ones(images + 1, bool), 0.0, 0.0),
+            functools.partial(decide, images, images, 0, 0, 0.0, rng.choice([np.nan, np.inf, 100.5, -101.0]))]
+
+
+@st.composite
+def bad_counts(draw: st.DrawFn) -> Callable[[], object]:
+    """Counts that cannot be a paired table: a negative, none at all, or more images than there are."""
+    cells = draw(st.lists(st.integers(0, 10**6), min_size=4, max_size=4))
+    kind = draw(st.sampled_from(["negative", "empty", "worse", "better", "no images"]))
+    if kind == "negative":
+        cells[draw(st.integers(0, 3))] = draw(st.integers(-10**6, -1))
+        return functools.partial(newcombe_interval, *cells)
+    if kind == "empty":
+        return functools.partial(newcombe_interval, 0, 0, 0, 0)
+    images, right = sum(cells), cells[0] + cells[1]
+    if kind == "worse":
+        return functools.partial(decide, images, right, right + draw(st.integers(1, 10)), 0, 0.0, 1.0)
+    if kind == "better":
+        return functools.partial(decide, images, right, 0, images - right + draw(st.integers(1, 10)), 0.0, 1.0)
+    return functools.partial(decide, 0, 0, 0, 0, draw(st.floats(-100, 100)), draw(st.floats(0, 100)))
+
+
+@generated(st.one_of(bad_counts(), st.tuples(gate_cases(), st.integers(0, 2**32 - 1)).flatmap(
+    lambda c: st.sampled_from(_spoiled(c[0], np.random.default_rng(c[1]))))))
+def test_a_bad_argument_is_always_one_line_never_a_numpy_or_math_error(call: Callable[[], object]) -> None:
+    _refused(call)
+
+
 def test_a_manifest_from_before_the_evidence_is_judged_to_within_one_image() -> None:
     """Records written before the gate kept its evidence are re-judged as they were made: the drop
     against the bound plus one held-out image; records with evidence by the evidence."""
@@ -322,3 +432,10 @@ def test_nesting_is_decided_on_the_same_evidence(trained) -> None:
     assert costly.sqnr_db_nested < n.sqnr_db_nested - 10
     same = judge(np.ones(4, bool), np.ones(4, bool), 0.0, 0.3)
     assert (same.passed, same.worse, same.better) == (True, 0, 0)
+
+
+@pytest.mark.slow  # many more generated examples
+@pytest.mark.parametrize("name, strategy, test", GENERATED, ids=[name for name, _, _ in GENERATED])
+def test_the_generated_tests_hold_on_many_more_examples(name: str, strategy: st.SearchStrategy,
+                                                         test: Callable) -> None:
+    settings(max_examples=SLOW_EXAMPLES, deadline=None)(given(strategy)(test))()
