@@ -47,7 +47,9 @@ CONFIDENCE = 0.95
 METHOD = ("paired outcomes on the same images, 95 % interval by Newcombe's hybrid score method; where the "
           "interval spans the bound, the cost predicted by the logits' error decides")
 DECIMALS = 4
-FIX = "a broken model, runtime or quantisation gives NaN or inf; check the checkpoint, or use another --quant"
+BROKEN_FP32 = ("the checkpoint's fp32 subnetwork is broken (NaN or inf weights, or an overflow): check it with "
+               "hydra-edge eval, or train it again")
+BROKEN_OUTPUT = "a broken runtime or quantisation gives NaN or inf: use another --quant (or another runtime)"
 
 
 def _refuse(what: str, fix: str) -> NoReturn:
@@ -158,7 +160,7 @@ def _logits(outputs: object, reference: object,
     lost = ~np.isfinite(ref).all(-1)
     if lost.any():
         _refuse(f"the fp32 reference logits are NaN or inf on {int(lost.sum())} of {len(ref)} images, evidence of "
-                "nothing", FIX)
+                "nothing", BROKEN_FP32)
     if labels is None:
         return out, ref, None
     classes = np.asarray(labels)
@@ -225,7 +227,7 @@ def weigh(reference: np.ndarray, candidate: np.ndarray, fp32: np.ndarray, labels
         lost = ~np.isfinite(out).all(-1)
         if lost.any():
             raise HydraEdgeError(f"{name}: logits NaN or inf on {int(lost.sum())} of {len(lost)} images, which "
-                                 f"the gate never passes: {FIX}")
+                                 f"the gate never passes: {BROKEN_OUTPUT}")
         outcomes.append(out.argmax(-1) == (ref.argmax(-1) if truth is None else truth))
     predicted = (expected_right(reference, fp32, labels) - expected_right(candidate, fp32, labels)) * 100
     return judge(*outcomes, predicted, bound_pp)
