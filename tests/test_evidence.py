@@ -171,14 +171,12 @@ def test_a_bad_argument_to_the_gate_is_one_line(call: Callable[[], object]) -> N
     _refused(call)
 
 
-def _returning(outputs: np.ndarray) -> Engine:
-    """An engine that answers image i (its pixels all i) with ``outputs[i]``."""
-    return Engine(path=Path("vit_h3.tflite"), format="tflite", threads=1,
-                  step=lambda x: outputs[int(x.flat[0])][None])
-
-
-def _indexed(n: int) -> np.ndarray:
-    return np.broadcast_to(np.arange(n, dtype=np.float32)[:, None, None, None], (n, 1, 2, 2)).copy()
+def _verify(outputs: np.ndarray, reference: np.ndarray, labels: np.ndarray, max_drop: float) -> dict:
+    """The conversion gate on an artefact whose engine answers image i (its pixels all i) with ``outputs[i]``."""
+    engine = Engine(path=Path("vit_h3.tflite"), format="tflite", threads=1,
+                    step=lambda x: outputs[int(x.flat[0])][None])
+    images = np.broadcast_to(np.arange(len(labels), dtype=np.float32)[:, None, None, None], (len(labels), 1, 2, 2))
+    return verify(engine, reference, EvalSet(images.copy(), labels, "held-out"), max_drop, "vit_h3.tflite")[0]
 
 
 def test_a_nan_reference_is_evidence_of_nothing_and_never_passes() -> None:
@@ -186,7 +184,7 @@ def test_a_nan_reference_is_evidence_of_nothing_and_never_passes() -> None:
     NaN is refused at both gates, all of it or one image of it, saying so."""
     labels = np.arange(96) % 10
     nan = np.full((96, 10), np.nan, np.float32)
-    message = _refused(lambda: verify(_returning(nan), nan, EvalSet(_indexed(96), labels, "held-out"), 1.0, "vit_h3.tflite"))
+    message = _refused(lambda: _verify(nan, nan, labels, 1.0))
     assert "fp32" in message and "NaN" in message
     reference = np.eye(10, dtype=np.float32)[labels] * 5
     reference[7, 3] = np.inf
@@ -201,8 +199,7 @@ def test_an_artefact_with_a_nan_output_never_passes() -> None:
     reference = np.eye(10, dtype=np.float32)[labels] * 5
     broken = reference.copy()
     broken[0] = np.nan  # label 0
-    message = _refused(lambda: verify(_returning(broken), reference, EvalSet(_indexed(96), labels, "held-out"), 2.0,
-                                      "vit_h3.tflite"))
+    message = _refused(lambda: _verify(broken, reference, labels, 2.0))
     assert message.startswith("vit_h3.tflite: ") and "NaN or inf on 1 of 96" in message
     for truth in (labels, None):
         assert "nested" in _refused(lambda: nesting.decide(reference, broken, reference, truth, 2.0))
@@ -214,7 +211,7 @@ def test_a_zero_cost_passes_a_bound_of_zero_at_either_decision() -> None:
     images, and one starting exactly at it is not beyond it, so the logits decide."""
     labels = np.arange(96) % 10
     reference = np.random.default_rng(0).standard_normal((96, 10)).astype(np.float32)
-    acc, _ = verify(_returning(reference), reference, EvalSet(_indexed(96), labels, "held-out"), 0.0, "vit_h3.tflite")
+    acc = _verify(reference, reference, labels, 0.0)
     e = acc["evidence"]
     assert (e["decided_by"], e["logit_cost_pp"], e["passed"]) == ("logits", 0.0, True) and within_drop(acc, 0.0)
     assert all(nesting.decide(reference, reference, reference, truth, 0.0).nested for truth in (labels, None))
