@@ -171,11 +171,12 @@ def test_a_bad_argument_to_the_gate_is_one_line(call: Callable[[], object]) -> N
     _refused(call)
 
 
-def _verify(outputs: np.ndarray, reference: np.ndarray, labels: np.ndarray, max_drop: float) -> dict:
+def _verify(outputs: np.ndarray, reference: np.ndarray, labels: np.ndarray | None, max_drop: float) -> dict:
     """The conversion gate on an artefact whose engine answers image i (its pixels all i) with ``outputs[i]``."""
     engine = Engine(path=Path("vit_h3.tflite"), format="tflite", threads=1,
                     step=lambda x: outputs[int(x.flat[0])][None])
-    images = np.broadcast_to(np.arange(len(labels), dtype=np.float32)[:, None, None, None], (len(labels), 1, 2, 2))
+    n = len(reference)
+    images = np.broadcast_to(np.arange(n, dtype=np.float32)[:, None, None, None], (n, 1, 2, 2))
     return verify(engine, reference, EvalSet(images.copy(), labels, "held-out"), max_drop, "vit_h3.tflite")[0]
 
 
@@ -194,13 +195,15 @@ def test_a_nan_reference_is_evidence_of_nothing_and_never_passes() -> None:
 
 def test_an_artefact_with_a_nan_output_never_passes() -> None:
     """A NaN row's arg-max is 0: an image of class 0 was counted right, and one lost image in 96 passed
-    2 p.p. A non-finite output is a broken runtime or quantisation, refused at either gate however few."""
+    2 p.p. A non-finite output is a broken runtime or quantisation, refused at either gate however few,
+    and without labels too, where the golden pair would have recorded a NaN tolerance."""
     labels = np.arange(96) % 10
     reference = np.eye(10, dtype=np.float32)[labels] * 5
     broken = reference.copy()
     broken[0] = np.nan  # label 0
-    message = _refused(lambda: _verify(broken, reference, labels, 2.0))
-    assert message.startswith("vit_h3.tflite: ") and "NaN or inf on 1 of 96" in message
+    for truth in (labels, None):
+        message = _refused(lambda: _verify(broken, reference, truth, 2.0))
+        assert message.startswith("vit_h3.tflite: ") and "NaN or inf on 1 of 96" in message
     for truth in (labels, None):
         assert "nested" in _refused(lambda: nesting.decide(reference, broken, reference, truth, 2.0))
 

@@ -224,13 +224,19 @@ def weigh(reference: np.ndarray, candidate: np.ndarray, fp32: np.ndarray, labels
     outcomes = []
     for name, outputs in zip(names, (reference, candidate)):
         out, ref, truth = _logits(outputs, fp32, labels)
-        lost = ~np.isfinite(out).all(-1)
-        if lost.any():
-            raise HydraEdgeError(f"{name}: logits NaN or inf on {int(lost.sum())} of {len(lost)} images, which "
-                                 f"the gate never passes: {BROKEN_OUTPUT}")
+        refuse_non_finite(out, name)
         outcomes.append(out.argmax(-1) == (ref.argmax(-1) if truth is None else truth))
     predicted = (expected_right(reference, fp32, labels) - expected_right(candidate, fp32, labels)) * 100
     return judge(*outcomes, predicted, bound_pp)
+
+
+def refuse_non_finite(outputs: np.ndarray, name: str) -> None:
+    """One line naming ``name`` where any image's logits hold NaN or inf: never passed, however few."""
+    values = np.asarray(outputs, np.float64)
+    lost = ~np.isfinite(values).all(axis=tuple(range(1, values.ndim)))
+    if lost.any():
+        raise HydraEdgeError(f"{name}: logits NaN or inf on {int(lost.sum())} of {lost.size} images, never "
+                             f"passed: {BROKEN_OUTPUT}")
 
 
 def judge(reference_ok: np.ndarray, candidate_ok: np.ndarray, logit_cost_pp: float, bound_pp: float) -> Evidence:

@@ -23,7 +23,7 @@ from ..atomic import write_bytes
 from ..errors import HydraEdgeError
 from ..records.manifest import Evidence
 from ..runtime.engines import Engine, compare
-from .evidence import describe, rejudge, weigh
+from .evidence import describe, refuse_non_finite, rejudge, weigh
 from .golden import npz_bytes
 
 
@@ -56,7 +56,9 @@ def accuracy(outputs: np.ndarray, reference: np.ndarray, evalset: EvalSet, max_d
     against ``max_drop``, agreement and max |diff|."""
     diff, agree = compare(outputs, reference)
     art = ref = drop = evidence = None
-    if evalset.labels is not None:
+    if evalset.labels is None:  # no gate: the golden pair is the check, and NaN would be its tolerance
+        refuse_non_finite(outputs, name)
+    else:
         labels = evalset.labels
         evidence = msgspec.to_builtins(weigh(reference, outputs, reference, labels, max_drop,
                                              ("the fp32 subnetwork", name)))
