@@ -23,7 +23,7 @@ from torch.func import functional_call
 from ..errors import HydraEdgeError
 from ..model.slicing import Index, subnetwork_name
 from ..records.manifest import Nesting
-from .evidence import METHOD, expected_right, judge
+from .evidence import METHOD, weigh
 from .verify import EvalSet, top1
 
 Ranges = Dict[str, Tuple[torch.Tensor, torch.Tensor]]  # weight name -> per-output-row (min, max)
@@ -130,13 +130,12 @@ def decide(per_logits: np.ndarray, nested_logits: np.ndarray, reference: np.ndar
     random inputs cannot tell 0.3 p.p. from 5), unless the cost the logits' error predicts is.
     The logits' SQNR against fp32 under both choices is recorded either way.
     """
+    evidence = weigh(per_logits, nested_logits, reference, labels, max_cost_pp,
+                     ("own weight scales", "nested weight scales"))
     logits = {"nested": nested_logits, "per": per_logits}
     agree = {key: round(float((out.argmax(-1) == reference.argmax(-1)).mean() * 100), 4) for key, out in logits.items()}
     acc = {key: None if labels is None else round(top1(out, labels), 4) for key, out in logits.items()}
     unit = "top-1" if labels is not None else "agreement with fp32"
-    truth = reference.argmax(-1) if labels is None else labels
-    predicted = (expected_right(per_logits, reference, labels) - expected_right(nested_logits, reference, labels)) * 100
-    evidence = judge(per_logits.argmax(-1) == truth, nested_logits.argmax(-1) == truth, predicted, max_cost_pp)
     return Nesting(
         nested=evidence.passed, basis=f"{BASIS}; cost in {unit}; {METHOD}", images=len(reference),
         top1_nested=acc["nested"], top1_per_subnetwork=acc["per"],

@@ -23,7 +23,7 @@ from ..atomic import write_bytes
 from ..errors import HydraEdgeError
 from ..records.manifest import Evidence
 from ..runtime.engines import Engine, compare
-from .evidence import describe, expected_right, judge, rejudge
+from .evidence import describe, refuse_non_finite, rejudge, weigh
 from .golden import npz_bytes
 
 
@@ -50,18 +50,20 @@ def top1(logits: np.ndarray, labels: np.ndarray) -> float:
     return float((logits.argmax(-1) == labels).mean() * 100)
 
 
-def accuracy(outputs: np.ndarray, reference: np.ndarray, evalset: EvalSet, max_drop: float) -> dict[str, Any]:
-    """Top-1 of artefact and fp32 (None without labels), their drop and how the gate judged it against
-    ``max_drop``, agreement and max |diff|."""
+def accuracy(outputs: np.ndarray, reference: np.ndarray, evalset: EvalSet, max_drop: float,
+             name: str) -> dict[str, Any]:
+    """Top-1 of artefact ``name`` and fp32 (None without labels), their drop and how the gate judged it
+    against ``max_drop``, agreement and max |diff|."""
     diff, agree = compare(outputs, reference)
     art = ref = drop = evidence = None
-    if evalset.labels is not None:
+    if evalset.labels is None:  # no gate: the golden pair is the check, and NaN would be its tolerance
+        refuse_non_finite(outputs, name)
+    else:
         labels = evalset.labels
+        evidence = msgspec.to_builtins(weigh(reference, outputs, reference, labels, max_drop,
+                                             ("the fp32 subnetwork", name)))
         art, ref = top1(outputs, labels), top1(reference, labels)
         drop = round(ref - art, DROP_DECIMALS)
-        predicted = (expected_right(reference, reference, labels) - expected_right(outputs, reference, labels)) * 100
-        evidence = msgspec.to_builtins(judge(reference.argmax(-1) == labels, outputs.argmax(-1) == labels,
-                                             predicted, max_drop))
     return {
         "basis": evalset.basis, "images": len(evalset.images), "top1": art, "fp32_top1": ref,
         "drop_pp": drop, "agreement": round(agree * 100, 4), "max_abs_diff": diff, "evidence": evidence,
@@ -117,6 +119,6 @@ def write_golden(path: Path, images: np.ndarray, reference: np.ndarray, outputs:
 def verify(engine: Engine, reference: np.ndarray, evalset: EvalSet, max_drop: float, name: str) -> tuple[dict[str, Any], np.ndarray]:
     """Run the whole evaluation set through ``engine``; returns its accuracy record and outputs."""
     outputs = engine.run(evalset.images)
-    acc = accuracy(outputs, reference, evalset, max_drop)
+    acc = accuracy(outputs, reference, evalset, max_drop, name)
     check_drop(acc, max_drop, name)
     return acc, outputs
