@@ -180,3 +180,22 @@ def test_a_probe_that_failed_during_the_load_holds_the_return_only_as_long_as_th
         assert down + MINUTE_S <= back <= down + MINUTE_S + 1
     else:
         assert back - LOAD_ENDS <= QUICK.window_s + 2 * QUICK.dwell_s + 1
+
+
+def test_probes_that_fail_while_nothing_was_predicted_to_fit_do_not_slow_the_return() -> None:
+    """A long load: 12 heads predicted over budget from 3 heads' timings, so each probe comes after 8 x dwell_s
+    within budget, unpredicted, and fails. Those failures double no dwell: once the load ends and 12 heads are
+    predicted to fit, they are back within the window, one dwell and their probe (a defect counting those
+    probes as predicted held them back 8 x dwell_s: 16 s and more where this allows about 7). Eight changes
+    a minute, so the switch-rate limit holds nothing back here."""
+    load_ends = 150.0
+    gov = LatencyGovernor(CALIBRATED, LoopSettings(window_s=2.0, sustain_s=3.0, dwell_s=4.0,
+                                                   max_switches_per_minute=8), log)
+    run = serve(gov, loaded_between(LOAD_STARTS, load_ends), 200.0, seed=3)
+    during = [t for t, _ in probes(run) if t < load_ends]
+    assert len(during) >= 3, during  # the unpredicted probes failed while the load was on
+    back = next(t for t, _ in probes(run) if t >= load_ends)
+    probe_s = QUICK.probe_inferences * (CALIBRATED[12] + 1 + OVERHEAD_MS) / 1e3
+    bound = QUICK.window_s + QUICK.dwell_s + probe_s
+    assert back - load_ends <= bound, f"12 heads back {back - load_ends:.1f} s after the load, bound {bound:.1f} s"
+    assert run[-1][1] == 12

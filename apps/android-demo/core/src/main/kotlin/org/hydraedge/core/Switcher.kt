@@ -256,7 +256,8 @@ class Switcher(
         /**
          * The switcher for a bundle folder: lut.json (or [lut]) read once and checked against the
          * manifest; with [loop], the latency loop and its saved correction beside lut.json. A lut.json
-         * that cannot be used: the bundle's smallest head count, and why, in the first event.
+         * that cannot be used (refused by the reader, or one that trips it up): the bundle's smallest head
+         * count, and why, in the first event.
          */
         fun open(bundle: File, settings: SignalSettings = SignalSettings(), clock: () -> Double,
                  lut: File = File(bundle, "lut.json"), loop: LoopSettings? = null,
@@ -267,13 +268,23 @@ class Switcher(
                 val latency = if (loop != null) LatencyLoop(lut, table, loop, wallClock, log) else null
                 Switcher(table, settings, clock, null, latency, log, saver)
             } catch (e: LutException) {
-                val artefacts = Manifest.read(bundle).artefacts
-                if (artefacts.isEmpty()) throw BundleException("${File(bundle, Manifest.FILE).path} lists no artefacts (its convert stopped " +
-                    "before the first); re-run hydra-edge convert for this bundle")
-                val table = Table.fallback(artefacts.minByOrNull { it.heads }!!)
-                log.log("WARNING", "${e.message}; running the smallest head count (${table.heads[0]})")
-                Switcher(table, settings, clock, e.message, null, log, saver)
+                fallback(bundle, settings, clock, e.message ?: "${lut.path}: unusable", log, saver)
+            } catch (e: RecordException) {
+                throw e // the bundle itself (its manifest) is unusable: there is nothing to run
+            } catch (e: RuntimeException) {
+                // a table the reader should have refused but tripped over: never a crash, the fewest heads
+                fallback(bundle, settings, clock, "${lut.path}: cannot be used ($e); re-run hydra-edge lut", log, saver)
             }
+        }
+
+        private fun fallback(bundle: File, settings: SignalSettings, clock: () -> Double, why: String, log: Logger,
+                             saver: Executor): Switcher {
+            val artefacts = Manifest.read(bundle).artefacts
+            if (artefacts.isEmpty()) throw BundleException("${File(bundle, Manifest.FILE).path} lists no artefacts (its convert stopped " +
+                "before the first); re-run hydra-edge convert for this bundle")
+            val table = Table.fallback(artefacts.minByOrNull { it.heads }!!)
+            log.log("WARNING", "$why; running the smallest head count (${table.heads[0]})")
+            return Switcher(table, settings, clock, why, null, log, saver)
         }
     }
 }
