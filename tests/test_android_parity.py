@@ -40,7 +40,8 @@ def test_there_are_traces_for_every_rule() -> None:
              "battery out of range", "assumed_hot", "raise_after", "latency down", "probe up", "probe fails",
              "switch rate", "absurd timings", "battery budget", "correction save and restore", "correction expired",
              "correction refused", "lut refused", "headroom severe", "headroom failed held then safe",
-             "headroom recovery", "headroom not named", "equal timings window"}
+             "headroom recovery", "headroom not named", "equal timings window", "inference before any poll",
+             "restart then inference"}
     assert rules <= covered, f"no trace covers {sorted(rules - covered)}"
 
 
