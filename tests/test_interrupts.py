@@ -32,10 +32,11 @@ pytestmark = pytest.mark.slow  # trains, converts, calibrates and deploys, each 
 INTERNAL = ("Traceback", "Aborted", "sh -c", "exec 3<&0", "Error:")  # what an interruption never shows
 
 
-def start(*args: object) -> subprocess.Popen:
-    """``hydra-edge ARGS`` in a process of its own, as a user runs it; its output (stderr too) in ``stdout``."""
+def start(*args: object, group: bool = False) -> subprocess.Popen:
+    """``hydra-edge ARGS`` in a process of its own, as a user runs it; its output (stderr too) in ``stdout``.
+    ``group``: in a process group of its own, as a service manager starts it."""
     return subprocess.Popen([sys.executable, "-m", "hydra_edge.cli", *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=group)
 
 
 def stop_when(proc: subprocess.Popen, ready: Callable[[], bool], sig: int = signal.SIGINT) -> str:
@@ -89,6 +90,26 @@ def test_ctrl_c_in_train_before_the_first_epoch_says_nothing_was_kept(tmp_path: 
     kept, resume = summary(proc, output)
     assert kept == f"Interrupted: no epoch had finished, so {out} holds nothing to go on from; the run starts again."
     assert resume[-1] == "--resume" and not (out / "checkpoint.pt").exists()
+
+
+@pytest.mark.parametrize("after_s", [0.5, 3.0])
+def test_sigterm_to_the_whole_group_in_train_with_loader_workers_is_the_same_stop(tmp_path: Path,
+                                                                                 after_s: float) -> None:
+    """systemd's stop and ``timeout`` signal every process of the group: the loader's workers die of it too,
+    and their deaths must not end the run in "DataLoader worker ... is killed by signal: Terminated"."""
+    out = tmp_path / "run"
+    proc = start("train", "--data", "digits", "--out", out, "--epochs", "3", "--threads", "1", "--workers", "2",
+                 group=True)
+    seen: list[str] = []
+    while not seen or not seen[-1].startswith("training on digits"):
+        seen.append(proc.stdout.readline())
+        assert seen[-1] or proc.poll() is None, "".join(seen)
+    time.sleep(after_s)  # workers started (the first batches are theirs), the first epoch under way
+    os.killpg(proc.pid, signal.SIGTERM)
+    output = "".join(seen) + proc.communicate(timeout=120)[0]
+    kept, resume = summary(proc, output)
+    assert kept.startswith("Interrupted: ") and resume[-1] == "--resume", output
+    assert "Exception ignored" not in output and "DataLoader" not in output, output
 
 
 @pytest.fixture(scope="module")

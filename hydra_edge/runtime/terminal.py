@@ -76,7 +76,7 @@ def stop_on_signals(once: bool = False) -> Dict[int, Any]:
     the first one's ``finally`` writes; SIGKILL still ends it. Does nothing outside the main thread
     (Python delivers signals only there): returns ``{}``. A signal ignored when the process started
     (SIGINT for a job started in the background with ``&``, as ``deploy --detach`` starts the app)
-    stays ignored.
+    stays ignored. Once stopping, SIGCHLD is left to its default for good: the process is ending.
     """
     if threading.current_thread() is not threading.main_thread():
         return {}
@@ -85,6 +85,11 @@ def stop_on_signals(once: bool = False) -> Dict[int, Any]:
         if once:
             for s in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(s, signal.SIG_IGN)
+        # children the same stop reached (it went to the whole process group: Ctrl-C, systemd, ``timeout``)
+        # end with it: a SIGCHLD handler that reports them (torch's DataLoader raises "worker killed by
+        # signal: Terminated" from it, up to the loader's last clean-up as the process exits) would raise
+        # over the summary this stop writes, so it is dropped for the rest of the process
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         raise KeyboardInterrupt
 
     return {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)
