@@ -134,9 +134,9 @@ class CheckedReplay(PythonReplay):
                 self.spoiled == (self.sw, loop.governor.revision):
             return
         assert path.is_file(), f"nothing saved at {path} though the loop learned {sorted(loop.governor.learned)}"
-        saved = json.loads(path.read_text())["learned"]
-        learned = [{"heads": e.heads, "p90_ms": e.p90_ms, "slowdown": e.slowdown, "samples": e.samples}
-                   for _, e in sorted(loop.governor.learned.items())]
+        saved = {e["heads"]: e for e in json.loads(path.read_text())["learned"]}  # as the reader takes them
+        learned = {h: {"heads": e.heads, "p90_ms": e.p90_ms, "slowdown": e.slowdown, "samples": e.samples}
+                   for h, e in loop.governor.learned.items()}
         assert saved == learned, f"saved {saved}, learned {learned}"
 
 
