@@ -265,7 +265,7 @@ def _straight_and_resumed(tmp_path, monkeypatch, data, settings, evaluations_bef
     """Two runs' checkpoints: one straight through, one stopped (Ctrl-C) in epoch 2's evaluation, after
     ``evaluations_before_stop`` evaluations, then resumed from its epoch-1 checkpoint."""
     train(_tiny(), data, settings, tmp_path / "straight")
-    real, calls = loop.accuracy_per_heads, {"n": 0}
+    real, calls = loop.right_per_heads, {"n": 0}
 
     def stop_in_epoch_2(*args, **kwargs):
         calls["n"] += 1
@@ -273,10 +273,10 @@ def _straight_and_resumed(tmp_path, monkeypatch, data, settings, evaluations_bef
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(loop, "accuracy_per_heads", stop_in_epoch_2)
+    monkeypatch.setattr(loop, "right_per_heads", stop_in_epoch_2)
     with pytest.raises(KeyboardInterrupt):
         train(_tiny(), data, settings, tmp_path / "resumed")
-    monkeypatch.setattr(loop, "accuracy_per_heads", real)
+    monkeypatch.setattr(loop, "right_per_heads", real)
     assert torch.load(tmp_path / "resumed" / CHECKPOINT, weights_only=True)["train"]["epoch"] == 1
     train(HydraViT(preset("digits", depth=1, heads=(3, 12))), data, settings, tmp_path / "resumed", resume=True)
     return (torch.load(tmp_path / run / CHECKPOINT, weights_only=True) for run in ("straight", "resumed"))

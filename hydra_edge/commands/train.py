@@ -180,7 +180,7 @@ def train(data: str, out: Path, val_fraction: float | None, preset_name: str | N
     if result.accuracy:
         weights_kind = "EMA weights" if result.weights != "state_dict" else "weights"
         print_accuracy(model.config, result.accuracy, f"held-out accuracy of the {weights_kind}, {spec.source}")
-        falls = falls_line(result.accuracy)
+        falls = falls_line(result.right)
         if falls:
             click.echo(falls)
         click.echo(f"checkpoint: {result.checkpoint}\nreport: {out / 'accuracy.json'}, {out / 'accuracy.png'}")

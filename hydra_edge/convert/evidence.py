@@ -35,15 +35,14 @@ from __future__ import annotations
 
 import math
 import numbers
-from statistics import NormalDist
 from typing import NoReturn
 
 import numpy as np
 
 from ..errors import HydraEdgeError
+from ..paired import CONFIDENCE, difference_interval
 from ..records.manifest import Evidence
 
-CONFIDENCE = 0.95
 METHOD = ("paired outcomes on the same images, 95 % interval by Newcombe's hybrid score method; where the "
           "interval spans the bound, the cost predicted by the logits' error decides")
 DECIMALS = 4
@@ -87,27 +86,7 @@ def newcombe_interval(both: int, worse: int, better: int, neither: int,
         _no_images()
     if isinstance(confidence, bool) or not isinstance(confidence, numbers.Real) or not 0 < confidence < 1:
         _refuse(f"confidence {confidence!r}", "give the interval's level as a fraction in (0, 1), 0.95 by default")
-    z = NormalDist().inv_cdf(0.5 + confidence / 2)
-    p1, p2 = (both + worse) / n, (both + better) / n
-    l1, u1 = _wilson(both + worse, n, z)
-    l2, u2 = _wilson(both + better, n, z)
-    margins = (both + worse) * (better + neither) * (both + better) * (worse + neither)
-    # the pair's correlation with Newcombe's continuity correction, which keeps small discordant counts
-    # from narrowing the interval below its level
-    cross = both * neither - worse * better
-    cross = cross - n / 2 if cross > n / 2 else min(cross, 0.0)
-    phi = cross / math.sqrt(margins) if margins else 0.0
-    diff = p1 - p2
-    low = diff - math.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2))
-    high = diff + math.sqrt(max(0.0, (u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2))
-    return max(-1.0, low), min(1.0, high)
-
-
-def _wilson(right: int, n: int, z: float) -> tuple[float, float]:
-    p = right / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return centre - half, centre + half
+    return difference_interval(both, worse, better, neither, confidence)
 
 
 def expected_right(outputs: np.ndarray, reference: np.ndarray, labels: np.ndarray | None) -> float:

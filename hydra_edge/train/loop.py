@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -35,7 +36,7 @@ from ..records.training import (HEAD_SAMPLING, HINT, TrainingState, TrainSetting
                                 training_entry)
 from .augment import TrainingTransform, training_reads
 from .data import DataSplits
-from .evaluate import accuracy_per_heads, accuracy_rows
+from .evaluate import accuracy_rows, right_per_heads, top1
 from .plots import plot_accuracy
 from .recipe import autocast_dtype, ema_copy, optimizer_and_schedule, peak_lr, settings_for
 from .transfer import describe_model
@@ -91,6 +92,7 @@ def resumed_settings(state: TrainingState, given: dict[str, Any], override: bool
 class TrainResult:
     checkpoint: Path
     accuracy: dict[int, float] = field(default_factory=dict)  # held-out top-1 per head count (rank 0 only)
+    right: dict[int, np.ndarray] = field(default_factory=dict)  # per head count, each held-out image right or not
     weights: str = "state_dict"  # the checkpoint entry ``accuracy`` was measured on: the one loaded by default
 
 
@@ -242,8 +244,10 @@ def train(
     if resume and (out / CHECKPOINT).is_file():
         start, history, ema = _resume(out / CHECKPOINT, model, optimizer, schedule, scaler, ema, settings)
 
-    def evaluate(weights: nn.Module) -> dict[int, float]:
-        return accuracy_per_heads(weights, data.val, heads, workers=default_workers(data.val, device), autocast=dtype)
+    def evaluate(weights: nn.Module) -> dict[int, np.ndarray]:
+        return right_per_heads(weights, data.val, heads, workers=default_workers(data.val, device), autocast=dtype)
+
+    final_right = None  # the held-out outcomes of the weights the checkpoint loads by default, once evaluated
 
     with _progress(rank == 0) as bar:
         bar.console.print(describe_run(data, model.config, settings, dtype, device, world), highlight=False,
@@ -285,8 +289,11 @@ def train(
                 bar.update(task, advance=1, description=f"epoch {epoch + 1}/{settings.epochs} k={k:<2}")
             loss = loss_sum.item() / steps
             if rank == 0:
-                accuracy = evaluate(model)
-                accuracy_ema = evaluate(ema.module) if ema is not None else None
+                final_right = right = evaluate(model)
+                accuracy = top1(right)
+                if ema is not None:
+                    final_right = evaluate(ema.module)
+                accuracy_ema = top1(final_right) if ema is not None else None
                 bar.console.print(epoch_line(epoch + 1, settings.epochs, loss, accuracy, accuracy_ema),
                                   highlight=False, soft_wrap=True)
                 history.append({
@@ -301,8 +308,8 @@ def train(
     result = TrainResult(out / CHECKPOINT, weights=EMA_ENTRY if ema is not None else "state_dict")
     if rank == 0:
         final = ema.module if ema is not None else model
-        key = "val_top1_ema" if ema is not None else "val_top1"
-        result.accuracy = history[-1][key] if history and key in history[-1] else evaluate(final)
+        result.right = final_right if final_right is not None else evaluate(final)
+        result.accuracy = top1(result.right)
         write_report(final, result.accuracy, out, title=f"HydraViT on {data.spec.source}", history=history,
                      weights=result.weights)
     if world > 1:
