@@ -10,12 +10,15 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from support.targets import ONNX_FP32
 
 from hydra_edge.cli import main
 from hydra_edge.model.config import preset
 from hydra_edge.model.hydravit import HydraViT
+from hydra_edge.records.training import TrainSettings
 from hydra_edge.train import advice
-from hydra_edge.train.loop import TrainResult
+from hydra_edge.train.data import load_data
+from hydra_edge.train.loop import CHECKPOINT, TrainResult, train
 from hydra_edge.train.recipe import settings_for
 
 ISSUE_ACCURACY = {3: 70.8, 4: 78.1, 5: 78.1, 6: 57.3, 7: 51.0, 12: 62.5}  # issue 36's table, in part
@@ -172,3 +175,42 @@ def test_recorded_accuracy_reads_the_loaded_weights_and_tolerates_files_without_
     assert advice.recorded_accuracy(saved, ema=False) == {3: 40.0}
     assert advice.recorded_accuracy({}, ema=True) is None
     assert advice.recorded_accuracy({"train": {"history": []}}, ema=True) is None
+
+
+def test_learnt_little_is_near_chance_at_every_head_count_whatever_the_classes():
+    assert advice.learnt_little({3: 12.0, 12: 19.7}, 10, "m.pt").startswith(
+        "warning: m.pt held out only 19.7 % at best on its 10 classes (chance 10.0 %): it has learnt little")
+    assert advice.learnt_little({3: 12.0, 12: 40.0}, 10, "m.pt") is None  # past a quarter of the way
+    assert advice.learnt_little({3: 20.0, 12: 25.1}, 1000, "m.pt") is None  # ImageNet-hard, far above chance
+    assert advice.learnt_little({3: 60.0, 12: 62.0}, 2, "m.pt") is not None  # two classes: 62 % is near chance
+
+
+@pytest.fixture(scope="module")
+def one_epoch(tmp_path_factory):
+    """A digits HydraViT trained one short epoch, its checkpoint as train writes it (history and all)."""
+    run = tmp_path_factory.mktemp("run")
+    torch.manual_seed(0)
+    model = HydraViT(preset("digits", depth=1, heads=(3, 12)))
+    train(model, load_data("digits", model.config), TrainSettings(epochs=1, batch_size=256, warmup_epochs=0), run)
+    return run / CHECKPOINT
+
+
+@pytest.mark.parametrize("held_out, said", [({"3": 14.2, "12": 19.7}, True), ({"3": 80.0, "12": 91.0}, False)])
+def test_convert_says_in_one_line_when_the_model_it_is_given_learnt_little(tmp_path, one_epoch, held_out, said):
+    """Issue 44: 3 epochs of digits held out 10-20 % and went all the way to the phone without a word. The
+    line comes where the model is first used, before anything is converted (here the run then stops at a
+    file where its bundle folder belongs)."""
+    saved = torch.load(one_epoch, weights_only=True)
+    saved["train"]["history"][-1]["val_top1"] = held_out
+    checkpoint = tmp_path / "model.pt"
+    torch.save(saved, checkpoint)
+    (tmp_path / "host.toml").write_text(ONNX_FP32)
+    (tmp_path / "bundle").write_text("a file where the bundle folder goes")
+    result = CliRunner().invoke(main, ["convert", "-c", str(checkpoint), "-t", str(tmp_path / "host.toml"),
+                                       "--out", str(tmp_path / "bundle")])
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    warning = [line for line in result.output.splitlines() if line.startswith("warning: ")]
+    assert warning == ([f"warning: {checkpoint} held out only 19.7 % at best on its 10 classes (chance 10.0 %): it "
+                        "has learnt little, and every artefact and table made from it will too; train it longer or "
+                        "on more images (hydra-edge train ... --resume with more --epochs) before taking it to a "
+                        "device"] if said else []), result.output

@@ -39,12 +39,14 @@ class Inputs:
     data: dict[str, Any] | None
     classes: list[str] | None
     weights: str  # the checkpoint's entry converted (checkpoint.weights_entry)
+    warning: str | None = None  # the checkpoint's own held-out accuracy says it learnt little (one line)
 
 
 def check_inputs(opts: ConvertOptions) -> Inputs:
     """Load and check every input; each mistake is one line, raised before anything is written."""
-    from ..model.checkpoint import checkpoint_classes, load_checkpoint_file, weights_entry
+    from ..model.checkpoint import EMA_ENTRIES, checkpoint_classes, load_checkpoint_file, weights_entry
     from ..model.config import parse_heads
+    from ..train.advice import learnt_little, recorded_accuracy
     from ..train.data import DataSpec, load_data
 
     if opts.max_drop < 0 or (opts.jobs is not None and opts.jobs < 1) or opts.eval_limit < 1:
@@ -68,7 +70,10 @@ def check_inputs(opts: ConvertOptions) -> Inputs:
     named = checkpoint_classes(saved, opts.checkpoint, cfg.num_classes)
     _utf8_classes(named or [], opts.checkpoint)
     classes = load_data(DataSpec.from_dict(data), cfg, named).classes if data is not None else named
-    return Inputs(target, variants, cfg, tuple(heads), data, classes, weights_entry(saved, opts.ema))
+    weights = weights_entry(saved, opts.ema)
+    accuracy = recorded_accuracy(saved, ema=weights in EMA_ENTRIES)
+    warning = learnt_little(accuracy, cfg.num_classes, opts.checkpoint) if accuracy else None
+    return Inputs(target, variants, cfg, tuple(heads), data, classes, weights, warning)
 
 
 def _utf8_classes(names: list[str], checkpoint: Path) -> None:

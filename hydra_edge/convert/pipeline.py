@@ -70,6 +70,8 @@ def convert_targets(runs: Sequence[ConvertOptions], report: Report | None = None
     report = report or (lambda file, stage, size: None)
     note = note or (lambda line: None)
     inputs = [check_inputs(opts) for opts in runs]
+    if inputs[0].warning:  # the same checkpoint for every target: said once, before anything is converted
+        note(inputs[0].warning)
     if len({opts.out.resolve() for opts in runs}) < len(runs):
         raise HydraEdgeError("two targets would write the same bundle folder; give each its own --out")
     created = {opts.out: _created_by(opts.out) for opts in runs}

@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 # transfers: fine-tuned from the weak bases of bench/transfer.py (38 % and 25 % on 5 and 10 classes),
 # one task trailed from-scratch at every head count, the other led it by less than the good base did.
 WEAK_SHARE = 0.5
+# A model whose best held-out accuracy is within this share of the way from chance to 100 % is no model
+# to take to a device (``learnt_little``): convert says so where the model is first used.
+NEAR_CHANCE_SHARE = 0.25
 # A model heavier than this (GMACs per image at the largest head count) is timed on a CPU before it
 # trains: the mini preset is 0.06, b16 17.6.
 HEAVY_GMACS = 1.0
@@ -56,6 +59,20 @@ def weak_base(accuracy: Mapping[int, float], classes: int, origin: str | Path) -
     return (f"warning: {origin} held out only {best:.1f} % at best on its own {classes} classes (chance "
             f"{chance:.1f} %): it has learnt little that transfers, so from scratch will likely do as well or "
             "better; train the base longer, or leave out --checkpoint")
+
+
+def learnt_little(accuracy: Mapping[int, float], classes: int, origin: str | Path) -> Optional[str]:
+    """A line when a model about to be taken to a device held out close to chance at every head count (its
+    best within ``NEAR_CHANCE_SHARE`` of the way from chance to 100 %): every artefact, table and app built
+    on it would run a model that guesses, and nothing later says so. A real model on a hard task (ImageNet
+    at 25 % top-1, against 0.1 % chance) is above it; 3 epochs of the digits set (10-20 % on 10) are not."""
+    chance = 100.0 / classes
+    best = max(accuracy.values())
+    if best >= chance + NEAR_CHANCE_SHARE * (100.0 - chance):
+        return None
+    return (f"warning: {origin} held out only {best:.1f} % at best on its {classes} classes (chance {chance:.1f} %): "
+            "it has learnt little, and every artefact and table made from it will too; train it longer or on "
+            "more images (hydra-edge train ... --resume with more --epochs) before taking it to a device")
 
 
 def data_input(source: str) -> Optional[tuple[int, bool]]:
