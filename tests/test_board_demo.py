@@ -596,6 +596,7 @@ class PoweredSwitcher:
         from hydra_edge.runtime.switcher import Reading
 
         self.heads, self.events, self.reading = 3, [], Reading(battery_pct, charging, 45.0)
+        self.notes = ("battery unknown since 12 s",) if battery_pct != battery_pct else ()
 
     def latency_status(self) -> None:
         return None
@@ -603,7 +604,7 @@ class PoweredSwitcher:
 
 @pytest.mark.parametrize("battery_pct, charging, expected", [
     (-1.0, False, (True, None, None)),  # the profile names no battery: mains
-    (float("nan"), False, (False, None, False)),  # a battery that could not be read: unknown, not mains
+    (float("nan"), False, (False, None, None)),  # a battery that could not be read: unknown, not mains nor "on battery"
     (64.0, False, (False, 64.0, False)),
     (64.0, True, (False, 64.0, True)),
 ], ids=["no battery", "unreadable", "discharging", "charging"])
@@ -614,6 +615,8 @@ def test_the_page_says_mains_only_for_a_board_without_a_battery(battery_pct: flo
     feed = board_app_module().PageFeed(PoweredSwitcher(battery_pct, charging), {}, lambda: 1.0)
     state = feed.snapshot()
     assert (state.mains, state.battery_pct, state.charging) == expected
+    unknown = battery_pct != battery_pct
+    assert state.battery_assumed is unknown and state.notes == (["battery unknown since 12 s"] if unknown else [])
 
 
 def test_a_long_service_keeps_its_stats_and_switch_log_bounded(board: dict[str, Path], tmp_path: Path) -> None:

@@ -115,7 +115,8 @@ def test_page_and_state_are_served(page: LivePage) -> None:
     ({"battery_pct": None, "charging": None, "mains": True}, "mains", "no battery"),
     ({"battery_pct": 71.0, "charging": False}, "71 %", "on battery"),
     ({"battery_pct": 40.0, "charging": True}, "40 %", "charging"),
-], ids=["no battery", "discharging", "charging"])
+    ({"battery_pct": None, "charging": None, "battery_assumed": True}, "\u2013", "unreadable: the lowest band is assumed"),
+], ids=["no battery", "discharging", "charging", "unreadable"])
 def test_a_browser_shows_mains_for_a_board_without_a_battery(power: Dict[str, Any], battery: str,
                                                             charging: str) -> None:
     """What a person reads on the page's battery card: a Pi on mains (its profile names no battery) is
@@ -131,6 +132,27 @@ def test_a_browser_shows_mains_for_a_board_without_a_battery(power: Dict[str, An
                 time.sleep(0.1)
             assert (browser.text("battery"), browser.text("charging")) == (battery, charging)
             assert browser.text("switches") == "1.5 s: start \u2192 3 heads, start"
+        finally:
+            browser.close()
+
+
+def test_the_page_says_what_it_assumes_and_why_the_budget_is_what_it_is() -> None:
+    """Issue 44: an unknown temperature showed a bare dash, and a budget of 40 ms against the table's 80 did
+    not say the lowest battery band halved it. The page says both, and the switcher's notes."""
+    from support.browser import Chromium
+
+    shown = PageState(heads=3, t=12.5, budget_ms=40.0, planned_budget_ms=80.0, p50_ms=20.0, thermal_assumed=True,
+                      battery_pct=12.0, charging=False, notes=["thermal unknown since 31 s"])
+    with LivePage(lambda: shown, port=0, tick_s=TICK_S) as page:
+        browser = Chromium(page.url)
+        try:
+            deadline = time.monotonic() + 30
+            while browser.text("heads") != "3" and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert (browser.text("temp"), browser.text("thermal")) == ("\u2013", "unknown: the hottest band is assumed")
+            assert browser.text("p50") == "p50 20.00 ms, budget 40.00 ms (the table's 80.00 ms x 0.50 for this " \
+                                          "battery band)"
+            assert browser.text("notes") == "thermal unknown since 31 s"
         finally:
             browser.close()
 

@@ -326,14 +326,18 @@ class PageFeed:
         reading = self.switcher.reading
         known = lambda v: v if v is not None and math.isfinite(v) and v >= 0 else None  # noqa: E731
         mains = reading is not None and reading.battery_pct < 0  # -1: the profile names no battery; NaN: unknown
+        battery_assumed = reading is not None and math.isnan(reading.battery_pct)  # the lowest band, not mains
         switches = [Switch(t=e.time, from_heads=e.from_heads, to_heads=e.to_heads, reason=page_reason(e))
                     for e in self.switcher.events[-20:]]  # the last few only: a board runs for months
         return PageState(
             heads=heads, t=self.clock(), budget_ms=status.get("budget_ms"),
+            planned_budget_ms=status.get("planned_budget_ms"),
             p50_ms=percentile(running, 50) if running else None, p90_ms=percentile(running, 90) if running else None,
             temp_c=known(reading.thermal) if reading else None,
-            battery_pct=known(reading.battery_pct) if reading else None,
-            charging=reading.charging if reading and not mains else None, mains=mains,
+            thermal_assumed=reading is not None and math.isnan(reading.thermal),
+            battery_pct=known(reading.battery_pct) if reading else None, battery_assumed=battery_assumed,
+            charging=reading.charging if reading and not (mains or battery_assumed) else None, mains=mains,
+            notes=list(self.switcher.notes),
             top1=self.accuracy.get(heads), images=images,
             predicted=predicted, switches=switches, history=history)
 

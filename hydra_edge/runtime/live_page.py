@@ -104,12 +104,16 @@ class PageState(msgspec.Struct, kw_only=True):
     heads: int  # the head count running now
     t: float = 0.0  # the app's clock at this snapshot, on the same clock as switches and history
     budget_ms: Optional[float] = None  # the latency budget now (scaled for the battery band)
+    planned_budget_ms: Optional[float] = None  # the budget before the battery band scaled it (the table's)
     p50_ms: Optional[float] = None  # recent inferences' median latency
     p90_ms: Optional[float] = None  # and their 90th percentile, held to the budget
     temp_c: Optional[float] = None
     battery_pct: Optional[float] = None
     charging: Optional[bool] = None
     mains: bool = False  # the device has no battery (its profile names none): the page says mains, not "on battery"
+    thermal_assumed: bool = False  # no temperature could be read: the hottest band is assumed
+    battery_assumed: bool = False  # the battery could not be read: the lowest battery band is assumed
+    notes: List[str] = []  # why a reading is held or assumed ("thermal unknown since 31 s")
     top1: Optional[float] = None  # held-out top-1 (%) of the head count running
     images: int = 0  # images classified so far
     predicted: Optional[str] = None  # the latest image's predicted class name
@@ -799,11 +803,17 @@ function render(tick) {
   $("p90").textContent = num(s.p90_ms, 2, " ms");
   const judged = typeof s.p90_ms === "number" && typeof s.budget_ms === "number";
   $("p90").className = judged ? (s.p90_ms > s.budget_ms ? "over" : "ok") : "";
-  $("p50").textContent = "p50 " + num(s.p50_ms, 2, " ms") + ", budget " + num(s.budget_ms, 2, " ms");
+  const scaled = typeof s.budget_ms === "number" && typeof s.planned_budget_ms === "number" &&
+    s.budget_ms !== s.planned_budget_ms;
+  $("p50").textContent = "p50 " + num(s.p50_ms, 2, " ms") + ", budget " + num(s.budget_ms, 2, " ms") +
+    (scaled ? " (the table's " + num(s.planned_budget_ms, 2, " ms") + " x " + num(s.budget_ms / s.planned_budget_ms, 2, "") +
+     " for this battery band)" : "");
   $("temp").textContent = num(s.temp_c, 1, " \\u00b0C");
+  $("thermal").textContent = s.thermal_assumed ? "unknown: the hottest band is assumed" : "";
   $("battery").textContent = s.mains ? "mains" : num(s.battery_pct, 0, " %");
-  $("charging").textContent = s.mains ? "no battery" :
+  $("charging").textContent = s.mains ? "no battery" : s.battery_assumed ? "unreadable: the lowest band is assumed" :
     s.charging === true ? "charging" : s.charging === false ? "on battery" : "";
+  $("notes").textContent = (s.notes || []).join("; ");
   $("predicted").textContent = s.predicted == null ? "\\u2013" : s.predicted;
   $("images").textContent = s.images + " images";
   const thumb = $("thumb");
@@ -875,11 +885,12 @@ _HTML = """<!doctype html>
 <main>
 <div class="card"><span>heads now</span><b id="heads">&ndash;</b><span id="top1"></span></div>
 <div class="card"><span>latency p90</span><b id="p90">&ndash;</b><span id="p50"></span></div>
-<div class="card"><span>temperature</span><b id="temp">&ndash;</b></div>
+<div class="card"><span>temperature</span><b id="temp">&ndash;</b><span id="thermal"></span></div>
 <div class="card"><span>battery</span><b id="battery">&ndash;</b><span id="charging"></span></div>
 <div class="card"><img id="thumb" alt="latest image" hidden><span>latest image</span><b id="predicted">&ndash;</b>
 <span id="images"></span></div>
 </main>
+<p id="notes"></p>
 <section><canvas id="chart" aria-label="latency (blue) against the budget (red) and heads (yellow)"></canvas></section>
 <section><span>switches, newest first (seconds since the app started)</span><ol id="switches"></ol></section>
 <script>{script}</script></body></html>

@@ -187,6 +187,7 @@ class Switcher:
         self._ceiling: Optional[int] = None  # the table's choice after the fail-safe rules: heads run at most this
         self._ceiling_at = -math.inf  # when it last changed: the table's dwell counts from then
         self._reading: Optional[Reading] = None  # the last poll's, for the latency loop's events
+        self._notes: Tuple[str, ...] = ()  # the last poll's: why a signal is held or assumed
         # the latest write of the latency correction, queued on the loader thread, and what it writes
         self._saving: Optional[Tuple["Future[None]", bytes]] = None
         self._prefetch_due = False  # set by a switch, cleared once the neighbours are queued
@@ -292,6 +293,7 @@ class Switcher:
             if state:
                 self._ceiling, self._ceiling_at = ceiling, now
             self._reading = reading
+            self._notes = tuple(i.note for i in (thermal, battery) if i.note)
             latency = None
             if self.loop is not None:
                 self.loop.budget(battery_pct, charging)
@@ -302,7 +304,7 @@ class Switcher:
                 if self.fallback and self.heads is None:
                     reason = f"fallback: {self.fallback}"
                 if reason:
-                    notes = [i.note for i in (thermal, battery) if i.note]
+                    notes = [*self._notes]
                     notes += [f"held at {heads} heads by the latency loop"] if heads < ceiling and not latency else []
                     reason = f"{reason}: {', '.join(notes)}" if notes else reason
                 self._switch(heads, "; ".join(r for r in (reason, latency) if r), reading, now)
@@ -350,13 +352,21 @@ class Switcher:
         with self._lock:
             return self._reading
 
+    @property
+    def notes(self) -> Tuple[str, ...]:
+        """What the last poll's reading stands on where it is not that poll's own: each signal held over a
+        failure or assumed ("thermal unknown since 31 s", "battery unreadable, holding 64 % from 5 s ago")."""
+        with self._lock:
+            return self._notes
+
     def latency_status(self) -> Optional[Dict[str, Any]]:
-        """The latency loop as JSON-ready data (its budget now, cap, probe, p90s, ignored timings and
-        recent decisions), or None when it is off."""
+        """The latency loop as JSON-ready data (its budget now, the budget before the battery band scaled it,
+        cap, probe, p90s, ignored timings and recent decisions), or None when it is off."""
         if self.loop is None:
             return None
         with self._lock:
-            return {"budget_ms": self.loop.budget_now, **self.loop.governor.status(self.clock())}
+            return {"budget_ms": self.loop.budget_now, "planned_budget_ms": self.loop.budget_ms,
+                    **self.loop.governor.status(self.clock())}
 
     def _loadable(self, heads: int) -> int:
         """``heads``, or the largest head count below it that has not failed to load (else the smallest).
