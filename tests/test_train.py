@@ -98,7 +98,7 @@ def test_interrupted_training_resumes_to_the_same_weights(tmp_path, monkeypatch)
     import hydra_edge.train.loop as train_module
 
     calls = {"n": 0}
-    real = train_module.accuracy_per_heads
+    real = train_module.right_per_heads
 
     def interrupt_in_epoch_3(*args, **kwargs):
         calls["n"] += 1
@@ -106,10 +106,10 @@ def test_interrupted_training_resumes_to_the_same_weights(tmp_path, monkeypatch)
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(train_module, "accuracy_per_heads", interrupt_in_epoch_3)
+    monkeypatch.setattr(train_module, "right_per_heads", interrupt_in_epoch_3)
     with pytest.raises(KeyboardInterrupt):
         train(_small(), data, FAST, tmp_path / "resumed")
-    monkeypatch.setattr(train_module, "accuracy_per_heads", real)
+    monkeypatch.setattr(train_module, "right_per_heads", real)
     assert load_checkpoint(tmp_path / "resumed" / "checkpoint.pt") is not None
     resumed = HydraViT(preset("digits", depth=2))
     train(resumed, data, FAST, tmp_path / "resumed", resume=True)
@@ -332,7 +332,7 @@ def test_resume_trains_with_the_runs_settings_and_refuses_other_values_without_o
 
     run = tmp_path / "run"
     settings = TrainSettings(epochs=3, batch_size=64, lr=2e-3, warmup_epochs=1, seed=5)
-    real = train_module.accuracy_per_heads
+    real = train_module.right_per_heads
     calls = []
 
     def stop_in_epoch_2(*args, **kwargs):
@@ -341,10 +341,10 @@ def test_resume_trains_with_the_runs_settings_and_refuses_other_values_without_o
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(train_module, "accuracy_per_heads", stop_in_epoch_2)
+    monkeypatch.setattr(train_module, "right_per_heads", stop_in_epoch_2)
     with pytest.raises(KeyboardInterrupt):
         train(_small(), load_data(DataSpec("digits", seed=5), preset("digits", depth=2)), settings, run)
-    monkeypatch.setattr(train_module, "accuracy_per_heads", real)
+    monkeypatch.setattr(train_module, "right_per_heads", real)
 
     def cli(*args: str):
         return CliRunner().invoke(main, ["train", "--out", str(run), "--resume", *args])
