@@ -170,15 +170,20 @@ object TraceReplay {
     fun main(args: Array<String>) {
         val out = StringBuilder()
         if (args.size == 2 && args[0] == "--batch") {
-            for (line in File(args[1]).readLines().filter { it.isNotEmpty() }) {
-                val (trace, bundle) = line.split('\t')
+            // a plain reader loop: the stdlib's readLines reaches an invoke-custom, which an APK's DEX may not hold
+            val listing = File(args[1]).bufferedReader()
+            while (true) {
+                val line = listing.readLine() ?: break
+                if (line.isEmpty()) continue
+                val tab = line.indexOf('\t')
                 val result = try {
-                    JSONObject().put("out", replay(File(trace), File(bundle)))
+                    JSONObject().put("out", replay(File(line.substring(0, tab)), File(line.substring(tab + 1))))
                 } catch (e: Exception) {
                     JSONObject().put("error", e.toString())
                 }
                 out.append(result).append('\n')
             }
+            listing.close()
         } else {
             require(args.size == 2) { "usage: TraceReplay trace.json bundle-folder | TraceReplay --batch list.tsv" }
             val lines = replay(File(args[0]), File(args[1]))
