@@ -347,6 +347,9 @@ class Channel:
             _kill_group(self.process)
 
     def close(self) -> None:
+        """This end is done (its command exited): as adbd closing the socket, the command's stdin ends too, so
+        what still reads it (the host's watcher of a finished command) ends, not lives as long as the daemon."""
+        self.inbox.put(None)
         if not self.closed:
             self.closed = True
             self.ready.set()
