@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import time
@@ -145,9 +146,21 @@ def test_the_apk_is_signed_installable_and_carries_the_bundle_the_manifest_names
     with zipfile.ZipFile(out) as z:
         assert not [n for n in z.namelist() if n.startswith("META-INF/")]  # no JAR signature files
 
+    # package, version and SDK levels: written into the manifest aapt read, the Gradle build's values
     info = badging(out)
-    assert "package: name='org.hydraedge.demo'" in info
-    assert "sdkVersion:'26'" in info and "targetSdkVersion:'29'" in info
+    assert f"package: name='{apk.PACKAGE}' versionCode='{apk.VERSION_CODE}' versionName='{apk.VERSION_NAME}'" in info
+    assert f"sdkVersion:'{apk.MIN_SDK}'" in info and f"targetSdkVersion:'{apk.TARGET_SDK}'" in info
+    assert (apk.MIN_SDK, apk.TARGET_SDK) == (26, 34)
+    tree = subprocess.run(["aapt", "dump", "xmltree", str(out), "AndroidManifest.xml"], capture_output=True,
+                          text=True, check=True).stdout
+    assert re.search(r"android:extractNativeLibs\(0x[0-9a-f]+\)=\(type 0x12\)0xffffffff", tree), tree
+    with zipfile.ZipFile(out) as z:  # targetSdk 30+: the phone refuses a compressed or unaligned resources.arsc
+        arsc = z.getinfo("resources.arsc")
+        assert arsc.compress_type == zipfile.ZIP_STORED
+        with open(out, "rb") as f:
+            f.seek(arsc.header_offset + 26)
+            name_len, extra_len = struct.unpack("<HH", f.read(4))
+        assert (arsc.header_offset + 30 + name_len + extra_len) % 4 == 0
     assert "launchable-activity: name='org.hydraedge.demo.MainActivity'" in info
     assert "native-code: 'arm64-v8a' 'x86_64'" in info
     assert "uses-permission" not in info  # thermal status, battery and app-private files need none
@@ -349,3 +362,26 @@ def test_the_debug_key_is_made_once_and_signs(tmp_path: Path) -> None:
     apk.check_key(key)
     assert apk.debug_key() == key and key.store.stat().st_mtime_ns == made
 
+
+# --- one manifest, two builds ------------------------------------------------------------------------------
+
+
+def test_the_gradle_build_and_the_sdkless_one_declare_the_same_app() -> None:
+    """The manifest has no package= or <uses-sdk> (the Android Gradle plugin 8 refuses the one and ignores the
+    other); build.gradle declares what apk.py writes into its copy (the built APK's badging shows apk.py's)."""
+    manifest = (apk.APP / "app" / "src" / "main" / "AndroidManifest.xml").read_text()
+    body = re.sub(r"<!--.*?-->", "", manifest, flags=re.S)
+    assert "package=" not in body and "<uses-sdk" not in body and "extractNativeLibs" not in body
+    assert "versionCode" not in body and "versionName" not in body
+    gradle = (apk.APP / "app" / "build.gradle").read_text()
+
+    def declared(name: str) -> str:
+        found = re.findall(rf"^\s*{name}\s+\"?([^\"\s]+)\"?\s*$", gradle, re.M)
+        assert len(found) == 1, (name, found)
+        return found[0]
+
+    assert declared("namespace") == declared("applicationId") == apk.PACKAGE
+    assert (declared("minSdk"), declared("targetSdk")) == (str(apk.MIN_SDK), str(apk.TARGET_SDK))
+    assert (declared("versionCode"), declared("versionName")) == (str(apk.VERSION_CODE), apk.VERSION_NAME)
+    assert "useLegacyPackaging true" in gradle  # extractNativeLibs, as apk.py writes it
+    assert (apk.APP / "README.md").is_file()

@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import xml.etree.ElementTree as ET
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +37,16 @@ from . import dex
 
 APP = Path(__file__).resolve().parents[2] / "apps" / "android-demo"
 PACKAGE = "org.hydraedge.demo"
-MIN_SDK, TARGET_SDK = 26, 29
+VERSION_CODE, VERSION_NAME = 1, "0.1.0"
+# minSdk 26: the first release whose dex format dx's output targets. targetSdk 34, as app/build.gradle's:
+# aapt links against API 29's framework-res and javac against API 30's classes,
+# but the target is only the behaviour the phone applies, and the app uses none that changed up to 34 (no
+# permissions, services or PendingIntents; its one broadcast, the sticky battery one, is a protected system
+# broadcast, exempt from 34's receiver flags; resources.arsc is stored uncompressed and aligned, as 30 requires).
+# The source manifest names none of these (the Android Gradle plugin refuses <uses-sdk> and ignores package=);
+# ``app_manifest`` writes them into the copy aapt reads, and app/build.gradle declares the same.
+MIN_SDK, TARGET_SDK = 26, 34
+ANDROID_NS = "http://schemas.android.com/apk/res/android"
 FRAMEWORK_RES = Path("/usr/share/android-framework-res/framework-res.apk")
 # Maven Central: (group, artifact, version, packaging); fetched by mvn into ~/.m2, no transitive deps.
 MAVEN = {
@@ -80,6 +90,32 @@ def _run(argv: Sequence[str | Path], what: str, cwd: Optional[Path] = None,
         tail = next((line for line in reversed(said) if "ERROR" in line or "error" in line), said[-1] if said else "")
         raise HydraEdgeError(f"{what} failed (exit {done.returncode}): {tail.strip()[:300]}")
     return done.stdout
+
+
+def app_manifest(src: Path, dest: Path) -> Path:
+    """The app's manifest as aapt needs it: the source's (shared with the Gradle build, which takes these from
+    build.gradle) with the package, version, ``<uses-sdk>`` and native-library extraction written in. aapt
+    refuses a manifest with no package (``--rename-manifest-package`` too needs one to rename); the libraries
+    are added compressed (``aapt add``), so the phone must extract them at install."""
+    ET.register_namespace("android", ANDROID_NS)
+    try:
+        tree = ET.parse(src)
+    except (OSError, ET.ParseError) as e:
+        raise HydraEdgeError(f"{src} cannot be read as XML ({e}); restore it from the hydra-edge checkout") from None
+    root = tree.getroot()
+    root.set("package", PACKAGE)
+    root.set(f"{{{ANDROID_NS}}}versionCode", str(VERSION_CODE))
+    root.set(f"{{{ANDROID_NS}}}versionName", VERSION_NAME)
+    sdk = ET.Element("uses-sdk", {f"{{{ANDROID_NS}}}minSdkVersion": str(MIN_SDK),
+                                  f"{{{ANDROID_NS}}}targetSdkVersion": str(TARGET_SDK)})
+    sdk.tail = root.text
+    root.insert(0, sdk)
+    application = root.find("application")
+    if application is None:
+        raise HydraEdgeError(f"{src} has no <application>; restore it from the hydra-edge checkout")
+    application.set(f"{{{ANDROID_NS}}}extractNativeLibs", "true")
+    tree.write(dest, encoding="utf-8", xml_declaration=True)
+    return dest
 
 
 def maven_part(name: str) -> Path:
@@ -326,7 +362,8 @@ def build_apk(bundle: Path, lut: Path, out: Path, key: Optional[SigningKey] = No
         gen, obj = tmp / "gen", tmp / "obj"
         gen.mkdir()
         obj.mkdir()
-        _run(["aapt", "package", "-f", "-m", "-J", gen, "-M", src / "AndroidManifest.xml", "-S", src / "res",
+        manifest = app_manifest(src / "AndroidManifest.xml", tmp / "AndroidManifest.xml")
+        _run(["aapt", "package", "-f", "-m", "-J", gen, "-M", manifest, "-S", src / "res",
               "-I", FRAMEWORK_RES], "aapt (R.java)")
         java = sorted(str(p) for p in [*gen.rglob("*.java"), *(src / "java").rglob("*.java")])
         classpath = os.pathsep.join(str(p) for p in [parts["android-all"], et / "android" / "libs" / "classes.jar",
@@ -359,7 +396,7 @@ def build_apk(bundle: Path, lut: Path, out: Path, key: Optional[SigningKey] = No
                 shutil.copyfile(fb / "jni" / abi / so, stage / "lib" / abi / so)
             libs += [f"lib/{abi}/{so}" for so in ("libexecutorch.so", "libfbjni.so", "libc++_shared.so")]
         unsigned, aligned = tmp / "unsigned.apk", tmp / "aligned.apk"
-        _run(["aapt", "package", "-f", "-M", src / "AndroidManifest.xml", "-S", src / "res", "-A", assets,
+        _run(["aapt", "package", "-f", "-M", manifest, "-S", src / "res", "-A", assets,
               "-I", FRAMEWORK_RES, "-0", "pte", "-F", unsigned], "aapt (package)")
         _run(["aapt", "add", unsigned, "classes.dex", *libs], "aapt (classes.dex, native libraries)", cwd=stage)
         _run(["zipalign", "-f", "-p", "4", unsigned, aligned], "zipalign")
