@@ -37,7 +37,8 @@ def android_app(bundle: Path, lut: Path, out: Path, keystore: Path | None, key_a
     Example:
       hydra-edge android-app --bundle bundles/android --lut lut/lut.json --out demo.apk
       adb install demo.apk
-      RELEASE_PASS=... hydra-edge android-app --bundle bundles/android --lut lut/lut.json --out demo.apk \\
+      read -rs RELEASE_PASS && export RELEASE_PASS      # typed unseen, kept out of the history
+      hydra-edge android-app --bundle bundles/android --lut lut/lut.json --out demo.apk \\
           --keystore release.p12 --key-alias release --ks-pass env:RELEASE_PASS
     """
     from ..android.apk import SigningKey, build_apk, password
