@@ -11,10 +11,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 import shutil
+import struct
 import subprocess
+import sys
+import time
 import zipfile
 from pathlib import Path
+from typing import Sequence
 
 import msgspec
 import pytest
@@ -64,28 +70,97 @@ def _own_config(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mo
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.getbasetemp() / "config"))
 
 
-def build(bundle: Path, lut: Path, out: Path) -> tuple[int, str]:
-    result = CliRunner().invoke(android_app, ["--bundle", str(bundle), "--lut", str(lut), "--out", str(out)])
+def build(bundle: Path, lut: Path, out: Path, *key: str) -> tuple[int, str]:
+    result = CliRunner().invoke(android_app, ["--bundle", str(bundle), "--lut", str(lut), "--out", str(out), *key])
     return result.exit_code, result.output
+
+
+STORE_PASS, KEY_PASS = "store-secret-1", "key-secret-2"
+
+
+@pytest.fixture(scope="module")
+def release_keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Keystores as a user makes a release key (docs/android.md), by the JDK's keytool: release.jks, whose key
+    has a password of its own, and release.p12 (PKCS12: one password), which also holds a certificate alone."""
+    folder = tmp_path_factory.mktemp("keys")
+    env = {**os.environ, "S": STORE_PASS, "K": KEY_PASS}
+
+    def keytool(*args: str) -> None:
+        subprocess.run(["keytool", *args, "-storepass:env", "S"], env=env, check=True, capture_output=True)
+
+    make = ["-genkeypair", "-keyalg", "RSA", "-keysize", "2048", "-validity", "400", "-alias", "release"]
+    keytool(*make, "-keystore", str(folder / "release.jks"), "-storetype", "JKS", "-keypass:env", "K",
+            "-dname", "CN=hydra-edge release test")
+    keytool(*make, "-keystore", str(folder / "release.p12"), "-storetype", "PKCS12", "-dname", "CN=p12 test")
+    keytool("-exportcert", "-rfc", "-keystore", str(folder / "release.p12"), "-alias", "release",
+            "-file", str(folder / "release.pem"))
+    keytool("-importcert", "-noprompt", "-keystore", str(folder / "release.p12"), "-alias", "ca",
+            "-file", str(folder / "release.pem"))
+    (folder / "key-pass").write_text(KEY_PASS + "\n")
+    return folder
+
+
+def recording(tools: tuple[str, ...], into: Path) -> Path:
+    """A folder of wrappers that log each call's argv (one JSON list a line) and run the real tool, to put
+    first on PATH: what every keytool and apksigner process was given on its command line."""
+    folder = into / "bin"
+    folder.mkdir()
+    for tool in tools:
+        wrapper = folder / tool
+        wrapper.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
+                           f"with open({str(into / 'argv.jsonl')!r}, 'a') as f:\n"
+                           "    f.write(json.dumps(sys.argv) + '\\n')\n"
+                           f"os.execv({shutil.which(tool)!r}, [{tool!r}, *sys.argv[1:]])\n")
+        wrapper.chmod(0o755)
+    return folder
 
 
 def badging(path: Path) -> str:
     return subprocess.run(["aapt", "dump", "badging", str(path)], capture_output=True, text=True, check=True).stdout
 
 
-def test_the_apk_is_signed_installable_and_carries_the_bundle_the_manifest_names(bundle: Path, tmp_path: Path) -> None:
-    out = tmp_path / "demo.apk"
-    code, output = build(bundle, bundle.parent / "lut.json", out)
+def test_the_apk_is_signed_installable_and_carries_the_bundle_the_manifest_names(
+        bundle: Path, release_keys: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Built as a release is: the user's own key (a JKS whose key has its own password), the store password
+    from the environment and the key's from a file; no password on any keytool or apksigner command line."""
+    out = tmp_path / "out" / "demo.apk"
+    out.parent.mkdir()
+    monkeypatch.setenv("RELEASE_PASS", STORE_PASS)
+    monkeypatch.setenv("PATH", f"{recording(('keytool', 'apksigner'), tmp_path)}{os.pathsep}{os.environ['PATH']}")
+    code, output = build(bundle, bundle.parent / "lut.json", out, "--keystore", str(release_keys / "release.jks"),
+                         "--key-alias", "release", "--ks-pass", "env:RELEASE_PASS",
+                         "--key-pass", f"file:{release_keys / 'key-pass'}")
     assert code == 0, output
-    assert f"wrote {out}" in output and [p.name for p in tmp_path.iterdir()] == ["demo.apk"]
+    assert f"wrote {out}" in output and [p.name for p in out.parent.iterdir()] == ["demo.apk"]
+    calls = [json.loads(line) for line in (tmp_path / "argv.jsonl").read_text().splitlines()]
+    assert [c[1] for c in calls] == ["-list", "sign", "sign", "verify"]  # the key checked (a probe signed), then used
+    assert not [c for c in calls if any(STORE_PASS in a or KEY_PASS in a for a in c)], calls
+    assert STORE_PASS not in output and KEY_PASS not in output
+
+    # the schemes minSdk 26 needs and no more: v2 (Android 7.0+), v3 (9+, key rotation); no v1 JAR signature
     verify = subprocess.run(["apksigner", "verify", "--print-certs", "-v", str(out)], capture_output=True, text=True)
     assert verify.returncode == 0, verify.stderr
-    assert "Verified using v2 scheme (APK Signature Scheme v2): true" in verify.stdout
-    assert "Signer #1 certificate DN: CN=hydra-edge demo" in verify.stdout
+    schemes = dict(re.findall(r"^Verified using (v\d) scheme .*: (true|false)$", verify.stdout, re.M))
+    assert schemes == {"v1": "false", "v2": "true", "v3": "true", "v4": "false"}, verify.stdout
+    assert "Signer #1 certificate DN: CN=hydra-edge release test" in verify.stdout
+    with zipfile.ZipFile(out) as z:
+        assert not [n for n in z.namelist() if n.startswith("META-INF/")]  # no JAR signature files
 
+    # package, version and SDK levels: written into the manifest aapt read, the Gradle build's values
     info = badging(out)
-    assert "package: name='org.hydraedge.demo'" in info
-    assert "sdkVersion:'26'" in info and "targetSdkVersion:'29'" in info
+    assert f"package: name='{apk.PACKAGE}' versionCode='{apk.VERSION_CODE}' versionName='{apk.VERSION_NAME}'" in info
+    assert f"sdkVersion:'{apk.MIN_SDK}'" in info and f"targetSdkVersion:'{apk.TARGET_SDK}'" in info
+    assert (apk.MIN_SDK, apk.TARGET_SDK) == (26, 34)
+    tree = subprocess.run(["aapt", "dump", "xmltree", str(out), "AndroidManifest.xml"], capture_output=True,
+                          text=True, check=True).stdout
+    assert re.search(r"android:extractNativeLibs\(0x[0-9a-f]+\)=\(type 0x12\)0xffffffff", tree), tree
+    with zipfile.ZipFile(out) as z:  # targetSdk 30+: the phone refuses a compressed or unaligned resources.arsc
+        arsc = z.getinfo("resources.arsc")
+        assert arsc.compress_type == zipfile.ZIP_STORED
+        with open(out, "rb") as f:
+            f.seek(arsc.header_offset + 26)
+            name_len, extra_len = struct.unpack("<HH", f.read(4))
+        assert (arsc.header_offset + 30 + name_len + extra_len) % 4 == 0
     assert "launchable-activity: name='org.hydraedge.demo.MainActivity'" in info
     assert "native-code: 'arm64-v8a' 'x86_64'" in info
     assert "uses-permission" not in info  # thermal status, battery and app-private files need none
@@ -172,14 +247,15 @@ def test_the_dex_check_finds_a_lambda_the_app_reaches(tmp_path: Path) -> None:
         apk.check_dex(out)
 
 
-def expect_refused(bundle: Path, lut: Path, out: Path, *words: str) -> None:
-    code, output = build(bundle, lut, out)
+def expect_refused(bundle: Path, lut: Path, out: Path, *words: str, key: Sequence[str] = ()) -> None:
+    code, output = build(bundle, lut, out, *key)
     assert code != 0
     lines = output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: "), output
     for word in words:
         assert word in lines[0], output
     assert not out.exists() and not list(out.parent.glob(f".{out.name}*")), list(out.parent.iterdir())
+    assert STORE_PASS not in output and KEY_PASS not in output
 
 
 def test_a_bundle_for_another_target_is_refused(bundle: Path, tmp_path: Path) -> None:
@@ -216,3 +292,96 @@ def test_a_missing_tool_is_named_with_its_package(bundle: Path, tmp_path: Path, 
     monkeypatch.setenv("PATH", str(tools))
     expect_refused(bundle, bundle.parent / "lut.json", tmp_path / "out" / "demo.apk", "aapt not found",
                    "apt-get install aapt")
+
+
+# --- signing with your own key: checked before anything is built ------------------------------------------
+
+
+@pytest.mark.parametrize("case, words", [
+    ("no keystore", ("keystore", "missing.jks not found", "making a release key")),
+    ("not a keystore", ("cannot be read by keytool", "JKS or PKCS12")),
+    ("wrong store password", ("the store password (--ks-pass) is wrong",)),
+    ("wrong alias", ("has no alias 'relase'", "give --key-alias one of release")),
+    ("a certificate alias", ("alias 'ca' holds a trustedCertEntry, not a private key",)),
+    ("key password left out", ("the password of key 'release' is wrong (--key-pass",)),
+    ("wrong key password", ("the password of key 'release' is wrong (--key-pass",)),
+    ("variable not set", ("--ks-pass env:NO_SUCH_PASS: NO_SUCH_PASS is not set or empty",)),
+    ("no password file", ("--key-pass file:", "cannot read it (FileNotFoundError", "first line is the password")),
+    ("password as it was", ("--ks-pass takes env:NAME, file:PATH or pass:PASSWORD",)),
+])
+def test_a_key_that_cannot_sign_is_one_line_within_seconds(bundle: Path, release_keys: Path, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch, case: str,
+                                                           words: tuple[str, ...]) -> None:
+    """Each fault of the keystore, alias or passwords ends the command in one line naming it, before the
+    build's first step (a valid bundle, and no fetch, javac or dx run), and no password is shown."""
+    monkeypatch.setenv("RELEASE_PASS", STORE_PASS)
+    (tmp_path / "wrong").write_text("not-the-key-pass\n")
+    (tmp_path / "not.jks").write_bytes(b"PK\x03\x04 an APK, not a keystore")
+    store, alias = release_keys / "release.jks", "release"
+    ks, key = "env:RELEASE_PASS", f"file:{release_keys / 'key-pass'}"
+    if case == "no keystore":
+        store = tmp_path / "missing.jks"
+    elif case == "not a keystore":
+        store = tmp_path / "not.jks"
+    elif case == "wrong store password":
+        ks = f"file:{tmp_path / 'wrong'}"
+    elif case == "wrong alias":
+        alias = "relase"
+    elif case == "a certificate alias":
+        store, alias, key = release_keys / "release.p12", "ca", ks
+    elif case == "wrong key password":
+        key = f"file:{tmp_path / 'wrong'}"
+    elif case == "variable not set":
+        ks = "env:NO_SUCH_PASS"
+    elif case == "no password file":
+        key = f"file:{tmp_path / 'no-such-file'}"
+    elif case == "password as it was":
+        ks = STORE_PASS  # the old --key-pass took the password bare
+    args = ["--keystore", str(store), "--key-alias", alias, "--ks-pass", ks]
+    args += [] if case == "key password left out" else ["--key-pass", key]
+    began = time.monotonic()
+    expect_refused(bundle, bundle.parent / "lut.json", tmp_path / "out" / "demo.apk", *words, key=args)
+    took = time.monotonic() - began
+    assert took < 15  # keytool and an apksigner probe: seconds, not the build's minutes
+
+
+def test_signing_options_need_their_keystore(bundle: Path, tmp_path: Path) -> None:
+    lut = bundle.parent / "lut.json"
+    code, output = build(bundle, lut, tmp_path / "demo.apk", "--keystore", "k.jks", "--key-alias", "release")
+    assert code == 2 and "--keystore needs --ks-pass" in output
+    code, output = build(bundle, lut, tmp_path / "demo.apk", "--ks-pass", "env:X")
+    assert code == 2 and "give --keystore too" in output
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_debug_key_is_made_once_and_signs(tmp_path: Path) -> None:
+    """Without --keystore: a PKCS12 key made by keytool in the config folder, checked as a user's key is."""
+    key = apk.debug_key()
+    assert key.store == apk.config_dir() / "android-debug.keystore" and key.store.is_file()
+    made = key.store.stat().st_mtime_ns
+    apk.check_key(key)
+    assert apk.debug_key() == key and key.store.stat().st_mtime_ns == made
+
+
+# --- one manifest, two builds ------------------------------------------------------------------------------
+
+
+def test_the_gradle_build_and_the_sdkless_one_declare_the_same_app() -> None:
+    """The manifest has no package= or <uses-sdk> (the Android Gradle plugin 8 refuses the one and ignores the
+    other); build.gradle declares what apk.py writes into its copy (the built APK's badging shows apk.py's)."""
+    manifest = (apk.APP / "app" / "src" / "main" / "AndroidManifest.xml").read_text()
+    body = re.sub(r"<!--.*?-->", "", manifest, flags=re.S)
+    assert "package=" not in body and "<uses-sdk" not in body and "extractNativeLibs" not in body
+    assert "versionCode" not in body and "versionName" not in body
+    gradle = (apk.APP / "app" / "build.gradle").read_text()
+
+    def declared(name: str) -> str:
+        found = re.findall(rf"^\s*{name}\s+\"?([^\"\s]+)\"?\s*$", gradle, re.M)
+        assert len(found) == 1, (name, found)
+        return found[0]
+
+    assert declared("namespace") == declared("applicationId") == apk.PACKAGE
+    assert (declared("minSdk"), declared("targetSdk")) == (str(apk.MIN_SDK), str(apk.TARGET_SDK))
+    assert (declared("versionCode"), declared("versionName")) == (str(apk.VERSION_CODE), apk.VERSION_NAME)
+    assert "useLegacyPackaging true" in gradle  # extractNativeLibs, as apk.py writes it
+    assert (apk.APP / "README.md").is_file()

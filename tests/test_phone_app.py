@@ -272,6 +272,37 @@ def test_an_app_that_dies_is_one_line_within_seconds_not_at_the_timeout(
     assert [(r.heads, r.status) for r in record.results] == [(3, "ok"), (12, "crashed")]
 
 
+def test_a_line_caught_mid_write_is_read_once_whole(adb_device: AdbDevice, phone: Phone, manifest_only: Path,
+                                                    tmp_path: Path) -> None:
+    """The app's every line is flushed in two halves 1.5 s apart, so the host's reads (every 0.5 s) find half
+    lines: none is parsed until its newline, and none is lost."""
+    installed(phone)
+    lines = runner_lines(manifest_only, "--runs", "7")
+    bench(phone, lines)
+    (phone.dir / "bench-torn").write_text("1.5")
+    line = one_line_error(calibrate_app(adb_device, manifest_only, tmp_path / "cal.json", "--runner", "app",
+                                        "--runs", 7, "--app-timeout", 30))  # a line lost waits no longer
+    assert "2 head count(s) failed" in line and "missing or its sha256 differs" in line
+    record = read_calibration(tmp_path / "cal.json")
+    assert [(r.heads, r.status) for r in record.results] == [(3, "error"), (12, "error")]
+    first = json.loads(lines[0])
+    assert first["event"] == "device" and record.device["runtimes"] == first["runtimes"]  # the device line, whole
+
+
+def test_an_app_slow_to_start_is_not_taken_for_dead(adb_device: AdbDevice, phone: Phone, manifest_only: Path,
+                                                   tmp_path: Path) -> None:
+    """An app whose process shows, and whose first line comes, only 3 s after ``am start`` (the host's first
+    ask, 2 s in, finds none; a second would come 4 s in) is timed to the end, not declared dead at that miss."""
+    installed(phone)
+    bench(phone, runner_lines(manifest_only))
+    (phone.dir / "start-s").write_text("3")
+    line = one_line_error(calibrate_app(adb_device, manifest_only, tmp_path / "cal.json", "--runner", "app"))
+    assert "2 head count(s) failed" in line and "died" not in line
+    answers = [entry["pidof"] for entry in phone.commands() if "pidof" in entry]
+    assert answers[:1] == ["none"], answers  # asked while the app was starting, and not taken for dead
+    assert [r.status for r in read_calibration(tmp_path / "cal.json").results] == ["error", "error"]
+
+
 def test_an_app_built_from_another_bundle_is_refused(adb_device: AdbDevice, phone: Phone, manifest_only: Path,
                                                      tmp_path: Path) -> None:
     installed(phone)
@@ -335,7 +366,8 @@ def test_deploy_installs_the_checked_apk_and_starts_the_app(adb_device: AdbDevic
     assert digest[:12] in result.output and f"started {COMPONENT}" in result.output
 
 
-@pytest.mark.parametrize("case", ["install refused", "wrong package", "not the demo app", "no device"])
+@pytest.mark.parametrize("case", ["install refused", "wrong package", "another package beside the app",
+                                  "not the demo app", "no device"])
 def test_deploy_failures_are_one_line_and_start_nothing(adb_device: AdbDevice, phone: Phone, manifest_only: Path,
                                                         tmp_path: Path, case: str) -> None:
     apk = demo_apk(tmp_path / "demo.apk", manifest_only)
@@ -344,16 +376,21 @@ def test_deploy_failures_are_one_line_and_start_nothing(adb_device: AdbDevice, p
         (phone.dir / "install-answer").write_text(
             f"Failure [INSTALL_FAILED_UPDATE_INCOMPATIBLE: Package {PACKAGE} signatures do not match "
             "previously installed version; ignoring!]")
-    elif case == "wrong package":
+    elif case in ("wrong package", "another package beside the app"):
         (phone.dir / "apk-package").write_text("org.example.other")
+        if case == "another package beside the app":
+            installed(phone)  # the demo app of an earlier deploy: its base.apk has a digest, not this APK's
     elif case == "not the demo app":
         with zipfile.ZipFile(apk, "w") as z:
             z.writestr("AndroidManifest.xml", b"\x03\x00\x08\x00")
     else:
         serial = "127.0.0.1:9"
-    line = one_line_error(deploy_phone(adb_device, apk, serial))
+    result = deploy_phone(adb_device, apk, serial)
+    line = one_line_error(result)
     expected = {"install refused": "refused to install demo.apk: INSTALL_FAILED_UPDATE_INCOMPATIBLE",
                 "wrong package": f"not as {PACKAGE}: it is another app's package",
+                "another package beside the app": f"{PACKAGE} on adb:{adb_device.serial} is not demo.apk (sha256 "
+                                                  f"{hashlib.sha256(b'an installed app').hexdigest()[:12]}... there",
                 "not the demo app": "is not the hydra-edge demo app (it carries no bundle)",
                 "no device": "127.0.0.1:9 is not connected"}[case]
     assert expected in line
@@ -361,6 +398,9 @@ def test_deploy_failures_are_one_line_and_start_nothing(adb_device: AdbDevice, p
         assert f"uninstall {PACKAGE}" in line and not phone.installed(PACKAGE).exists()
     if case == "not the demo app":
         assert phone.commands() == []  # refused before the phone was asked anything
+    if case == "another package beside the app":  # the demo app is the earlier one, and it was not started
+        assert phone.installed(PACKAGE).read_bytes() == b"an installed app"
+        assert "checked on the phone" not in result.output and phone.installed("org.example.other").is_file()
     assert all(c[:2] != ["am", "start"] for c in sent(phone))
 
 

@@ -24,8 +24,9 @@ import shutil
 import subprocess
 import tempfile
 import time
+import xml.etree.ElementTree as ET
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -36,7 +37,16 @@ from . import dex
 
 APP = Path(__file__).resolve().parents[2] / "apps" / "android-demo"
 PACKAGE = "org.hydraedge.demo"
-MIN_SDK, TARGET_SDK = 26, 29
+VERSION_CODE, VERSION_NAME = 1, "0.1.0"
+# minSdk 26: the first release whose dex format dx's output targets. targetSdk 34, as app/build.gradle's:
+# aapt links against API 29's framework-res and javac against API 30's classes,
+# but the target is only the behaviour the phone applies, and the app uses none that changed up to 34 (no
+# permissions, services or PendingIntents; its one broadcast, the sticky battery one, is a protected system
+# broadcast, exempt from 34's receiver flags; resources.arsc is stored uncompressed and aligned, as 30 requires).
+# The source manifest names none of these (the Android Gradle plugin refuses <uses-sdk> and ignores package=);
+# ``app_manifest`` writes them into the copy aapt reads, and app/build.gradle declares the same.
+MIN_SDK, TARGET_SDK = 26, 34
+ANDROID_NS = "http://schemas.android.com/apk/res/android"
 FRAMEWORK_RES = Path("/usr/share/android-framework-res/framework-res.apk")
 # Maven Central: (group, artifact, version, packaging); fetched by mvn into ~/.m2, no transitive deps.
 MAVEN = {
@@ -72,13 +82,40 @@ def check_tools() -> None:
                              "sudo apt-get install android-framework-res")
 
 
-def _run(argv: Sequence[str | Path], what: str, cwd: Optional[Path] = None) -> str:
-    done = subprocess.run([str(a) for a in argv], cwd=cwd, capture_output=True, text=True, check=False)
+def _run(argv: Sequence[str | Path], what: str, cwd: Optional[Path] = None,
+         env: Optional[Dict[str, str]] = None) -> str:
+    done = subprocess.run([str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         said = (done.stderr.strip() or done.stdout.strip()).splitlines()
         tail = next((line for line in reversed(said) if "ERROR" in line or "error" in line), said[-1] if said else "")
         raise HydraEdgeError(f"{what} failed (exit {done.returncode}): {tail.strip()[:300]}")
     return done.stdout
+
+
+def app_manifest(src: Path, dest: Path) -> Path:
+    """The app's manifest as aapt needs it: the source's (shared with the Gradle build, which takes these from
+    build.gradle) with the package, version, ``<uses-sdk>`` and native-library extraction written in. aapt
+    refuses a manifest with no package (``--rename-manifest-package`` too needs one to rename); the libraries
+    are added compressed (``aapt add``), so the phone must extract them at install."""
+    ET.register_namespace("android", ANDROID_NS)
+    try:
+        tree = ET.parse(src)
+    except (OSError, ET.ParseError) as e:
+        raise HydraEdgeError(f"{src} cannot be read as XML ({e}); restore it from the hydra-edge checkout") from None
+    root = tree.getroot()
+    root.set("package", PACKAGE)
+    root.set(f"{{{ANDROID_NS}}}versionCode", str(VERSION_CODE))
+    root.set(f"{{{ANDROID_NS}}}versionName", VERSION_NAME)
+    sdk = ET.Element("uses-sdk", {f"{{{ANDROID_NS}}}minSdkVersion": str(MIN_SDK),
+                                  f"{{{ANDROID_NS}}}targetSdkVersion": str(TARGET_SDK)})
+    sdk.tail = root.text
+    root.insert(0, sdk)
+    application = root.find("application")
+    if application is None:
+        raise HydraEdgeError(f"{src} has no <application>; restore it from the hydra-edge checkout")
+    application.set(f"{{{ANDROID_NS}}}extractNativeLibs", "true")
+    tree.write(dest, encoding="utf-8", xml_declaration=True)
+    return dest
 
 
 def maven_part(name: str) -> Path:
@@ -182,33 +219,134 @@ def check_inputs(bundle: Path, lut: Path) -> Checked:
     return Checked(files=dict(files), lut=lut, manifest_sha256=sha256_file(bundle / MANIFEST))
 
 
-def keystore(path: Optional[Path]) -> Path:
-    """The signing key: ``path`` if given (it must exist), else one made once in the user's config folder."""
-    if path is not None:
-        if not path.is_file():
-            raise HydraEdgeError(f"keystore {path} not found; pass an existing keystore, or leave --keystore out "
-                                 "to use the one hydra-edge keeps")
-        return path
+class SigningError(HydraEdgeError):
+    """The signing key cannot sign: its keystore, alias or a password is wrong; said before anything is built."""
+
+
+KS_PASS_ENV, KEY_PASS_ENV = "HYDRA_EDGE_KS_PASS", "HYDRA_EDGE_KEY_PASS"  # how keytool and apksigner get them
+# minSdk 26 phones all verify v2 (Android 7.0+); v3 (Android 9+) carries key rotation; v1 (JAR signing) only
+# serves Android < 7.0, which cannot install the app anyway; v4 is a separate .idsig file for incremental installs.
+SCHEMES = ("--v1-signing-enabled", "false", "--v2-signing-enabled", "true", "--v3-signing-enabled", "true",
+           "--v4-signing-enabled", "false")
+
+
+@dataclass(frozen=True)
+class SigningKey:
+    """A keystore, the alias of the key in it, and both passwords. The passwords reach keytool and apksigner
+    through their environment (``-storepass:env``, ``env:``), never their command line, and are never shown."""
+    store: Path
+    alias: str
+    store_pass: str = field(repr=False)
+    key_pass: str = field(repr=False)
+
+    def env(self) -> Dict[str, str]:
+        return {**os.environ, KS_PASS_ENV: self.store_pass, KEY_PASS_ENV: self.key_pass}
+
+    def signer_args(self) -> List[str]:
+        """apksigner's arguments for this key and the schemes the APK carries: the same for the check and the build."""
+        return ["--ks", str(self.store), "--ks-key-alias", self.alias, "--ks-pass", f"env:{KS_PASS_ENV}",
+                "--key-pass", f"env:{KEY_PASS_ENV}", *SCHEMES]
+
+
+def password(spec: str, option: str) -> str:
+    """A password given as apksigner takes one: ``pass:PASSWORD``, ``env:NAME`` (a variable of this process) or
+    ``file:PATH`` (its first line). Env and file keep it off every command line and out of shell history."""
+    kind, colon, value = spec.partition(":")
+    if not colon or kind not in ("pass", "env", "file"):
+        raise SigningError(f"{option} takes env:NAME, file:PATH or pass:PASSWORD, as apksigner does "
+                           f"(e.g. {option} env:RELEASE_PASS, with RELEASE_PASS exported)")
+    if kind == "env":
+        found = os.environ.get(value, "")
+        if not found:
+            raise SigningError(f"{option} env:{value}: {value} is not set or empty; export it, "
+                               f"or use {option} file:PATH")
+        return found
+    if kind == "file":
+        try:
+            found = Path(value).read_text(encoding="utf-8").split("\n", 1)[0].rstrip("\r")
+        except (OSError, UnicodeDecodeError) as e:
+            why = f"{e.__class__.__name__}: {getattr(e, 'strerror', None) or e}"
+            raise SigningError(f"{option} file:{value}: cannot read it ({why}); give a file whose first line "
+                               "is the password") from None
+        if not found:
+            raise SigningError(f"{option} file:{value}: its first line is empty; put the password on it")
+        return found
+    if not value:
+        raise SigningError(f"{option} pass: is empty; give the password (env:NAME or file:PATH keep it off "
+                           "the command line)")
+    return value
+
+
+def debug_key() -> SigningKey:
+    """The key hydra-edge signs with when given none: made once by keytool in the user's config folder. Its
+    password is public (it is a debug key: a phone accepts it, a store does not)."""
     path = config_dir() / "android-debug.keystore"
+    key = SigningKey(path, KEY_ALIAS, KEY_PASS, KEY_PASS)
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(path) as tmp:
             tmp.unlink()
-            _run(["keytool", "-genkeypair", "-keystore", tmp, "-storetype", "PKCS12", "-storepass", KEY_PASS,
-                  "-keypass", KEY_PASS, "-alias", KEY_ALIAS, "-keyalg", "RSA", "-keysize", "2048",
-                  "-validity", "10000", "-dname", "CN=hydra-edge demo"], "making the signing key (keytool)")
-    return path
+            _run(["keytool", "-genkeypair", "-keystore", tmp, "-storetype", "PKCS12", "-storepass:env", KS_PASS_ENV,
+                  "-alias", KEY_ALIAS, "-keyalg", "RSA", "-keysize", "2048", "-validity", "10000",
+                  "-dname", "CN=hydra-edge demo"], "making the signing key (keytool)", env=key.env())
+    return key
 
 
-def build_apk(bundle: Path, lut: Path, out: Path, keystore_path: Optional[Path] = None,
-              key_alias: str = KEY_ALIAS, key_pass: str = KEY_PASS, log=print) -> Dict[str, float]:
-    """Check, compile, dex, package, align and sign; ``out`` appears only when whole. Returns timings (s)."""
+def check_key(key: SigningKey) -> None:
+    """Prove ``key`` signs before anything is built, each fault one line: the keystore (keytool reads it with
+    the store password), the alias (keytool: there, and a private key), then the key password, by apksigner
+    signing a one-entry zip with exactly the arguments the build will use."""
+    where = f"keystore {key.store}"
+    if not key.store.is_file():
+        raise SigningError(f"{where} not found; give an existing keystore (docs/android.md: making a release key), "
+                           "or leave --keystore out to sign with hydra-edge's debug key")
+    listed = subprocess.run(["keytool", "-list", "-v", "-keystore", str(key.store), "-storepass:env", KS_PASS_ENV,
+                             "-alias", key.alias], capture_output=True, text=True, env=key.env(), check=False)
+    said = (listed.stdout + listed.stderr).strip()
+    if listed.returncode != 0:
+        if "password was incorrect" in said:
+            raise SigningError(f"{where}: the store password (--ks-pass) is wrong; give the one the keystore was "
+                               "made with")
+        if "does not exist" in said:
+            raise SigningError(f"{where} has no alias {key.alias!r}; give --key-alias one of "
+                               f"{', '.join(_aliases(key)) or 'its aliases'} (keytool -list -keystore {key.store})")
+        error = next((line for line in said.splitlines() if "error" in line), said.splitlines()[-1] if said else "")
+        raise SigningError(f"{where} cannot be read by keytool ({error.strip()[:200]}); give a JKS or PKCS12 keystore")
+    entry = next((line.split(":", 1)[1].strip() for line in said.splitlines() if line.startswith("Entry type:")), "?")
+    if entry != "PrivateKeyEntry":
+        raise SigningError(f"{where}: alias {key.alias!r} holds a {entry}, not a private key; give --key-alias the "
+                           "alias of a key (keytool -genkeypair makes one)")
+    with tempfile.TemporaryDirectory(prefix="hydra-edge-sign-") as tmp:
+        probe = Path(tmp) / "probe.apk"
+        with zipfile.ZipFile(probe, "w") as z:
+            z.writestr("probe", b"")
+        signed = subprocess.run(["apksigner", "sign", *key.signer_args(), "--min-sdk-version", str(MIN_SDK),
+                                 "--out", str(Path(tmp) / "signed.apk"), str(probe)],
+                                capture_output=True, text=True, env=key.env(), check=False)
+    if signed.returncode != 0:
+        said = (signed.stderr.strip() or signed.stdout.strip()).splitlines()
+        if any("Wrong password?" in line for line in said):
+            raise SigningError(f"{where}: the password of key {key.alias!r} is wrong (--key-pass; without it, the "
+                               "store password is tried); give the key's own password")
+        raise SigningError(f"{where}: apksigner cannot sign with alias {key.alias!r}: "
+                           f"{(said[0] if said else 'no output').strip()[:200]}")
+
+
+def _aliases(key: SigningKey) -> List[str]:
+    """The aliases in ``key``'s keystore (read with its store password, which was right), to name in an error."""
+    listed = subprocess.run(["keytool", "-list", "-keystore", str(key.store), "-storepass:env", KS_PASS_ENV],
+                            capture_output=True, text=True, env=key.env(), check=False)
+    return [line.split(",", 1)[0] for line in listed.stdout.splitlines() if ", " in line and "Entry" in line]
+
+
+def build_apk(bundle: Path, lut: Path, out: Path, key: Optional[SigningKey] = None, log=print) -> Dict[str, float]:
+    """Check (the signing key included), compile, dex, package, align and sign; ``out`` appears only when whole.
+    ``key``: None signs with hydra-edge's debug key. Returns timings (s)."""
     start = time.monotonic()
     check_tools()
+    key = key or debug_key()
+    check_key(key)
     checked = check_inputs(bundle, lut)
-    key = keystore(keystore_path)
-    if keystore_path is None:
-        key_alias, key_pass = KEY_ALIAS, KEY_PASS
     times: Dict[str, float] = {}
     parts = {name: maven_part(name) for name in MAVEN}
     et = executorch_runtime()
@@ -224,7 +362,8 @@ def build_apk(bundle: Path, lut: Path, out: Path, keystore_path: Optional[Path] 
         gen, obj = tmp / "gen", tmp / "obj"
         gen.mkdir()
         obj.mkdir()
-        _run(["aapt", "package", "-f", "-m", "-J", gen, "-M", src / "AndroidManifest.xml", "-S", src / "res",
+        manifest = app_manifest(src / "AndroidManifest.xml", tmp / "AndroidManifest.xml")
+        _run(["aapt", "package", "-f", "-m", "-J", gen, "-M", manifest, "-S", src / "res",
               "-I", FRAMEWORK_RES], "aapt (R.java)")
         java = sorted(str(p) for p in [*gen.rglob("*.java"), *(src / "java").rglob("*.java")])
         classpath = os.pathsep.join(str(p) for p in [parts["android-all"], et / "android" / "libs" / "classes.jar",
@@ -257,15 +396,14 @@ def build_apk(bundle: Path, lut: Path, out: Path, keystore_path: Optional[Path] 
                 shutil.copyfile(fb / "jni" / abi / so, stage / "lib" / abi / so)
             libs += [f"lib/{abi}/{so}" for so in ("libexecutorch.so", "libfbjni.so", "libc++_shared.so")]
         unsigned, aligned = tmp / "unsigned.apk", tmp / "aligned.apk"
-        _run(["aapt", "package", "-f", "-M", src / "AndroidManifest.xml", "-S", src / "res", "-A", assets,
+        _run(["aapt", "package", "-f", "-M", manifest, "-S", src / "res", "-A", assets,
               "-I", FRAMEWORK_RES, "-0", "pte", "-F", unsigned], "aapt (package)")
         _run(["aapt", "add", unsigned, "classes.dex", *libs], "aapt (classes.dex, native libraries)", cwd=stage)
         _run(["zipalign", "-f", "-p", "4", unsigned, aligned], "zipalign")
         times["package_s"] = time.monotonic() - t
         t = time.monotonic()
         with atomic_path(out) as signed:
-            _run(["apksigner", "sign", "--ks", key, "--ks-pass", f"pass:{key_pass}", "--key-pass", f"pass:{key_pass}",
-                  "--ks-key-alias", key_alias, "--v4-signing-enabled", "false", "--out", signed, aligned], "apksigner sign")
+            _run(["apksigner", "sign", *key.signer_args(), "--out", signed, aligned], "apksigner sign", env=key.env())
             _run(["apksigner", "verify", signed], "apksigner verify")
         times["sign_s"] = time.monotonic() - t
     times["total_s"] = time.monotonic() - start

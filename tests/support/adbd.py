@@ -135,10 +135,12 @@ class Phone:
     Set by the test: ``install-answer`` (what ``adb install`` answers instead of ``Success``),
     ``apk-package`` (the package an installed APK declares; default the demo app's), ``bench-lines``
     (what the app writes in bench mode; a ``result`` line for an artefact ``--esa only`` leaves out is not
-    written, as the app times only those), ``bench-delay`` (seconds between those lines) and
-    ``bench-end`` (after its lines the app ``stays``, as a real one does showing its summary, or ``exits``
-    as a crash does; default ``stays``). Read by the test: ``commands.jsonl`` (one JSON object per shell
-    command or install received).
+    written, as the app times only those), ``bench-delay`` (seconds between those lines), ``bench-torn``
+    (seconds each line's write pauses halfway, flushed: a reader finds half a line), ``start-s`` (seconds
+    after ``am start`` before the app's process is listed by ``pidof`` and writes anything: an app slow to
+    start) and ``bench-end`` (after its lines the app ``stays``, as a real one does showing its summary, or
+    ``exits`` as a crash does; default ``stays``). Read by the test: ``commands.jsonl`` (one JSON object per
+    shell command or install received, and what each ``pidof`` found).
     """
 
     dir: Path
@@ -181,6 +183,12 @@ class Phone:
             except (ProcessLookupError, ValueError, PermissionError):
                 pass
             pid.unlink(missing_ok=True)
+        (self.dir / "app.listed-at").unlink(missing_ok=True)
+
+    def listed_at(self) -> float:
+        """When the started app's process shows in ``pidof`` (its ``am start`` plus ``start-s``)."""
+        path = self.dir / "app.listed-at"
+        return float(path.read_text()) if path.is_file() else 0.0
 
     def am(self, argv: list[str]) -> int:
         """``am start [-S] [-W] -n PKG/.Activity [--es|--ei|--ez KEY VALUE]...`` and ``am force-stop PKG``."""
@@ -223,6 +231,7 @@ class Phone:
             return 255
         if extras.get("mode") == "bench":  # the app's worker thread: runs on after am returns
             only = extras.get("only")
+            (self.dir / "app.listed-at").write_text(repr(time.time() + float(self.setting("start-s", "0"))))
             proc = subprocess.Popen([sys.executable, "-m", f"{__package__}.adbd", "--phone-tool", "bench-app",
                                      "--root", str(self.dir.parent), "--", package,
                                      *(["--only", *only] if isinstance(only, list) else [])],
@@ -244,11 +253,13 @@ class Phone:
     def pidof(self, argv: list[str]) -> int:
         """``pidof PKG``: the bench app's process id while it runs (a zombie is gone), else nothing and 1."""
         pid = self.dir / "app.pid"
-        if argv == [self.package_default] and pid.is_file():
+        if argv == [self.package_default] and pid.is_file() and time.time() >= self.listed_at():
             stat = Path(f"/proc/{pid.read_text().strip()}/stat")
             if stat.is_file() and stat.read_text().split(") ")[-1][:1] != "Z":
                 print(pid.read_text().strip())
+                self.log({"pidof": "listed"})
                 return 0
+        self.log({"pidof": "none"})
         return 1
 
     def bench_app(self, args: list[str]) -> None:
@@ -258,15 +269,18 @@ class Phone:
         out = self.bench_file(package)
         out.parent.mkdir(parents=True, exist_ok=True)
         lines = self.dir / "bench-lines"
-        delay = float(self.setting("bench-delay", "0.05"))
+        delay, torn = float(self.setting("bench-delay", "0.05")), float(self.setting("bench-torn", "0"))
+        time.sleep(max(0.0, self.listed_at() - time.time()))
         with open(out, "w") as f:
             for line in (lines.read_text().splitlines() if lines.is_file() else []):
                 event = json.loads(line) if line.startswith("{") else {}
                 if only is not None and event.get("event") == "result" and event.get("artefact") not in only:
                     continue
                 time.sleep(delay)
-                f.write(line + "\n")
-                f.flush()
+                for part in ((line[:len(line) // 2], line[len(line) // 2:] + "\n") if torn else (line + "\n",)):
+                    f.write(part)
+                    f.flush()
+                    time.sleep(torn)
         if self.setting("bench-end", "stays") == "stays":
             time.sleep(3600)  # the Activity stays open; am force-stop (or am start -S) ends it
 
@@ -347,6 +361,9 @@ class Channel:
             _kill_group(self.process)
 
     def close(self) -> None:
+        """This end is done (its command exited): as adbd closing the socket, the command's stdin ends too, so
+        what still reads it (the host's watcher of a finished command) ends, not lives as long as the daemon."""
+        self.inbox.put(None)
         if not self.closed:
             self.closed = True
             self.ready.set()
