@@ -284,13 +284,19 @@ object Lut {
         p.noOthers()
     }
 
-    /** read_table's bundle check: built for this manifest, naming only its artefacts as it records them. */
+    /** read_table's bundle check: built for this manifest, banded on the thermal status (all a phone reads), naming only its artefacts as it records them. */
     private fun checkBundle(table: Table, file: File, bundle: File) {
         val manifestFile = File(bundle, Manifest.FILE)
         val actual = if (manifestFile.isFile) Records.sha256Hex(manifestFile.readBytes()) else null
         if (actual != table.manifestSha256)
             throw LutException("${file.path} was built for another bundle (manifest sha256 ${table.manifestSha256.take(12)}, " +
                 "${manifestFile.path} has ${actual?.take(12)}); re-run hydra-edge lut")
+        // The phone passes its thermal status to the table whatever the table's source (Switcher.kt): a table
+        // banded in °C would read SHUTDOWN (6) as 6 °C, the coolest band. hydra_edge.runtime.lut.thermal_source_problem.
+        if (table.thermalSource != "android")
+            throw LutException("${file.path}: $.thermal.source: '${table.thermalSource}' bands the table in °C, but the phone reads " +
+                "the Android thermal status (0 NONE .. 6 SHUTDOWN); set the policy's [thermal] source = 'android' (or \"auto\") " +
+                "and re-run hydra-edge lut", "$.thermal.source")
         val artefacts = Manifest.read(bundle).artefacts.associateBy { it.id }
         for ((i, c) in table.candidates.withIndex()) {
             val a = artefacts[c.artefact]
