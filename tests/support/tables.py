@@ -18,6 +18,7 @@ from hydra_edge.convert.targets import load_target
 from hydra_edge.lut.policy import Policy
 from hydra_edge.lut.table import build_table
 from hydra_edge.records.calibration import Calibration, Derating, HeadResult
+from hydra_edge.records import lut as lut_record
 from hydra_edge.records.manifest import ArtefactRecord, Manifest, read_manifest
 
 PI_SIGNALS = {"files": {"temperature_mC": "/sys/class/thermal/thermal_zone0/temp"},
@@ -97,3 +98,16 @@ def table_with_classes(tmp_path: Path, classes: list[str] | None) -> dict:
     cal.write(tmp_path / "cal.json")
     return build_table(bundle, read_manifest(bundle), cal, tmp_path / "cal.json",
                        msgspec.structs.replace(Policy(), budget_ms=10.0))
+
+
+def lut_document(tmp: Path, spec: dict[str, Any]) -> Path:
+    """A manifest-only Android bundle and the lut.json Python's own table builder makes for ``spec``."""
+    soak = Derating(heads=max(int(h) for h in spec["latency_ms"]), duration_s=60, samples=[], by_temperature=[],
+                    by_thermal_status=spec.get("by_thermal_status", {"NONE": 1.0, "LIGHT": 1.3, "MODERATE": 1.9,
+                                                                     "SEVERE": 3.5}))
+    doc = table(tmp, {int(h): ms for h, ms in spec["latency_ms"].items()}, spec["budget_ms"], soak=soak,
+                signals=PHONE_SIGNALS if spec.get("headroom") else ANDROID_SIGNALS)
+    assert doc["thermal"]["headroom"] is bool(spec.get("headroom"))
+    bundle = tmp / "bundle"
+    (bundle / "lut.json").write_bytes(lut_record.encode(doc, "lut.json"))
+    return bundle
