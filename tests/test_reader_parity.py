@@ -272,8 +272,10 @@ def mutations(doc: Dict[str, Any]) -> Iterator[tuple]:
     yield "lone surrogate", text.replace('"created_by": "', '"created_by": "\\ud800')
     yield "lone low surrogate in a key", text.replace('"created_by"', '"created_by\\udc00"')
     yield "surrogate pair", text.replace('"created_by": "', '"created_by": "\\ud83d\\udc0d')
-    yield "512 deep in an unknown field", text[:-1] + ', "deep": ' + "[" * 511 + "]" * 511 + "}"
-    yield "513 deep in an unknown field", text[:-1] + ', "deep": ' + "[" * 512 + "]" * 512 + "}"
+    classes = '"classes": ' + json.dumps(doc["classes"])
+    assert classes in text
+    for deep in (512, 513):  # arrays and objects open at once, the document's own included
+        yield f"{deep} deep in classes", text.replace(classes, '"classes": ' + "[" * (deep - 1) + "]" * (deep - 1))
     yield "an integer of 4300 characters", text.replace('"margin": 0.0', '"margin": -1' + "0" * 4298)
     yield "an integer of 4301 characters", text.replace('"margin": 0.0', '"margin": -1' + "0" * 4299)
     yield "not an object", "[1, 2]"
@@ -320,7 +322,7 @@ def test_python_names_the_first_fault_in_the_documented_order(lut_doc: Dict[str,
     assert verdict["repeated key, first a bad array"] == "$.candidates"
     assert verdict["lone surrogate"] == verdict["lone low surrogate in a key"] == "$"
     assert verdict["surrogate pair"] is None
-    assert verdict["512 deep in an unknown field"] == "$" and verdict["513 deep in an unknown field"] == "$"
+    assert verdict["512 deep in classes"] == "$.classes[0]" and verdict["513 deep in classes"] == "$"
     assert verdict["an integer of 4300 characters"] == "$.thermal.margin"
     assert verdict["an integer of 4301 characters"] == "$"
     assert verdict["invalid utf-8 in a string"] == verdict["invalid utf-8"] == "$"
