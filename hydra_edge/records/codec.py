@@ -50,7 +50,20 @@ class _Header(msgspec.Struct):
 def _one_line(error: str, where: str, hint: str) -> str:
     """``Expected `int`, got `str` - at `$.a[2]``` -> ``where: $.a[2]: expected `int`, got `str`; hint``."""
     path, message = locate(error)
-    return f"{where}: {path}: {message[:1].lower()}{message[1:]}; {hint}"
+    return f"{where}: {printable(path)}: {printable(message[:1].lower() + message[1:])}; {hint}"
+
+
+# What would break the one line: control characters and line separators, as a file's keys and values may hold,
+# and lone surrogates (from a \ud800 escape), which no terminal or log can encode.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def printable(text: str) -> str:
+    """``text`` with each control character, line separator or lone surrogate as Python writes it in a repr
+    (``\\n``, ``\\x00``, ``\\u2028``, ``\\ud800``): a key or value quoted from a file stays on its error's one
+    line and can be printed. The phone's reader escapes the same way (StrictJson.kt's ``printable``), so
+    both name a field alike."""
+    return _UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 def _at(path: str, error: Union[str, Exception]) -> msgspec.ValidationError:
@@ -147,11 +160,11 @@ def parse(data: Union[bytes, str], where: str, what: str, hint: str,
     try:
         msgspec.json.decode(text.encode("utf-8", "surrogatepass"))
     except (msgspec.DecodeError, msgspec.ValidationError) as e:  # ValidationError: a number out of range
-        raise error(f"{where}: {_non_finite(text) or f'not valid JSON ({e})'}; {hint}") from None
+        raise error(f"{where}: {printable(_non_finite(text) or f'not valid JSON ({e})')}; {hint}") from None
     document = json.loads(text, object_pairs_hook=_object)
     repeated = _first_repeated(document)
     if repeated:
-        raise error(f"{where}: {repeated}; {hint}")
+        raise error(f"{where}: {printable(repeated)}; {hint}")
     return document
 
 

@@ -12,9 +12,36 @@ import java.nio.charset.StandardCharsets
  * A record that cannot be used: one line naming the file, the field path (`$.candidates[2].heads`),
  * what is wrong and how to fix it, as hydra_edge.records.codec words it on a board.
  *
- * [path] is the field path alone, so tests (and the parity test against Python) can compare it.
+ * [path] is the field path alone, so tests (and the parity test against Python) can compare it. Both are
+ * [printable]: a key or value quoted from the file cannot break the one line.
  */
-open class RecordException(message: String, val path: String? = null) : Exception(message)
+open class RecordException(message: String, path: String? = null) : Exception(printable(message)) {
+    val path: String? = path?.let { printable(it) }
+}
+
+/**
+ * [text] with each control character, line separator or lone surrogate as Python writes it in a repr (`\n`,
+ * `\x00`, `\u2028`, `\ud800`): hydra_edge.records.codec.printable, so both readers name a field alike.
+ */
+fun printable(text: String): String {
+    val out = StringBuilder(text.length)
+    var i = 0
+    while (i < text.length) {
+        val c = text[i]
+        val paired = c.isHighSurrogate() && i + 1 < text.length && text[i + 1].isLowSurrogate()
+        when {
+            paired -> { out.append(c).append(text[i + 1]); i++ }
+            c == '\t' -> out.append("\\t")
+            c == '\n' -> out.append("\\n")
+            c == '\r' -> out.append("\\r")
+            c < ' ' || c in '\u007f'..'\u009f' -> out.append("\\x%02x".format(c.code))
+            c == '\u2028' || c == '\u2029' || c.isSurrogate() -> out.append("\\u%04x".format(c.code))
+            else -> out.append(c)
+        }
+        i++
+    }
+    return out.toString()
+}
 
 /** `lut.json` cannot be used with this bundle: missing, damaged, foreign or mismatched (Python's `LutError`). */
 class LutException(message: String, path: String? = null) : RecordException(message, path)
