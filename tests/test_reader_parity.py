@@ -20,19 +20,23 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import subprocess
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 from support.record_fuzz import mutated_file
-from support.tables import ANDROID_SIGNALS, PHONE_SIGNALS, lut_document, table
+from support.tables import ANDROID_SIGNALS, PHONE_SIGNALS, fake_bundle, lut_document, table
 
 from hydra_edge.errors import HydraEdgeError
 from hydra_edge.records import correction as correction_record
 from hydra_edge.records import lut as lut_record
 from hydra_edge.records.correction import CorrectionError
 from hydra_edge.records.lut import LutError
+from hydra_edge.records import codec
+from hydra_edge.records import manifest as manifest_record
+from hydra_edge.records.manifest import Manifest
 from hydra_edge.runtime.lut import read_table
 
 CASES = Path(__file__).parent / "reader_cases"
@@ -40,12 +44,24 @@ CASES = Path(__file__).parent / "reader_cases"
 READERS: Dict[str, Tuple[Callable[[bytes, str], Any], type, List[str]]] = {
     "lut": (lut_record.decode, LutError, ["org.hydraedge.core.LutCheck"]),
     "correction": (correction_record.decode, CorrectionError, ["org.hydraedge.core.CorrectionCheck", "read"]),
+    "manifest": (lambda data, where: codec.decode(data, Manifest, where, "manifest", manifest_record.HINT,
+                                                  (manifest_record.SCHEMA, manifest_record.SCHEMA_VERSION)),
+                 HydraEdgeError, ["org.hydraedge.core.ManifestCheck"]),
 }
+# What the phone reads of manifest.json (Manifest.kt): each artefact's fields below, and Manifest's own check
+# that no artefact runs more heads than the model has. Python's reader checks the rest too.
+PHONE_READS = ("id", "heads", "format", "file", "bytes", "sha256", "threads", "runtime", "compact")
+PHONE_PATH = re.compile(r"\$\.artefacts(\[\d+\](\.(" + "|".join(PHONE_READS) + r")(\.(recipe|sha256))?)?)?")
 SEED = int(os.environ.get("HYDRA_EDGE_PARITY_SEED", random.randrange(1 << 30)))
 
 
 def python_verdict(record: str, data: bytes, where: str = "lut.json") -> Optional[str]:
     """None when Python's reader accepts, else the field path its one line names ("$" for the text)."""
+    return python_refusal(record, data, where)[0]
+
+
+def python_refusal(record: str, data: bytes, where: str = "lut.json") -> Tuple[Optional[str], str]:
+    """(the field path Python's one line names, "$" for the text, or None when it reads the file; the line)."""
     decode, error, _ = READERS[record]
     try:
         decode(data, where)
@@ -53,8 +69,18 @@ def python_verdict(record: str, data: bytes, where: str = "lut.json") -> Optiona
         message = str(e)
         assert "\n" not in message and message.startswith(where), message
         rest = message[len(where) + 2:]
-        return rest.split(": ")[0] if rest.startswith("$") else "$"
-    return None
+        return rest.split(": ")[0] if rest.startswith("$") else "$", message
+    return None, ""
+
+
+def phone_reads(path: Optional[str], message: str) -> bool:
+    """Whether the phone's manifest reader reads what Python refused at (or Python refused nothing)."""
+    named = re.search(r"(?:missing required|unknown) field `([^`]*)`", message)
+    if path is None or path in ("$.schema", "$.schema_version") or (path == "$" and not named):
+        return True
+    if not PHONE_PATH.fullmatch(path) or (named and named.group(1) not in PHONE_READS + ("recipe",)):
+        return False
+    return path != "$.artefacts" or "same id" in message
 
 
 def kotlin_verdicts(classpath: str, record: str, files: List[Path], *args: str) -> List[Dict[str, Any]]:
@@ -89,6 +115,15 @@ def lut_doc(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
+def manifest_doc(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Any]:
+    """manifest.json of a 3/6/12-head bundle, its middle artefact compact (a recipe), as the phone reads it."""
+    bundle = fake_bundle(tmp_path_factory.mktemp("manifest") / "bundle", [3, 6, 12])
+    doc = json.loads((bundle / "manifest.json").read_text())
+    doc["artefacts"][1]["compact"] = {"recipe": "vit_h6.recipe.json", "sha256": "4" * 64}
+    return doc
+
+
+@pytest.fixture(scope="module")
 def correction_doc() -> Dict[str, Any]:
     doc = correction_record.CorrectionDocument(
         created_by="hydra-edge test", saved_at=1.75e9, manifest_sha256="a" * 64, lut_sha256="b" * 64, budget_ms=41.0,
@@ -113,7 +148,8 @@ def named_cases() -> List[Tuple[str, str, Optional[str]]]:
 
 def test_every_named_case_is_kept_with_its_verdict() -> None:
     kept = {f"{p.parent.name}/{p.name}" for p in CASES.glob("*/*") if p.is_file()}
-    assert kept == {name for _, name, _ in named_cases()} and len(kept) >= 20
+    assert kept == {name for _, name, _ in named_cases()}
+    assert all(sum(r == record for r, _, _ in named_cases()) >= 20 for record in ("lut", "correction"))
 
 
 @pytest.mark.parametrize("record, name, expected", named_cases())
@@ -123,20 +159,20 @@ def test_python_reads_each_named_case_as_both_readers_agreed(record: str, name: 
 
 @pytest.mark.parametrize("record", READERS)
 def test_python_refuses_a_few_hundred_generated_files_in_one_line_of_its_own_error(
-        record: str, lut_doc: Dict[str, Any], correction_doc: Dict[str, Any]) -> None:
+        record: str, lut_doc: Dict[str, Any], correction_doc: Dict[str, Any], manifest_doc: Dict[str, Any]) -> None:
     """No UnicodeDecodeError, RecursionError or any other trace: the reader's error, one line, a field."""
-    doc = lut_doc if record == "lut" else correction_doc
+    doc = {"lut": lut_doc, "correction": correction_doc, "manifest": manifest_doc}[record]
     verdicts = []
     for i, data in enumerate(generated(doc, SEED, 300)):
         try:
-            verdicts.append(python_verdict(record, data))
+            verdicts.append(python_verdict(record, data, f"{record}.json"))
         except Exception as e:  # noqa: BLE001 - any other exception is the failure this test looks for
             pytest.fail(f"seed {SEED}, file {i}: {type(e).__name__}: {e}\n{data[:400]!r}")
     assert sum(v is not None for v in verdicts) > 150 and None in verdicts, f"seed {SEED}"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("record", READERS)
+@pytest.mark.parametrize("record", ["lut", "correction"])
 def test_kotlin_reads_each_named_case_as_python_does(classpath: str, record: str) -> None:
     cases = [(name, expected) for r, name, expected in named_cases() if r == record]
     verdicts = kotlin_verdicts(classpath, record, [CASES / name for name, _ in cases])
@@ -166,6 +202,49 @@ def test_both_readers_give_every_generated_file_one_verdict_at_one_field(
                        + "; ".join(f"{f.name}: Python {p}, Kotlin {k.get('path')} ({k.get('message')})"
                                    for f, p, k in split[:10]))
     assert 0.3 < refused / count < 0.95  # the mix holds files to read as well as faults
+
+
+def manifest_boundaries(doc: Dict[str, Any]) -> Iterator[bytes]:
+    """The manifest's edges the phone reads: as many heads as the model has and one more, no artefacts and a
+    null list, a null and a bad recipe, two artefacts of one id."""
+    def changed(edit: Callable[[Dict[str, Any]], Any]) -> bytes:
+        d = json.loads(json.dumps(doc))
+        edit(d)
+        return json.dumps(d).encode()
+    last = lambda d: d["artefacts"][-1]  # noqa: E731
+    yield changed(lambda d: last(d).update(heads=12))
+    yield changed(lambda d: last(d).update(heads=13))
+    yield changed(lambda d: (d["model"].update(num_heads=6), last(d).update(heads=7)))
+    yield changed(lambda d: d.pop("artefacts"))
+    yield changed(lambda d: d.update(artefacts=None))
+    yield changed(lambda d: d["artefacts"][1].update(compact=None))
+    yield changed(lambda d: d["artefacts"][1]["compact"].update(recipe="../x.json"))
+    yield changed(lambda d: d["artefacts"][2].update(id=d["artefacts"][0]["id"]))
+
+
+@pytest.mark.slow
+def test_both_readers_give_a_generated_manifest_one_verdict_where_the_phone_reads_it(
+        classpath: str, manifest_doc: Dict[str, Any], tmp_path: Path) -> None:
+    """Byte-level faults anywhere, structural ones (one at a time: the phone reads an artefact's fields in its
+    own order) in the artefact fields the phone reads; compared where Python refuses a field the phone reads
+    or nothing. The phone reading a manifest Python refuses elsewhere is the rest of the manifest unread."""
+    count = int(os.environ.get("HYDRA_EDGE_PARITY_FILES", 1500))
+    rng = random.Random(SEED)
+    files, python = [], []
+    for i, data in enumerate([*manifest_boundaries(manifest_doc),
+                              *(mutated_file(manifest_doc, rng, only=PHONE_PATH.pattern + r"|\$\.artefacts\[\d+\]", most=1)
+                                for _ in range(count))]):
+        files.append(tmp_path / f"manifest{i}.json")
+        files[-1].write_bytes(data)
+        python.append(python_refusal("manifest", data, "manifest.json"))
+    kotlin = kotlin_verdicts(classpath, "manifest", files)
+    compared = [(f, p, k) for f, (p, m), k in zip(files, python, kotlin) if phone_reads(p, m)]
+    split = [(f, p, k) for f, p, k in compared if not agree(p, k)]
+    print(f"manifest: seed {SEED}, {count} files, {len(compared)} compared, {len(split)} split")
+    assert not split, (f"seed {SEED}: {len(split)} of {len(compared)} manifests split the readers (kept in "
+                       f"{tmp_path}): " + "; ".join(f"{f.name}: Python {p}, Kotlin {k.get('path')} "
+                                                    f"({k.get('message')})" for f, p, k in split[:10]))
+    assert len(compared) > count / 2 and sum(p is not None for p, _, _ in compared) > count / 4
 
 
 # -- hand-written faults: each one a reader must refuse, or a change it must accept --------------------------

@@ -152,12 +152,13 @@ def _boundary(value: Any, rng: random.Random, doc: Any) -> Any:
     return {}
 
 
-def mutate_structure(doc: Any, rng: random.Random) -> Tuple[Any, Dict[str, Any]]:
-    """One structural fault (a type swap, a boundary value, a key removed or added) at a random field;
-    also, sometimes, a key to write twice (``repeats``: object path -> (key, first value, first or last))."""
+def mutate_structure(doc: Any, rng: random.Random, only: str = ".*") -> Tuple[Any, Dict[str, Any]]:
+    """One structural fault (a type swap, a boundary value, a key removed or added) at a random field whose
+    path matches ``only``; also, sometimes, a key to write twice (``repeats``: object path -> (key, first
+    value, first or last))."""
     out = copy.deepcopy(doc)
     repeats: Dict[str, Any] = {}
-    places = list(fields(out))
+    places = [(path, keys) for path, keys in fields(out) if re.fullmatch(only, path)]
     if not places:
         return out, repeats
     path, keys = rng.choice(places)
@@ -243,14 +244,15 @@ def mutate_bytes(data: bytes, rng: random.Random) -> bytes:
     return data[:at] + b"\xff" + data[at:]
 
 
-def mutated_file(doc: Any, rng: random.Random) -> bytes:
-    """A record ``doc`` with one to four faults, structural and byte-level mixed (or none: then it is read)."""
+def mutated_file(doc: Any, rng: random.Random, only: str = ".*", most: int = 4) -> bytes:
+    """A record ``doc`` with one to ``most`` faults, structural (at fields matching ``only``) and byte-level
+    mixed, or none: then it is read."""
     repeats: Dict[str, Any] = {}
-    faults = rng.choice([0, 1, 1, 1, 2, 2, 3, 4])
+    faults = min(rng.choice([0, 1, 1, 1, 2, 2, 3, 4]), most)
     byte_faults = 0
     for _ in range(faults):
         if rng.random() < 0.6:
-            doc, more = mutate_structure(doc, rng)
+            doc, more = mutate_structure(doc, rng, only)
             repeats.update(more)
         else:
             byte_faults += 1
