@@ -234,7 +234,8 @@ def test_one_byte_of_invalid_utf8_in_a_record_is_one_line_not_a_traceback(board:
     path.write_bytes(path.read_bytes().replace(b'"schema": "hydra-edge/', b'"schema": "hydra-edge\xff/', 1))
     proc = subprocess.run([sys.executable, str(APP), "--bundle", str(bundle), "--lut", str(lut), "--plain",
                            "--max-images", "1", "--images", str(board["images"])],
-                          capture_output=True, text=True, timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+                          capture_output=True, text=True, timeout=120,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     said = [line for line in proc.stderr.splitlines() if "not valid UTF-8" in line]
     assert len(said) == 1 and str(path) in said[0], proc.stderr[-3000:]

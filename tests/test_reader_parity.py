@@ -1,6 +1,7 @@
-"""The records a phone reads too (lut.json, lut.correction.json) get the same verdict from Python's
-readers (hydra_edge.records) and the Kotlin ones (apps/android-demo/core: Lut.kt, Correction.kt), naming
-the same field, on hand-written faults and on thousands of generated files.
+"""The records a phone reads too (lut.json, lut.correction.json, and manifest.json where the phone reads it)
+get the same verdict from Python's readers (hydra_edge.records) and the Kotlin ones (apps/android-demo/core:
+Lut.kt, Correction.kt, Manifest.kt), naming the same field, on hand-written faults and on thousands of
+generated files.
 
 Both readers find the first fault in one order (docs/android.md, "The readers"): the text (UTF-8, the
 grammar, nesting, non-finite numbers, repeated keys), then the header, then the fields in the order the
@@ -30,12 +31,12 @@ from support.record_fuzz import mutated_file
 from support.tables import ANDROID_SIGNALS, PHONE_SIGNALS, fake_bundle, lut_document, table
 
 from hydra_edge.errors import HydraEdgeError
+from hydra_edge.records import codec
 from hydra_edge.records import correction as correction_record
 from hydra_edge.records import lut as lut_record
+from hydra_edge.records import manifest as manifest_record
 from hydra_edge.records.correction import CorrectionError
 from hydra_edge.records.lut import LutError
-from hydra_edge.records import codec
-from hydra_edge.records import manifest as manifest_record
 from hydra_edge.records.manifest import Manifest
 from hydra_edge.runtime.lut import read_table
 
@@ -231,9 +232,9 @@ def test_both_readers_give_a_generated_manifest_one_verdict_where_the_phone_read
     count = int(os.environ.get("HYDRA_EDGE_PARITY_FILES", 1500))
     rng = random.Random(SEED)
     files, python = [], []
+    structural = PHONE_PATH.pattern + r"|\$\.artefacts\[\d+\]"  # an artefact removed or swapped too
     for i, data in enumerate([*manifest_boundaries(manifest_doc),
-                              *(mutated_file(manifest_doc, rng, only=PHONE_PATH.pattern + r"|\$\.artefacts\[\d+\]", most=1)
-                                for _ in range(count))]):
+                              *(mutated_file(manifest_doc, rng, only=structural, most=1) for _ in range(count))]):
         files.append(tmp_path / f"manifest{i}.json")
         files[-1].write_bytes(data)
         python.append(python_refusal("manifest", data, "manifest.json"))
@@ -309,7 +310,8 @@ def mutations(doc: Dict[str, Any]) -> Iterator[tuple]:
     yield f"cell {n} in the first cell", changed(lambda d: d["selection"]["cells"][0].__setitem__(0, n))
     yield f"cell {n - 1}, the last candidate, where the hottest band is (more heads when hotter)", changed(
         lambda d: d["selection"]["cells"][3].__setitem__(6, n - 1))
-    yield "cell 0 everywhere", changed(lambda d: d["selection"].update(cells=[[0] * len(r) for r in d["selection"]["cells"]]))
+    yield "cell 0 everywhere", changed(lambda d: d["selection"].update(cells=[[0] * len(r)
+                                                                            for r in d["selection"]["cells"]]))
     yield "hotter cell more heads", changed(lambda d: d["selection"]["cells"][1].__setitem__(1, 3))
     yield "lower battery more heads", changed(lambda d: d["selection"]["cells"][3].__setitem__(0, 3))
     yield "dwell negative", changed(lambda d: d["selection"].update(min_dwell_s=-1.0))
@@ -373,8 +375,8 @@ def test_kotlin_refuses_every_lut_python_refuses_at_the_same_field(
         cases.append((name, python_verdict("lut", data)))
     refused = 0
     for (name, python), k in zip(cases, kotlin_verdicts(classpath, "lut", files)):
-        assert k["refused"] == (python is not None), f"{name}: Python {'refuses at ' + python if python else 'accepts'}, " \
-                                                     f"Kotlin {k}"
+        said = f"refuses at {python}" if python else "accepts"
+        assert k["refused"] == (python is not None), f"{name}: Python {said}, Kotlin {k}"
         if python is not None:
             refused += 1
             assert k["path"] == python, f"{name}: Python refuses at {python}, Kotlin at {k['path']}: {k['message']}"

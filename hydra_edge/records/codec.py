@@ -145,10 +145,10 @@ def parse(data: Union[bytes, str], where: str, what: str, hint: str,
     """The document as plain data, or one ``error`` line naming the first fault of the text:
 
     invalid UTF-8, nesting deeper than ``MAX_DEPTH``, anything RFC 8259 refuses (lone surrogate
-    escapes included, and integers longer than msgspec reads: 4300 characters), and only then the field that holds a NaN, an infinity or a number too large
-    for a double (the last one, as Python's writer spells them), then the first repeated key:
-    a record has one value per key, and a reader keeping the last would read what a person editing
-    the first did not mean.
+    escapes included, and integers longer than msgspec reads: 4300 characters), and only then the
+    field that holds a NaN, an infinity or a number too large for a double (the last one, as
+    Python's writer spells them), then the first repeated key: a record has one value per key, and
+    a reader keeping the last would read what a person editing the first did not mean.
     """
     try:
         text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
