@@ -134,7 +134,8 @@ def _swap(value: Any, rng: random.Random) -> Any:
 
 def _boundary(value: Any, rng: random.Random, doc: Any) -> Any:
     """A value at or just past a range the schema bounds this kind of field by."""
-    candidates = len(doc.get("candidates", [])) if isinstance(doc, dict) else 0
+    listed = doc.get("candidates") if isinstance(doc, dict) else None
+    candidates = len(listed) if isinstance(listed, list) else 4
     if isinstance(value, bool):
         return not value
     if isinstance(value, int):
