@@ -31,7 +31,7 @@ from support.tables import fake_bundle
 from hydra_edge.android import apk, dex
 from hydra_edge.atomic import sha256_file
 from hydra_edge.commands.android_app import android_app
-from hydra_edge.lut.policy import Policy
+from hydra_edge.lut.policy import Policy, ThermalPolicy
 from hydra_edge.lut.table import build_table
 from hydra_edge.records.calibration import Calibration, HeadResult
 from hydra_edge.records.manifest import Manifest, bundle_files, read_manifest
@@ -39,7 +39,7 @@ from hydra_edge.records.manifest import Manifest, bundle_files, read_manifest
 pytestmark = pytest.mark.slow  # converts a bundle and builds an APK
 
 
-def lut_for(bundle: Path, out: Path) -> Path:
+def lut_for(bundle: Path, out: Path, thermal: ThermalPolicy | None = None) -> Path:
     """lut.json for ``bundle`` from a made-up calibration (the table needs latencies, not a phone)."""
     manifest = read_manifest(bundle)
     cal = Calibration(device_id="local:test", device={}, settings={}, soak=None,
@@ -50,7 +50,8 @@ def lut_for(bundle: Path, out: Path) -> Path:
                            latency={"count": 10, "p50_ms": ms, "mean_ms": ms}))
     cal.write(out.parent / "cal.json")
     doc = build_table(bundle, Manifest.from_dict(json.loads((bundle / "manifest.json").read_text())), cal,
-                      out.parent / "cal.json", msgspec.structs.replace(Policy(), budget_ms=12.0))
+                      out.parent / "cal.json", msgspec.structs.replace(Policy(), budget_ms=12.0,
+                                                                     thermal=thermal or Policy().thermal))
     out.write_text(json.dumps(doc))
     return out
 
@@ -271,6 +272,20 @@ def test_a_table_for_another_bundle_is_refused(bundle: Path, tmp_path: Path) -> 
     doc["max_drop"] = 2.0  # another manifest: the table's manifest sha256 no longer matches
     (copy / "manifest.json").write_text(json.dumps(doc))
     expect_refused(copy, bundle.parent / "lut.json", tmp_path / "out" / "demo.apk", "another bundle", "hydra-edge lut")
+
+
+def test_a_table_not_on_the_thermal_status_is_refused(bundle: Path, tmp_path: Path) -> None:
+    """The app passes PowerManager's thermal status to the table: a table banded in °C would read SHUTDOWN
+    (6) as 6 °C, the coolest band. Refused even for a bundle whose target names no thermal signal."""
+    copy = tmp_path / "bundle"
+    shutil.copytree(bundle, copy)
+    manifest = read_manifest(copy)
+    manifest.target = {**manifest.target, "signals": {"commands": {"battery": "dumpsys battery"}}}
+    manifest.write(copy)
+    lut = lut_for(copy, tmp_path / "lut.json", msgspec.structs.replace(Policy().thermal, source="temperature"))
+    assert json.loads(lut.read_text())["thermal"]["source"] == "temperature"
+    expect_refused(copy, lut, tmp_path / "out" / "demo.apk", "$.thermal.source", "'temperature'",
+                   "the Android thermal status", "re-run hydra-edge lut")
 
 
 def test_a_tampered_artefact_is_refused(bundle: Path, tmp_path: Path) -> None:

@@ -221,6 +221,30 @@ def test_app_mistakes_are_one_line(board: dict[str, Path], tmp_path: Path, case:
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize("damaged", ["manifest.json", "lut.json"])
+def test_one_byte_of_invalid_utf8_in_a_record_is_one_line_not_a_traceback(board: dict[str, Path], tmp_path: Path,
+                                                                          damaged: str) -> None:
+    """A manifest that cannot be read stops the app in one line; a table that cannot be read is one warning
+    line and the smallest head count runs (the switcher's fallback)."""
+    bundle = tmp_path / "bundle"
+    shutil.copytree(board["bundle"], bundle)
+    lut = tmp_path / "lut.json"
+    shutil.copy(board["lut"], lut)
+    path = bundle / "manifest.json" if damaged == "manifest.json" else lut
+    path.write_bytes(path.read_bytes().replace(b'"schema": "hydra-edge/', b'"schema": "hydra-edge\xff/', 1))
+    proc = subprocess.run([sys.executable, str(APP), "--bundle", str(bundle), "--lut", str(lut), "--plain",
+                           "--max-images", "1", "--images", str(board["images"])],
+                          capture_output=True, text=True, timeout=120,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    said = [line for line in proc.stderr.splitlines() if "not valid UTF-8" in line]
+    assert len(said) == 1 and str(path) in said[0], proc.stderr[-3000:]
+    if damaged == "manifest.json":
+        assert proc.returncode == 1 and said[0].startswith("Error: ")
+    else:
+        assert proc.returncode == 0 and "running the smallest head count" in said[0], said
+
+
 def run_app(board: dict[str, Path], *args: object, site: Path | None = None) -> subprocess.CompletedProcess:
     """The app as a board runs it; ``site`` is a folder of its Python's own (e.g. a sitecustomize)."""
     path = f"{site}:{ROOT}" if site else str(ROOT)

@@ -414,6 +414,25 @@ def test_a_correction_from_elsewhere_names_the_sha256_that_differs(
     assert message.count("sha256") == len(expected), message
 
 
+@pytest.mark.parametrize("wall", [-1.0, -86400.0 * 365, math.nan, math.inf])
+def test_a_wall_clock_before_1970_or_no_number_is_a_failed_read_once_not_a_crash(
+        rig: Rig, wall: float, caplog: pytest.LogCaptureFixture) -> None:
+    """A phone or board whose clock was never set (or reset to before 1970) can date nothing: the saved
+    correction is not restored (its age is unknown) and nothing is written, one warning in all."""
+    learned_correction(rig)
+    path = correction_path(rig.lut)
+    saved = path.read_bytes()
+    rig.wall.now = wall
+    with caplog.at_level(logging.WARNING, logger="hydra_edge.switcher"), rig.switcher() as sw:
+        assert sw.poll() == 12 and sw.events[0].reason == "start"  # not restored: it said 6 heads
+        loaded(rig, 1.5)
+        assert rig.serve(sw, 30)[-1] == 6  # the loop still learns and steps down
+        sw.wait_prefetch()
+    assert path.read_bytes() == saved
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert "\n" not in message and "wall clock" in message and "1970" in message, message
+
+
 def test_a_correction_that_cannot_be_written_is_one_warning_and_the_loop_goes_on(
         rig: Rig, caplog: pytest.LogCaptureFixture) -> None:
     correction_path(rig.lut).mkdir()  # nothing can be renamed over a folder

@@ -13,7 +13,7 @@ from pathlib import Path
 import msgspec
 import pytest
 from click.testing import CliRunner
-from support.tables import ANDROID_SIGNALS, PHONE_SIGNALS, calibration, fake_bundle, heads_grid, table
+from support.tables import ANDROID_SIGNALS, PHONE_SIGNALS, PI_SIGNALS, calibration, fake_bundle, heads_grid, table
 
 from hydra_edge.atomic import sha256_file
 from hydra_edge.commands.lut import lut
@@ -84,7 +84,8 @@ def test_android_targets_use_thermal_status(tmp_path: Path) -> None:
     (PHONE_SIGNALS, "auto", True),  # targets/android.toml: the phone's forecast counts
     (ANDROID_SIGNALS, "auto", False),  # a profile without the headroom line (a phone that cannot forecast)
     ({**PHONE_SIGNALS, "headroom": "none"}, "auto", False),  # switched off by its flat key
-    (PHONE_SIGNALS, "temperature", False),  # a temperature table: headroom is an Android forecast
+    # a temperature table (for a target reading no thermal signal): headroom is an Android forecast
+    ({"commands": {"headroom": PHONE_SIGNALS["commands"]["headroom"]}}, "temperature", False),
     (None, "auto", False),  # a board
 ])
 def test_the_table_records_whether_the_phone_selects_on_its_thermal_headroom(
@@ -96,6 +97,51 @@ def test_the_table_records_whether_the_phone_selects_on_its_thermal_headroom(
     path = tmp_path / "lut.json"
     path.write_bytes(record.encode(doc, "lut.json"))
     assert read_table(path).thermal_headroom is named
+
+
+@pytest.mark.parametrize("signals, source, reads", [
+    (ANDROID_SIGNALS, "temperature", "the Android thermal status"),  # SHUTDOWN (6) would read as 6 °C
+    (PI_SIGNALS, "android", "°C"),
+])
+def test_lut_refuses_a_thermal_source_the_bundles_target_does_not_read(
+        tmp_path: Path, signals: dict, source: str, reads: str) -> None:
+    bundle = fake_bundle(tmp_path / "bundle", [3, 12], signals=signals)
+    calibration(bundle, {3: 10, 12: 40}).write(tmp_path / "cal.json")
+    (tmp_path / "policy.toml").write_text(f'[thermal]\nsource = "{source}"\n')
+    result = CliRunner().invoke(lut, ["-b", str(bundle), "-c", str(tmp_path / "cal.json"), "-o", str(tmp_path / "out"),
+                                      "--budget-ms", "50", "-p", str(tmp_path / "policy.toml")])
+    assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1, result.output
+    assert "[thermal] source" in result.output and f"but the bundle's target ('pi') reads {reads}" in result.output
+    assert "re-run hydra-edge lut" in result.output and not (tmp_path / "out").exists()
+
+
+def retarget(bundle: Path, signals: dict) -> str:
+    """Give ``bundle``'s manifest a target reading ``signals``; the new manifest's sha256."""
+    manifest = read_manifest(bundle)
+    manifest.target = {**manifest.target, "signals": signals}
+    manifest.write(bundle)
+    return sha256_file(bundle / "manifest.json")
+
+
+@pytest.mark.parametrize("built_for, read_by, words", [
+    (PI_SIGNALS, ANDROID_SIGNALS, "'temperature' bands the table in °C, but the target of"),
+    (ANDROID_SIGNALS, PI_SIGNALS, "'android' bands the table in the Android thermal status"),
+    (None, {"commands": {"battery": "dumpsys battery"}}, None),  # a target reading no thermal signal: any fits
+])
+def test_the_reader_refuses_a_table_on_a_thermal_source_the_bundles_target_does_not_read(
+        tmp_path: Path, built_for: dict | None, read_by: dict, words: str | None) -> None:
+    """A hand-edited manifest or a table from another hydra-edge: read_table checks it too, as the phone does."""
+    doc = table(tmp_path, {3: 10, 12: 40}, budget_ms=45, signals=built_for)
+    doc["bundle"]["manifest_sha256"] = retarget(tmp_path / "bundle", read_by)
+    path = tmp_path / "lut.json"
+    path.write_bytes(record.encode(doc, "lut.json"))
+    if words is None:
+        assert read_table(path, tmp_path / "bundle").thermal_source == "temperature"
+        return
+    with pytest.raises(record.LutError) as e:
+        read_table(path, tmp_path / "bundle")
+    assert str(e.value).startswith(f"{path}: $.thermal.source: ") and words in str(e.value), e.value
+    assert "\n" not in str(e.value) and "[thermal] source" in str(e.value)
 
 
 @pytest.mark.parametrize("forecast, named", [

@@ -32,6 +32,7 @@ from typing import Dict, List, Optional, Sequence
 
 from ..atomic import atomic_path, sha256_file
 from ..errors import HydraEdgeError
+from ..records.lut import LutError
 from ..records.manifest import MANIFEST, bundle_files, read_manifest
 from . import dex
 
@@ -203,7 +204,7 @@ class Checked:
 
 def check_inputs(bundle: Path, lut: Path) -> Checked:
     """An android (.pte) bundle, intact, and a table built for it; one line otherwise."""
-    from ..runtime.lut import read_table
+    from ..runtime.lut import read_table, thermal_source_problem
 
     manifest = read_manifest(bundle)
     target = manifest.target.get("name")
@@ -215,7 +216,10 @@ def check_inputs(bundle: Path, lut: Path) -> Checked:
     files = bundle_files(bundle, manifest.artefacts)  # every file's sha256 against the manifest, one line if not
     if not lut.is_file():
         raise HydraEdgeError(f"{lut} not found; build the table with hydra-edge lut --bundle {bundle}")
-    read_table(lut, bundle)  # a table for another bundle (manifest sha256) or naming other artefacts: LutError
+    table = read_table(lut, bundle)  # a table for another bundle, target or artefacts: LutError
+    problem = thermal_source_problem(table.thermal_source, "android", "the app (PowerManager's thermal status)")
+    if problem:  # the app passes the status to the table whatever its source: no other table may go in
+        raise LutError(f"{lut}: $.thermal.source: {problem}")
     return Checked(files=dict(files), lut=lut, manifest_sha256=sha256_file(bundle / MANIFEST))
 
 

@@ -22,7 +22,8 @@ from ..measure.pareto import Point, pareto
 from ..records.calibration import Calibration, Derating
 from ..records.lut import SCHEMA, SCHEMA_VERSION
 from ..records.manifest import MANIFEST, Manifest
-from ..runtime.signals import HEADROOM_RANGE, configured, signals_from_profile
+from ..runtime.lut import target_thermal_source, thermal_source_problem
+from ..runtime.signals import HEADROOM_RANGE, configured
 from .policy import ANDROID_STATUSES, Policy
 
 
@@ -59,12 +60,16 @@ def points(manifest: Manifest, calibration: Calibration, where: str = "the calib
 
 
 def thermal_source(policy: Policy, manifest: Manifest, soak: Derating | None) -> str:
-    """``auto``: Android when the target reads dumpsys thermalservice or the soak saw statuses."""
+    """The policy's source, which must fit what the bundle's target reads; ``auto``: what the target reads,
+    or, for a target reading no thermal signal, Android when the soak saw thermal statuses."""
+    reads = target_thermal_source(manifest.target)
     if policy.thermal.source != "auto":
+        problem = thermal_source_problem(policy.thermal.source, reads, f"the bundle's target "
+                                         f"({manifest.target.get('name')!r})")
+        if problem:
+            raise HydraEdgeError(f"policy [thermal] source: {problem}")
         return policy.thermal.source
-    signals = signals_from_profile(manifest.target.get("signals", {}))
-    android = signals.get("thermal") == "dumpsys" or bool(soak and soak.by_thermal_status)
-    return "android" if android else "temperature"
+    return reads or ("android" if soak and soak.by_thermal_status else "temperature")
 
 
 NO_FORECAST = ("the phone gave no thermal headroom forecast during calibration: "

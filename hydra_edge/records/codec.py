@@ -5,14 +5,21 @@ A reader gets a typed record or a single ``HydraEdgeError`` line: the file, the 
 sends the record through the same schema before writing, so a file that would not read back
 (NaN, a negative count, a path outside the bundle) is never written, and writing what was read
 gives the same bytes.
+
+The phone reads lut.json and the latency correction with its own reader (apps/android-demo/core:
+StrictJson.kt); for every file both give the same verdict and name the same field, so both find a
+file's first fault in one order (``decode``; docs/android.md, "The readers").
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 import sys
+import types
 from pathlib import Path
-from typing import Any, Optional, Tuple, Type, TypeVar, Union
+from typing import Annotated, Any, Iterator, List, Optional, Tuple, Type, TypeVar, Union, get_args, get_origin
 
 import msgspec
 
@@ -43,13 +50,34 @@ class _Header(msgspec.Struct):
 def _one_line(error: str, where: str, hint: str) -> str:
     """``Expected `int`, got `str` - at `$.a[2]``` -> ``where: $.a[2]: expected `int`, got `str`; hint``."""
     path, message = locate(error)
-    return f"{where}: {path}: {message[:1].lower()}{message[1:]}; {hint}"
+    return f"{where}: {printable(path)}: {printable(message[:1].lower() + message[1:])}; {hint}"
+
+
+# What would break the one line: control characters and line separators, as a file's keys and values may hold,
+# and lone surrogates (from a \ud800 escape), which no terminal or log can encode.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def printable(text: str) -> str:
+    """``text`` with each control character, line separator or lone surrogate as Python writes it in a repr
+    (``\\n``, ``\\x00``, ``\\u2028``, ``\\ud800``): a key or value quoted from a file stays on its error's one
+    line and can be printed. The phone's reader escapes the same way (StrictJson.kt's ``printable``), so
+    both name a field alike."""
+    return _UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+def _at(path: str, error: Union[str, Exception]) -> msgspec.ValidationError:
+    """A check's error below ``path`` as msgspec words one at ``path`` (``... - at `$.a.b[2]```)."""
+    inner, message = locate(str(error))
+    return msgspec.ValidationError(f"{message} - at `{path}{inner[1:]}`")
 
 
 def _check_header(header: Any, schema: Schema, where: str, what: str, hint: str,
                   error: Type[HydraEdgeError]) -> None:
     name, version = schema
-    got = header if isinstance(header, _Header) else _Header()
+    if not isinstance(header, dict):
+        raise error(_one_line(str(_at("$", f"Expected `object`, got `{_kind(header)}`")), where, hint))
+    got = _Header(header.get("schema"), header.get("schema_version"))
     if got.schema != name:
         raise error(f"{where}: $.schema: not a hydra-edge {what} (schema {got.schema!r}, expected {name!r}); {hint}")
     if got.schema_version != version:
@@ -59,17 +87,20 @@ def _check_header(header: Any, schema: Schema, where: str, what: str, hint: str,
 
 def decode(data: Union[bytes, str], type_: Type[T], where: str, what: str, hint: str,
            schema: Optional[Schema] = None, error: Type[HydraEdgeError] = HydraEdgeError) -> T:
-    """A JSON document as ``type_``, its schema and version checked first; ``error`` in one line otherwise."""
+    """A JSON document as ``type_``, its schema and version checked first; ``error`` in one line otherwise.
+
+    The order a fault is found in is the phone's too (its Kotlin reader finds the same first fault):
+    the text first (UTF-8, JSON, nesting, non-finite numbers, repeated keys; see ``parse``), then the
+    header, then the fields in the schema's order (``in_schema_order``).
+    """
+    document = parse(data, where, what, hint, error)
+    if schema is not None:
+        _check_header(document, schema, where, what, hint, error)
     try:
-        if schema is not None:
-            _check_header(msgspec.json.decode(data, type=_Header), schema, where, what, hint, error)
-        return msgspec.json.decode(data, type=type_)
+        in_schema_order(document, type_, "$")
+        return msgspec.convert(document, type_, strict=True)
     except msgspec.ValidationError as e:
         raise error(_one_line(str(e), where, hint)) from None
-    except msgspec.DecodeError as e:
-        raise error(f"{where}: {_non_finite(data) or f'not valid JSON ({e})'}; {hint}") from None
-    except RecursionError:
-        raise error(f"{where} nests too deeply to be a hydra-edge {what}; {hint}") from None
 
 
 def convert(obj: Any, type_: Type[T], where: str, hint: str) -> T:
@@ -86,17 +117,152 @@ def convert(obj: Any, type_: Type[T], where: str, hint: str) -> T:
         raise HydraEdgeError(f"{where} nests too deeply; {hint}") from None
 
 
-def _non_finite(data: Union[bytes, str]) -> Optional[str]:
-    """Where Python's json (which writes them) put a NaN or Infinity, for the message; None if nowhere."""
+# -- the text: the same grammar as the phone's reader (StrictJson.kt) -------------------------------
+
+# More nested arrays and objects than this is no record (they nest 5 deep); both readers refuse it
+# before anything else can overflow a stack.
+MAX_DEPTH = 512
+_BRACKETS = re.compile(r"[\[\]{}]")
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+
+
+class _Object(dict):
+    """A JSON object as ``json`` reads it; ``pairs``: all its (key, value) pairs in document order when a
+    key repeats (the dict keeps the last value), so ``parse`` can name the repeat and every value."""
+
+    pairs: Optional[List[Tuple[str, Any]]] = None
+
+
+def _object(pairs: List[Tuple[str, Any]]) -> _Object:
+    found = _Object(pairs)
+    if len(found) < len(pairs):
+        found.pairs = pairs
+    return found
+
+
+def parse(data: Union[bytes, str], where: str, what: str, hint: str,
+          error: Type[HydraEdgeError] = HydraEdgeError) -> Any:
+    """The document as plain data, or one ``error`` line naming the first fault of the text:
+
+    invalid UTF-8, nesting deeper than ``MAX_DEPTH``, anything RFC 8259 refuses (lone surrogate
+    escapes included, and integers longer than msgspec reads: 4300 characters), and only then the
+    field that holds a NaN, an infinity or a number too large for a double (the last one, as
+    Python's writer spells them), then the first repeated key: a record has one value per key, and
+    a reader keeping the last would read what a person editing the first did not mean.
+    """
     try:
-        finite(json.loads(data), "")
-    except ValueError as e:  # json's own decode errors too: then the document is malformed anyway
-        if str(e).startswith(("`.", "`[")):
-            path, message = locate(str(e))
-            return f"{path}: {message}"
-    except RecursionError:
-        pass
+        text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
+    except UnicodeDecodeError as e:
+        raise error(f"{where}: not valid UTF-8 (byte {e.start}: {e.reason}); {hint}") from None
+    if _too_deep(text):
+        raise error(f"{where}: nests arrays and objects more than {MAX_DEPTH} deep, as no hydra-edge {what} does; "
+                    f"{hint}")
+    try:
+        msgspec.json.decode(text.encode("utf-8", "surrogatepass"))
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:  # ValidationError: a number out of range
+        raise error(f"{where}: {printable(_non_finite(text) or f'not valid JSON ({e})')}; {hint}") from None
+    document = json.loads(text, object_pairs_hook=_object)
+    repeated = _first_repeated(document)
+    if repeated:
+        raise error(f"{where}: {printable(repeated)}; {hint}")
+    return document
+
+
+def _too_deep(text: str) -> bool:
+    """More than ``MAX_DEPTH`` arrays and objects open at once (brackets inside strings do not count)."""
+    depth = 0
+    for m in _BRACKETS.finditer(_STRINGS.sub("", text)):
+        depth += 1 if m.group() in "[{" else -1
+        if depth > MAX_DEPTH:
+            return True
+    return False
+
+
+def _nodes(value: Any, path: str = "$") -> Iterator[Tuple[str, Any, Optional[str]]]:
+    """Every value below ``value`` in document order: (its path, it, the key it repeats or None)."""
+    stack = [(path, value, None)]
+    while stack:
+        where, v, repeats = stack.pop()
+        yield where, v, repeats
+        if isinstance(v, dict):
+            seen: set = set()
+            children = []
+            for k, item in (v.pairs or v.items()) if isinstance(v, _Object) else v.items():
+                children.append((f"{where}.{k}", item, k if k in seen else None))
+                seen.add(k)
+            stack.extend(reversed(children))
+        elif isinstance(v, list):
+            stack.extend(reversed([(f"{where}[{i}]", item, None) for i, item in enumerate(v)]))
+
+
+def _first_repeated(document: Any) -> Optional[str]:
+    for where, _, repeats in _nodes(document):
+        if repeats is not None:
+            return f"{where}: key `{repeats}` appears twice in one object (a record has one value per key)"
     return None
+
+
+def _non_finite(text: str) -> Optional[str]:
+    """Where Python's json (which writes them) put a NaN or Infinity, or a number too large for a double
+    (the last in the document), for the message; None if nowhere or the text is no JSON even so."""
+    try:
+        document = json.loads(text, object_pairs_hook=_object)
+    except (ValueError, RecursionError):  # json's own decode errors: the document is malformed anyway
+        return None
+    found = [(where, v) for where, v, _ in _nodes(document) if isinstance(v, float) and not math.isfinite(v)]
+    return f"{found[-1][0]}: {found[-1][1]} is not a finite number" if found else None
+
+
+# -- the fields, in the schema's order --------------------------------------------------------------
+
+def _kind(value: Any) -> str:
+    return {dict: "object", list: "array", str: "str", bool: "bool", int: "int", float: "float",
+            type(None): "null"}.get(type(value), type(value).__name__)
+
+
+_UNIONS = (Union, getattr(types, "UnionType", Union))  # Optional[X], and X | None on 3.10+
+
+
+def in_schema_order(value: Any, type_: Any, path: str) -> None:
+    """Check ``value`` against ``type_`` as msgspec does, but field by field in the order the schema
+    declares them (a missing required field where it is declared, an unknown one after the known
+    ones, a struct's own checks after its fields), so the first fault named is the one the phone's
+    reader, which reads fields in that order, names too. msgspec.ValidationError at the fault.
+    """
+    origin, args = get_origin(type_), get_args(type_)
+    if isinstance(type_, type) and issubclass(type_, msgspec.Struct):
+        if not isinstance(value, dict):
+            raise _at(path, f"Expected `object`, got `{_kind(value)}`")
+        names = set()
+        for field in msgspec.structs.fields(type_):
+            names.add(field.encode_name)
+            if field.encode_name in value:
+                in_schema_order(value[field.encode_name], field.type, f"{path}.{field.encode_name}")
+            elif field.required:
+                raise _at(path, f"Object missing required field `{field.encode_name}`")
+        unknown = [k for k in value if k not in names]
+        if unknown and type_.__struct_config__.forbid_unknown_fields:
+            raise _at(path, f"Object contains unknown field `{unknown[0]}`")
+    elif origin in _UNIONS and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        if value is not None and len(rest) == 1:
+            return in_schema_order(value, rest[0], path)
+    elif origin is Annotated and get_origin(args[0]) in (list, tuple) and isinstance(value, list):
+        meta = [m for m in args[1:] if isinstance(m, msgspec.Meta)]
+        for m in meta:
+            if m.min_length is not None and len(value) < m.min_length:
+                raise _at(path, f"Expected `array` of length >= {m.min_length}")
+            if m.max_length is not None and len(value) > m.max_length:
+                raise _at(path, f"Expected `array` of length <= {m.max_length}")
+        return in_schema_order(value, args[0], path)
+    elif origin in (list, tuple) and isinstance(value, list) and (origin is list or args[-1:] == (...,)):
+        for i, item in enumerate(value):
+            in_schema_order(item, args[0], f"{path}[{i}]")
+        return
+    try:
+        msgspec.convert(value, type_, strict=True)  # a leaf, or a struct's own checks (its __post_init__)
+    except (msgspec.ValidationError, ValueError) as e:
+        raise _at(path, e) from None
 
 
 def read_bytes(path: Path, what: str, hint: str, error: Type[HydraEdgeError] = HydraEdgeError,

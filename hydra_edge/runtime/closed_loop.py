@@ -13,12 +13,15 @@ Anything else is ignored with one warning line (an expired one with an info line
 on with the table's head counts, never with more. A correction is written (atomically) each time
 the governor learns something, by the caller's choice of thread (the switcher: its background
 loader, so an inference never waits for an SD card); a write that fails is one warning, and
-inference goes on. Wall-clock time (``wall_clock``) dates the file, so it expires across reboots.
+inference goes on. Wall-clock time (``wall_clock``) dates the file, so it expires across reboots; a
+clock before 1970 or no number (a phone or board whose clock was never set) dates nothing: it is a
+failed read of the clock, one warning, and while it lasts nothing is restored nor written.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 from typing import Callable, Dict, Mapping, Optional, Tuple
 
@@ -61,6 +64,7 @@ class LatencyLoop:
         self.budget_now = self.budget_ms
         self._saved_revision = 0
         self._write_failed = False
+        self._clock_failed = False
         calibrated = {c.heads: c.latency_ms for c in table.candidates}
         self.governor = LatencyGovernor(calibrated, settings, log, self._load(calibrated))
 
@@ -80,7 +84,10 @@ class LatencyLoop:
         except CorrectionError as e:
             self.log.warning("%s", e)
             return None
-        age = self.wall_clock() - doc.saved_at
+        now = self._now()
+        if now is None:
+            return None
+        age = now - doc.saved_at
         why = None
         others = [f"{what} ({name} sha256 {theirs[:12]}, this {mine_is} {ours[:12]})"
                   for what, name, mine_is, theirs, ours in (
@@ -110,12 +117,27 @@ class LatencyLoop:
         governor = self.governor
         if governor.revision == self._saved_revision:
             return None
+        now = self._now()
+        if now is None:  # kept unsaved: the next snapshot after the clock is set takes it
+            return None
         self._saved_revision = governor.revision
         doc = record.CorrectionDocument(
-            created_by=f"hydra-edge {__version__}", saved_at=self.wall_clock(), manifest_sha256=self.manifest_sha256,
+            created_by=f"hydra-edge {__version__}", saved_at=now, manifest_sha256=self.manifest_sha256,
             lut_sha256=self.lut_sha256, budget_ms=self.budget_now,
             learned=[governor.learned[h] for h in sorted(governor.learned)])
         return record.encode(doc, str(self.path))
+
+    def _now(self) -> Optional[float]:
+        """The wall clock in seconds since the epoch, or None (one warning, the first time) when it reads before
+        1970 or no number: a correction dated by it could not be aged, nor one saved before it."""
+        now = self.wall_clock()
+        if math.isfinite(now) and now >= 0:
+            return now
+        if not self._clock_failed:
+            self.log.warning("the wall clock reads %r, before 1970 or no time at all: the latency correction %s is "
+                             "neither restored nor saved until the clock is set", now, self.path)
+        self._clock_failed = True
+        return None
 
     def save(self, data: bytes) -> None:
         """Write a snapshot atomically; a failure is one warning (the first only) and inference goes on."""

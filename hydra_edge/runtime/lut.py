@@ -36,7 +36,7 @@ import hashlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 import msgspec
 
@@ -45,6 +45,7 @@ from ..records import codec
 from ..records import lut as record
 from ..records.lut import LutError
 from ..records.manifest import MANIFEST, read_manifest
+from .signals import configured
 
 
 # A Pareto-optimal subnetwork of this device, as lut.json records it and the switcher loads it.
@@ -126,6 +127,30 @@ class Table:
         return temp
 
 
+# A table's thermal source, as the device's reading it is in: what a person reads in a message.
+THERMAL_UNITS = {"android": "the Android thermal status (0 NONE .. 6 SHUTDOWN)", "temperature": "°C"}
+
+
+def target_thermal_source(target: Mapping[str, Any]) -> Optional[str]:
+    """The thermal source a bundle's target profile (the manifest's ``target``) reads: "android" when its
+    ``[signals]`` read ``dumpsys thermalservice``, "temperature" when they read thermal zones or vcgencmd,
+    None when they read no thermal signal (the device then always passes NaN: the hottest band)."""
+    signals = configured(target.get("signals") or {})
+    if signals.get("thermal") == "dumpsys":
+        return "android"
+    return "temperature" if signals.get("thermal") == "sysfs" or signals.get("vcgencmd") else None
+
+
+def thermal_source_problem(source: str, reads: Optional[str], device: str) -> Optional[str]:
+    """Why a table on thermal ``source`` cannot run on a ``device`` that reads ``reads`` (None: it reads no
+    thermal signal, so any table fits), or None. A mismatch is no safe default: the device's number taken
+    in the wrong unit (SHUTDOWN, 6, read as 6 °C) picks the coolest band."""
+    if reads is None or reads == source:
+        return None
+    return (f"{source!r} bands the table in {THERMAL_UNITS[source]}, but {device} reads {THERMAL_UNITS[reads]}; "
+            f"set the policy's [thermal] source = {reads!r} (or \"auto\") and re-run hydra-edge lut")
+
+
 def _table(doc: record.LutDocument, sha256: str = "") -> Table:
     """The selection's view of a checked ``lut.json`` (``hydra_edge.records.lut`` checked every field)."""
     return Table(
@@ -153,7 +178,8 @@ def table_from_dict(d: Dict[str, Any], where: str = "lut.json") -> Table:
 
 def read_table(path: Union[str, Path], bundle: Optional[Union[str, Path]] = None) -> Table:
     """Read ``lut.json`` once (the table carries the sha256 of the bytes read); with ``bundle``, also
-    check it was built for that bundle's manifest and names only that bundle's artefacts."""
+    check it was built for that bundle's manifest, bands on the thermal signal its target reads, and
+    names only that bundle's artefacts."""
     path = Path(path)
     data = codec.read_bytes(path, "lookup table", record.HINT, LutError)
     table = _table(record.decode(data, str(path)), hashlib.sha256(data).hexdigest())
@@ -163,7 +189,12 @@ def read_table(path: Union[str, Path], bundle: Optional[Union[str, Path]] = None
         if actual != table.manifest_sha256:
             raise LutError(f"{path} was built for another bundle (manifest sha256 {table.manifest_sha256[:12]}, "
                            f"{manifest} has {actual and actual[:12]}); re-run hydra-edge lut")
-        artefacts = read_manifest(manifest).by_id()
+        recorded = read_manifest(manifest)
+        problem = thermal_source_problem(table.thermal_source, target_thermal_source(recorded.target),
+                                         f"the target of {manifest} ({recorded.target.get('name')!r})")
+        if problem:
+            raise LutError(f"{path}: $.thermal.source: {problem}")
+        artefacts = recorded.by_id()
         for i, c in enumerate(table.candidates):
             a = artefacts.get(c.artefact)
             if a is None:

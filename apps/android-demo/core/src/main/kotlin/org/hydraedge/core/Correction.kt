@@ -100,7 +100,9 @@ object Correction {
  * (hydra_edge.runtime.closed_loop.LatencyLoop). A saved correction is used only when it was learned
  * against this bundle and this table (their sha256), is dated no later than now and no older than
  * expireS, and names only head counts of the table; anything else is one warning and the table's
- * head counts run, never more.
+ * head counts run, never more. A wall clock before 1970 or no number (a phone whose clock was never
+ * set) dates nothing: a failed read of the clock, one warning, and while it lasts nothing is restored
+ * nor written.
  */
 class LatencyLoop(
     lutFile: File,
@@ -116,6 +118,7 @@ class LatencyLoop(
     val governor: LatencyGovernor
     private var savedRevision = 0
     private var writeFailed = false
+    private var clockFailed = false
 
     init {
         if (table.sha256.isEmpty()) throw LutException("${lutFile.path}: the switcher runs no table read from it; re-run hydra-edge lut")
@@ -142,7 +145,8 @@ class LatencyLoop(
             log.log("WARNING", e.message ?: "unreadable correction")
             return null
         }
-        val age = wallClock() - doc.savedAt
+        val now = now() ?: return null
+        val age = now - doc.savedAt
         val why = when {
             doc.manifestSha256 != table.manifestSha256 || doc.lutSha256 != table.sha256 ->
                 "learned against another bundle or table (lut.json sha256 ${doc.lutSha256.take(12)}, this table's ${table.sha256.take(12)})"
@@ -164,10 +168,24 @@ class LatencyLoop(
     /** The correction's bytes when the governor has learned something since the last snapshot, else null. */
     fun snapshot(): ByteArray? {
         if (governor.revision == savedRevision) return null
+        val now = now() ?: return null // kept unsaved: the next snapshot after the clock is set takes it
         savedRevision = governor.revision
-        val doc = CorrectionDocument(Correction.CREATED_BY, wallClock(), table.manifestSha256, table.sha256, budgetNow,
+        val doc = CorrectionDocument(Correction.CREATED_BY, now, table.manifestSha256, table.sha256, budgetNow,
             governor.learned.keys.sorted().map { governor.learned.getValue(it) })
         return Correction.encode(doc, path.path)
+    }
+
+    /**
+     * The wall clock in seconds since the epoch, or null (one warning, the first time) when it reads before
+     * 1970 or no number: a correction dated by it could not be aged, nor one saved before it.
+     */
+    private fun now(): Double? {
+        val now = wallClock()
+        if (now.isFinite() && now >= 0) return now
+        if (!clockFailed) log.log("WARNING", "the wall clock reads ${Py.repr(now)}, before 1970 or no time at all: the latency " +
+            "correction ${path.path} is neither restored nor saved until the clock is set")
+        clockFailed = true
+        return null
     }
 
     /** Write a snapshot atomically; a failure is one warning (the first only) and inference goes on. */

@@ -251,7 +251,7 @@ object Lut {
     private fun policy(p: Fields, fail: (String, String) -> Nothing) {
         p.optDouble("budget_ms", 0.0, Checks.LARGE, loOpen = true)
         if (p.has("min_dwell_s")) p.double("min_dwell_s", 0.0, 1e6)
-        p.optObj("thermal")?.let { t ->
+        p.objIfGiven("thermal")?.let { t ->
             if (t.has("source")) t.literal("source", listOf("auto", "temperature", "android"))
             val edges = if (t.has("edges_c")) Checks.list(t.array("edges_c"), t.at("edges_c"), 64, 1, fail) { v, at -> Checks.double(v, at, -273.15, 1000.0, false, fail) }
                 else listOf(60.0, 70.0, 80.0)
@@ -266,7 +266,7 @@ object Lut {
             if (derating.size != edges.size + 1) fail(t.at("derating"), "needs one multiplier per band (${edges.size + 1})")
             if (android.size != ANDROID_THERMAL_STATUSES.size) fail(t.at("android_derating"), "needs ${ANDROID_THERMAL_STATUSES.size} multipliers (NONE..SHUTDOWN)")
         }
-        p.optObj("battery")?.let { b ->
+        p.objIfGiven("battery")?.let { b ->
             if (b.has("margin_pct")) b.double("margin_pct", 0.0, 100.0)
             if (b.has("charging_budget_scale")) b.double("charging_budget_scale", 0.0, Checks.LARGE, loOpen = true)
             val mins = if (b.has("bands")) Checks.list(b.array("bands"), b.at("bands"), 100, 1, fail) { v, at ->
@@ -284,13 +284,19 @@ object Lut {
         p.noOthers()
     }
 
-    /** read_table's bundle check: built for this manifest, naming only its artefacts as it records them. */
+    /** read_table's bundle check: built for this manifest, banded on the thermal status (all a phone reads), naming only its artefacts as it records them. */
     private fun checkBundle(table: Table, file: File, bundle: File) {
         val manifestFile = File(bundle, Manifest.FILE)
         val actual = if (manifestFile.isFile) Records.sha256Hex(manifestFile.readBytes()) else null
         if (actual != table.manifestSha256)
             throw LutException("${file.path} was built for another bundle (manifest sha256 ${table.manifestSha256.take(12)}, " +
                 "${manifestFile.path} has ${actual?.take(12)}); re-run hydra-edge lut")
+        // The phone passes its thermal status to the table whatever the table's source (Switcher.kt): a table
+        // banded in °C would read SHUTDOWN (6) as 6 °C, the coolest band. hydra_edge.runtime.lut.thermal_source_problem.
+        if (table.thermalSource != "android")
+            throw LutException("${file.path}: $.thermal.source: '${table.thermalSource}' bands the table in °C, but the phone reads " +
+                "the Android thermal status (0 NONE .. 6 SHUTDOWN); set the policy's [thermal] source = 'android' (or \"auto\") " +
+                "and re-run hydra-edge lut", "$.thermal.source")
         val artefacts = Manifest.read(bundle).artefacts.associateBy { it.id }
         for ((i, c) in table.candidates.withIndex()) {
             val a = artefacts[c.artefact]

@@ -12,9 +12,36 @@ import java.nio.charset.StandardCharsets
  * A record that cannot be used: one line naming the file, the field path (`$.candidates[2].heads`),
  * what is wrong and how to fix it, as hydra_edge.records.codec words it on a board.
  *
- * [path] is the field path alone, so tests (and the parity test against Python) can compare it.
+ * [path] is the field path alone, so tests (and the parity test against Python) can compare it. Both are
+ * [printable]: a key or value quoted from the file cannot break the one line.
  */
-open class RecordException(message: String, val path: String? = null) : Exception(message)
+open class RecordException(message: String, path: String? = null) : Exception(printable(message)) {
+    val path: String? = path?.let { printable(it) }
+}
+
+/**
+ * [text] with each control character, line separator or lone surrogate as Python writes it in a repr (`\n`,
+ * `\x00`, `\u2028`, `\ud800`): hydra_edge.records.codec.printable, so both readers name a field alike.
+ */
+fun printable(text: String): String {
+    val out = StringBuilder(text.length)
+    var i = 0
+    while (i < text.length) {
+        val c = text[i]
+        val paired = c.isHighSurrogate() && i + 1 < text.length && text[i + 1].isLowSurrogate()
+        when {
+            paired -> { out.append(c).append(text[i + 1]); i++ }
+            c == '\t' -> out.append("\\t")
+            c == '\n' -> out.append("\\n")
+            c == '\r' -> out.append("\\r")
+            c < ' ' || c in '\u007f'..'\u009f' -> out.append("\\x%02x".format(c.code))
+            c == '\u2028' || c == '\u2029' || c.isSurrogate() -> out.append("\\u%04x".format(c.code))
+            else -> out.append(c)
+        }
+        i++
+    }
+    return out.toString()
+}
 
 /** `lut.json` cannot be used with this bundle: missing, damaged, foreign or mismatched (Python's `LutError`). */
 class LutException(message: String, path: String? = null) : RecordException(message, path)
@@ -29,23 +56,28 @@ class BundleException(message: String, path: String? = null) : RecordException(m
  * A JSON parser as strict as msgspec's, building org.json trees.
  *
  * Why not `JSONObject(String)`: org.json's tokenizer accepts unquoted keys and strings, single
- * quotes, trailing commas and `NaN`, and throws on a duplicate key; msgspec (what Python's device
- * code decodes with) accepts exactly RFC 8259 JSON in UTF-8 and lets a repeated key's last value
- * win. A record Python refuses must be refused here and one Python reads must be read here, so
- * the grammar is checked here and org.json only holds the values (Android ships the same
- * org.json API, so nothing is bundled for it). Integers become Long (BigInteger beyond), other
- * numbers Double; a number too large for a double is refused, as msgspec refuses it.
+ * quotes, trailing commas and `NaN`; hydra_edge.records.codec.parse (what Python's device code
+ * reads records with) accepts exactly RFC 8259 JSON in UTF-8, no lone surrogate escape, at most
+ * [MAX_DEPTH] arrays and objects deep, and no key twice in one object. A record Python refuses
+ * must be refused here, at the same field, and one Python reads must be read here, so the grammar
+ * is checked here and org.json only holds the values (Android ships the same org.json API, so
+ * nothing is bundled for it). Integers become Long (BigInteger beyond), other numbers Double; a
+ * number too large for a double is refused, as Python refuses it. The first fault is found in
+ * Python's order: the UTF-8, the grammar (anywhere), then the field holding NaN, an infinity or
+ * too large a number (the last one), then the first repeated key in document order.
  */
 object StrictJson {
-    /** msgspec refuses deeper nesting than this; so do we, rather than overflow the stack. */
+    /** hydra_edge.records.codec.MAX_DEPTH: more arrays and objects open at once is refused, before a stack overflows. */
     const val MAX_DEPTH = 512
 
+    /** The longest integer Python's reader takes (msgspec, at Python's default int_max_str_digits), sign included. */
+    const val MAX_INT_CHARS = 4300
+
     /**
-     * Earlier values of a repeated key, per object (by identity): msgspec checks every occurrence as
-     * it decodes and keeps the last, so an invalid first occurrence is refused even when a valid one
-     * follows. org.json keeps only the last; [Fields] checks these too.
+     * Each parsed object's keys in document order (by identity): org.json's JSONObject keeps no order,
+     * and an unknown field is named as Python names it, the first one in the document ([Fields.noOthers]).
      */
-    internal val earlier: MutableMap<JSONObject, MutableMap<String, MutableList<Any>>> =
+    internal val keyOrder: MutableMap<JSONObject, List<String>> =
         java.util.Collections.synchronizedMap(java.util.WeakHashMap())
 
     /** [path]: the field a non-finite or out-of-range number is at (as Python names it), else null. */
@@ -65,28 +97,22 @@ object StrictJson {
 
     /** Parse a whole document: a JSONObject, JSONArray, String, Long, BigInteger, Double, Boolean or JSONObject.NULL. */
     fun parse(text: String): Any {
-        try {
-            return parseWith(text, false)
+        val strict = Parser(text, false)
+        val value = try {
+            strict.document()
         } catch (e: SyntaxError) {
             // Python's writer spells NaN and Infinity; its reader then names the field that holds one
-            // (records.codec._non_finite). Found by a second, lenient parse: the last one, as Python's
-            // depth-first search from the end finds it.
+            // (records.codec._non_finite), or a number too large for a double. Found by a second,
+            // lenient parse (Python's json: lone surrogates pass there too): the last one in the document.
             val lenient = Parser(text, true)
-            try { lenient.ws(); lenient.value(0); lenient.ws() } catch (_: SyntaxError) { throw e }
-            if (lenient.i == text.length && lenient.nonFinite.isNotEmpty()) {
+            try { lenient.document() } catch (_: SyntaxError) { throw e }
+            if (lenient.nonFinite.isNotEmpty()) {
                 val (path, word) = lenient.nonFinite.last()
                 throw SyntaxError("$word is not a finite number", path)
             }
             throw e
         }
-    }
-
-    private fun parseWith(text: String, lenient: Boolean): Any {
-        val p = Parser(text, lenient)
-        p.ws()
-        val value = p.value(0)
-        p.ws()
-        if (p.i != text.length) throw SyntaxError("trailing characters at byte ${p.i}")
+        strict.repeated?.let { (path, key) -> throw SyntaxError("key `$key` appears twice in one object (a record has one value per key)", path) }
         return value
     }
 
@@ -94,6 +120,16 @@ object StrictJson {
         var i = 0
         val path = ArrayList<String>()
         val nonFinite = ArrayList<Pair<String, String>>()
+        /** The first key repeated in an object, in document order: (its path, the key). */
+        var repeated: Pair<String, String>? = null
+
+        fun document(): Any {
+            ws()
+            val value = value(0)
+            ws()
+            if (i != s.length) fail("trailing characters")
+            return value
+        }
 
         fun where(): String = "$" + path.joinToString("")
 
@@ -103,9 +139,10 @@ object StrictJson {
 
         fun fail(what: String): Nothing = throw SyntaxError("$what at character $i")
 
+        /** [depth]: the arrays and objects open around this value. */
         fun value(depth: Int): Any {
-            if (depth > MAX_DEPTH) fail("nesting too deep")
             if (i >= s.length) fail("unexpected end of input")
+            if ((s[i] == '{' || s[i] == '[') && depth >= MAX_DEPTH) fail("arrays and objects nested more than $MAX_DEPTH deep")
             return when (s[i]) {
                 '{' -> obj(depth)
                 '[' -> arr(depth)
@@ -134,6 +171,8 @@ object StrictJson {
 
         fun obj(depth: Int): JSONObject {
             val o = JSONObject()
+            val keys = ArrayList<String>()
+            keyOrder[o] = keys
             i++
             ws()
             if (i < s.length && s[i] == '}') { i++; return o }
@@ -146,8 +185,8 @@ object StrictJson {
                 i++
                 ws()
                 path.add(".$key")
-                if (o.has(key)) earlier.getOrPut(o) { HashMap() }.getOrPut(key) { ArrayList() }.add(o.get(key))
-                o.put(key, value(depth + 1)) // a repeated key: the last value wins, as in msgspec
+                if (o.has(key)) { if (repeated == null) repeated = where() to key } else keys.add(key)
+                o.put(key, value(depth + 1)) // a repeated key: refused once the whole text parses
                 path.removeAt(path.size - 1)
                 ws()
                 if (i >= s.length) fail("unexpected end of input")
@@ -190,11 +229,17 @@ object StrictJson {
                             'b' -> b.append('\b'); 'f' -> b.append('\u000c'); 'n' -> b.append('\n')
                             'r' -> b.append('\r'); 't' -> b.append('\t')
                             'u' -> {
-                                if (i + 4 > s.length) fail("invalid \\u escape")
-                                val hex = s.substring(i, i + 4)
-                                if (!hex.all { it in '0'..'9' || it in 'a'..'f' || it in 'A'..'F' }) fail("invalid \\u escape")
-                                b.append(hex.toInt(16).toChar())
-                                i += 4
+                                val c = hex4()
+                                // a lone surrogate is no character: refused as Python's reader refuses it
+                                // (its lenient second parse, Python's json, takes it)
+                                if (!lenient && c.isLowSurrogate()) fail("lone surrogate escape")
+                                if (!lenient && c.isHighSurrogate()) {
+                                    if (!s.startsWith("\\u", i)) fail("lone surrogate escape")
+                                    i += 2
+                                    val low = hex4()
+                                    if (!low.isLowSurrogate()) fail("lone surrogate escape")
+                                    b.append(c).append(low)
+                                } else b.append(c)
                             }
                             else -> fail("invalid escape '\\$e'")
                         }
@@ -203,6 +248,15 @@ object StrictJson {
                     else -> b.append(c)
                 }
             }
+        }
+
+        /** The four hex digits of a \\u escape, as a UTF-16 unit. */
+        fun hex4(): Char {
+            if (i + 4 > s.length) fail("invalid \\u escape")
+            val hex = s.substring(i, i + 4)
+            if (!hex.all { it in '0'..'9' || it in 'a'..'f' || it in 'A'..'F' }) fail("invalid \\u escape")
+            i += 4
+            return hex.toInt(16).toChar()
         }
 
         fun num(): Any {
@@ -226,11 +280,19 @@ object StrictJson {
             }
             val text = s.substring(start, i)
             if (integral) {
+                // Python's reader (msgspec) reads no longer integer, its sign counted; its lenient second
+                // parse (Python's json) none of more digits, the sign not counted
+                val digits = if (lenient) text.removePrefix("-").length else text.length
+                if (digits > MAX_INT_CHARS) fail("an integer of more than $MAX_INT_CHARS characters")
                 val big = BigInteger(text)
                 return if (big.bitLength() < 64) big.toLong() else big
             }
             val d = text.toDouble() // correctly rounded, as Python's float()
-            if (d.isInfinite()) throw SyntaxError("number out of range", where())
+            if (d.isInfinite()) {
+                if (!lenient) fail("number out of range")
+                nonFinite.add(where() to if (d > 0) "inf" else "-inf")
+                return 0.0
+            }
             return d
         }
     }
@@ -252,11 +314,6 @@ class Fields(val obj: JSONObject, val path: String, private val fail: (String, S
         return obj.get(key)
     }
 
-    /** Check [key]'s earlier occurrences (a repeated key) with [check], then its last value. */
-    private fun <T> every(key: String, check: (Any) -> T): T {
-        StrictJson.earlier[obj]?.get(key)?.forEach { check(it) }
-        return check(raw(key))
-    }
 
     /** The value of an optional key (its default when absent), JSONObject.NULL for null. */
     private fun rawOr(key: String): Any? {
@@ -266,17 +323,17 @@ class Fields(val obj: JSONObject, val path: String, private val fail: (String, S
 
     fun at(key: String) = "$path.$key"
 
-    /** Refuse keys the record does not define (checked last: msgspec names the first unknown key it meets). */
+    /** Refuse keys the record does not define: checked after the known ones, the first in the document named (as Python does). */
     fun noOthers() {
-        for (key in obj.keys()) if (key !in used) fail(path, "object contains unknown field `$key`")
+        for (key in StrictJson.keyOrder[obj] ?: obj.keySet().sorted()) if (key !in used) fail(path, "object contains unknown field `$key`")
     }
 
-    fun string(key: String): String = every(key) { v -> Checks.string(v, at(key), fail) }
+    fun string(key: String): String = raw(key).let { v -> Checks.string(v, at(key), fail) }
     fun optString(key: String): String? = rawOr(key).let { if (it == null || it == JSONObject.NULL) null else Checks.string(it, at(key), fail) }
-    fun bool(key: String): Boolean = every(key) { v -> Checks.bool(v, at(key), fail) }
-    fun long(key: String, lo: Long, hi: Long): Long = every(key) { v -> Checks.long(v, at(key), lo, hi, fail) }
+    fun bool(key: String): Boolean = raw(key).let { v -> Checks.bool(v, at(key), fail) }
+    fun long(key: String, lo: Long, hi: Long): Long = raw(key).let { v -> Checks.long(v, at(key), lo, hi, fail) }
     fun double(key: String, lo: Double, hi: Double, loOpen: Boolean = false): Double =
-        every(key) { v -> Checks.double(v, at(key), lo, hi, loOpen, fail) }
+        raw(key).let { v -> Checks.double(v, at(key), lo, hi, loOpen, fail) }
     fun optDouble(key: String, lo: Double, hi: Double, loOpen: Boolean = false, required: Boolean = false): Double? {
         val v = if (required) raw(key) else rawOr(key)
         return if (v == null || v == JSONObject.NULL) null else Checks.double(v, at(key), lo, hi, loOpen, fail)
@@ -285,9 +342,11 @@ class Fields(val obj: JSONObject, val path: String, private val fail: (String, S
     fun optArray(key: String): JSONArray? = rawOr(key).let { if (it == null || it == JSONObject.NULL) null else Checks.array(it, at(key), fail) }
     fun obj(key: String): Fields = Fields(Checks.obj(raw(key), at(key), fail), at(key), fail)
     fun optObj(key: String): Fields? = rawOr(key).let { if (it == null || it == JSONObject.NULL) null else Fields(Checks.obj(it, at(key), fail), at(key), fail) }
-    fun sha256(key: String): String = every(key) { v -> Checks.sha256(v, at(key), fail) }
-    fun name(key: String): String = every(key) { v -> Checks.name(v, at(key), fail) }
-    fun literal(key: String, allowed: Collection<String>): String = every(key) { v -> Checks.literal(v, at(key), allowed, fail) }
+    /** An object with a default when absent: null then, but a JSON null is no object (Python's field is not Optional). */
+    fun objIfGiven(key: String): Fields? = if (has(key)) obj(key) else null
+    fun sha256(key: String): String = raw(key).let { v -> Checks.sha256(v, at(key), fail) }
+    fun name(key: String): String = raw(key).let { v -> Checks.name(v, at(key), fail) }
+    fun literal(key: String, allowed: Collection<String>): String = raw(key).let { v -> Checks.literal(v, at(key), allowed, fail) }
     fun anyValue(key: String): Any = raw(key)
 }
 

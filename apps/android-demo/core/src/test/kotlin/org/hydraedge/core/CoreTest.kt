@@ -32,14 +32,48 @@ class CoreTest {
 
     @Test
     fun `json is read as strictly as msgspec reads it`() {
-        for (bad in listOf("{\"a\":1,}", "{'a':1}", "{a:1}", "[1,,2]", "{\"a\":NaN}", "01", "1.", "\"\u0001\"", "{\"a\":1} x", "1e400"))
+        for (bad in listOf("{\"a\":1,}", "{'a':1}", "{a:1}", "[1,,2]", "{\"a\":NaN}", "01", "1.", "\"\u0001\"", "{\"a\":1} x", "1e400",
+                "\"\\ud800\"", "\"\\udc00\"", "\"\\ud800\\u0041\"", "\"\\ud800x\"", "[".repeat(513) + "]".repeat(513)))
             assertThrows(StrictJson.SyntaxError::class.java, { StrictJson.parse(bad) }, bad)
-        val o = StrictJson.parse("{\"a\": 1, \"a\": 2.5, \"b\": [true, null, \"x\\u00e9\"]}") as org.json.JSONObject
+        assertEquals("\ud800\udc00", StrictJson.parse("\"\\ud800\\udc00\""))
+        StrictJson.parse("[".repeat(512) + "]".repeat(512))
+        val o = StrictJson.parse("{\"a\": 2.5, \"b\": [true, null, \"x\\u00e9\"]}") as org.json.JSONObject
         assertEquals(2.5, o.get("a"))
         assertEquals(1L, (StrictJson.parse("1") as Long))
         assertEquals("xé", o.getJSONArray("b").getString(2))
         val nan = assertThrows(StrictJson.SyntaxError::class.java) { StrictJson.parse("{\"a\": {\"b\": [1, NaN]}}") }
         assertEquals("$.a.b[1]", nan.path)
+        // a repeated key is refused at its second occurrence, once the whole text parses (Python's order)
+        val twice = assertThrows(StrictJson.SyntaxError::class.java) { StrictJson.parse("{\"a\": {\"b\": 1, \"b\": 2}, \"a\": 3}") }
+        assertEquals("$.a.b", twice.path)
+        assertEquals(null, assertThrows(StrictJson.SyntaxError::class.java) { StrictJson.parse("{\"a\": 1, \"a\": 2} x") }.path)
+        // the last non-finite number in the document is named, a number too large for a double too
+        assertEquals("$.b", assertThrows(StrictJson.SyntaxError::class.java) { StrictJson.parse("{\"a\": NaN, \"b\": -1e400}") }.path)
+    }
+
+    @Test
+    fun `a wall clock before 1970 or no number restores and saves nothing, one warning`(@TempDir dir: File) {
+        val table = Table(listOf(3, 12).map { Candidate(it, "h$it", "h$it.pte", "a".repeat(64), "executorch", 1, it.toDouble(), 0.9, null) },
+            listOf(intArrayOf(1)), "android", DoubleArray(0), 0.0, null, DoubleArray(0), 0.0, 0.0, "a".repeat(64), sha256 = "b".repeat(64))
+        val lut = File(dir, "lut.json")
+        val saved = Correction.encode(correction(), "c")
+        Correction.writeAtomically(Correction.pathFor(lut), saved)
+        for (bad in listOf(-1.0, -3.15e7, Double.NaN, Double.POSITIVE_INFINITY)) {
+            var wall = bad
+            val warnings = ArrayList<String>()
+            val loop = LatencyLoop(lut, table, LoopSettings(budgetMs = 10.0), { wall }, Logger { level, m -> if (level == "WARNING") warnings.add(m) })
+            assertTrue(loop.governor.learned.isEmpty(), "restored at $bad") // its age cannot be known
+            var t = 0.0
+            while (loop.governor.revision == 0 && t < 120) { loop.governor.observe(12, 24.0, t); loop.governor.step(12, 12, 10.0, t); t += 0.1 }
+            assertTrue(loop.governor.revision > 0, "nothing learned to save")
+            assertNull(loop.snapshot())
+            assertNull(loop.snapshot())
+            assertEquals(1, warnings.size, warnings.toString())
+            assertTrue(warnings[0].contains("1970") && !warnings[0].contains("\n"), warnings[0])
+            assertTrue(saved.contentEquals(Correction.pathFor(lut).readBytes()))
+            wall = 1.75e9 // the clock set: what was learned is saved
+            assertTrue(loop.snapshot() != null)
+        }
     }
 
     private fun correction(saved: Double = 1.75e9) = CorrectionDocument("test", saved, "a".repeat(64), "b".repeat(64), 41.0,
