@@ -37,7 +37,7 @@ def test_there_are_traces_for_every_rule() -> None:
              "switch rate", "absurd timings", "battery budget", "correction save and restore", "correction expired",
              "correction refused", "lut refused", "headroom severe", "headroom failed held then safe",
              "headroom recovery", "headroom not named", "equal timings window", "inference before any poll",
-             "restart then inference"}
+             "restart then inference", "temperature table on a phone"}
     assert rules <= covered, f"no trace covers {sorted(rules - covered)}"
 
 

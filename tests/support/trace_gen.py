@@ -7,7 +7,8 @@ clock, then steps: polls whose thermal status, headroom and battery fail, print 
 sit exactly on a band's edge or margin; inferences whose timings are garbage, equal for a whole window
 or drawn around the table's; stretches of serving, restarts and spoiled corrections. Readings persist for
 a while and change a little at a time, as a phone's do, so the rules that need time (stale, raise,
-dwell, sustain, probes) are reached. ``rng`` is a ``random.Random``: seeded for the differential
+dwell, sustain, probes) are reached. The wall clock that dates corrections may start before 1970, and a
+table may be spoiled (damaged, another bundle's, hotter cells with more heads, built on temperature). ``rng`` is a ``random.Random``: seeded for the differential
 batches, or Hypothesis's, which then shrinks a failing trace.
 """
 
@@ -176,10 +177,10 @@ def trace(rng: random.Random, steps: Optional[int] = None) -> Trace:
     for _ in range(steps if steps is not None else rng.randint(5, 40)):
         script.step()
     out: Trace = {"about": "generated", "covers": [], "table": spec, "signals": signals,
-                  "clock": 1000.0, "wall": rng.choice([1.75e9, round(rng.uniform(1e9, 2e9), 3)]),
+                  "clock": 1000.0, "wall": rng.choice([1.75e9, round(rng.uniform(1e9, 2e9), 3), -86400.0, 0.0]),
                   "steps": script.steps}
     if rng.random() < 0.7:
         out["loop"] = loop_settings(rng)
     if rng.random() < 0.05:
-        out["lut_spoil"] = rng.choice(["damaged", "foreign_manifest", "hotter_cell_with_more_heads"])
+        out["lut_spoil"] = rng.choice(["damaged", "foreign_manifest", "hotter_cell_with_more_heads", "temperature_source"])
     return out
