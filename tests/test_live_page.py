@@ -111,50 +111,47 @@ def test_page_and_state_are_served(page: LivePage) -> None:
     assert tick["error"] is None and tick["state"]["heads"] == 3 and tick["state"]["predicted"] == "seven"
 
 
+def shown_in_a_browser(state: PageState, *ids: str) -> Dict[str, Optional[str]]:
+    """What a person reads in the elements ``ids`` of the page serving ``state`` (once it has rendered)."""
+    from support.browser import Chromium
+
+    with LivePage(lambda: state, port=0, tick_s=TICK_S) as page:
+        browser = Chromium(page.url)
+        try:
+            deadline = time.monotonic() + 30
+            while browser.text("heads") != str(state.heads) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            return {i: browser.text(i) for i in ids}
+        finally:
+            browser.close()
+
+
 @pytest.mark.parametrize("power, battery, charging", [
     ({"battery_pct": None, "charging": None, "mains": True}, "mains", "no battery"),
     ({"battery_pct": 71.0, "charging": False}, "71 %", "on battery"),
     ({"battery_pct": 40.0, "charging": True}, "40 %", "charging"),
-    ({"battery_pct": None, "charging": None, "battery_assumed": True}, "\u2013", "unreadable: the lowest band is assumed"),
+    ({"battery_pct": None, "charging": None, "battery_assumed": True}, "\u2013",
+     "unreadable: the lowest band is assumed"),
 ], ids=["no battery", "discharging", "charging", "unreadable"])
 def test_a_browser_shows_mains_for_a_board_without_a_battery(power: Dict[str, Any], battery: str,
                                                             charging: str) -> None:
     """What a person reads on the page's battery card: a Pi on mains (its profile names no battery) is
     "mains", never "on battery"; a board with one shows its charge and whether it charges."""
-    from support.browser import Chromium
-
-    shown = PageState(heads=3, t=12.5, switches=[Switch(1.5, None, 3, "start")], **power)
-    with LivePage(lambda: shown, port=0, tick_s=TICK_S) as page:
-        browser = Chromium(page.url)
-        try:
-            deadline = time.monotonic() + 30
-            while browser.text("heads") != "3" and time.monotonic() < deadline:
-                time.sleep(0.1)
-            assert (browser.text("battery"), browser.text("charging")) == (battery, charging)
-            assert browser.text("switches") == "1.5 s: start \u2192 3 heads, start"
-        finally:
-            browser.close()
+    shown = shown_in_a_browser(PageState(heads=3, t=12.5, switches=[Switch(1.5, None, 3, "start")], **power),
+                               "battery", "charging", "switches")
+    assert (shown["battery"], shown["charging"]) == (battery, charging)
+    assert shown["switches"] == "1.5 s: start \u2192 3 heads, start"
 
 
 def test_the_page_says_what_it_assumes_and_why_the_budget_is_what_it_is() -> None:
     """Issue 44: an unknown temperature showed a bare dash, and a budget of 40 ms against the table's 80 did
     not say the lowest battery band halved it. The page says both, and the switcher's notes."""
-    from support.browser import Chromium
-
-    shown = PageState(heads=3, t=12.5, budget_ms=40.0, planned_budget_ms=80.0, p50_ms=20.0, thermal_assumed=True,
+    state = PageState(heads=3, t=12.5, budget_ms=40.0, planned_budget_ms=80.0, p50_ms=20.0, thermal_assumed=True,
                       battery_pct=12.0, charging=False, notes=["thermal unknown since 31 s"])
-    with LivePage(lambda: shown, port=0, tick_s=TICK_S) as page:
-        browser = Chromium(page.url)
-        try:
-            deadline = time.monotonic() + 30
-            while browser.text("heads") != "3" and time.monotonic() < deadline:
-                time.sleep(0.1)
-            assert (browser.text("temp"), browser.text("thermal")) == ("\u2013", "unknown: the hottest band is assumed")
-            assert browser.text("p50") == "p50 20.00 ms, budget 40.00 ms (the table's 80.00 ms x 0.50 for this " \
-                                          "battery band)"
-            assert browser.text("notes") == "thermal unknown since 31 s"
-        finally:
-            browser.close()
+    shown = shown_in_a_browser(state, "temp", "thermal", "p50", "notes")
+    assert (shown["temp"], shown["thermal"]) == ("\u2013", "unknown: the hottest band is assumed")
+    assert shown["p50"] == "p50 20.00 ms, budget 40.00 ms (the table's 80.00 ms x 0.50 for this battery band)"
+    assert shown["notes"] == "thermal unknown since 31 s"
 
 
 def test_the_stream_follows_the_state(page: LivePage, app: App) -> None:

@@ -806,8 +806,8 @@ function render(tick) {
   const scaled = typeof s.budget_ms === "number" && typeof s.planned_budget_ms === "number" &&
     s.budget_ms !== s.planned_budget_ms;
   $("p50").textContent = "p50 " + num(s.p50_ms, 2, " ms") + ", budget " + num(s.budget_ms, 2, " ms") +
-    (scaled ? " (the table's " + num(s.planned_budget_ms, 2, " ms") + " x " + num(s.budget_ms / s.planned_budget_ms, 2, "") +
-     " for this battery band)" : "");
+    (scaled ? " (the table's " + num(s.planned_budget_ms, 2, " ms") + " x " +
+     num(s.budget_ms / s.planned_budget_ms, 2, "") + " for this battery band)" : "");
   $("temp").textContent = num(s.temp_c, 1, " \\u00b0C");
   $("thermal").textContent = s.thermal_assumed ? "unknown: the hottest band is assumed" : "";
   $("battery").textContent = s.mains ? "mains" : num(s.battery_pct, 0, " %");

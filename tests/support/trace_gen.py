@@ -8,8 +8,9 @@ sit exactly on a band's edge or margin; inferences whose timings are garbage, eq
 or drawn around the table's; stretches of serving, restarts and spoiled corrections. Readings persist for
 a while and change a little at a time, as a phone's do, so the rules that need time (stale, raise,
 dwell, sustain, probes) are reached. The wall clock that dates corrections may start before 1970, and a
-table may be spoiled (damaged, another bundle's, hotter cells with more heads, built on temperature). ``rng`` is a ``random.Random``: seeded for the differential
-batches, or Hypothesis's, which then shrinks a failing trace.
+table may be spoiled (damaged, another bundle's, hotter cells with more heads, built on temperature).
+``rng`` is a ``random.Random``: seeded for the differential batches, or Hypothesis's, which then shrinks
+a failing trace.
 """
 
 from __future__ import annotations
@@ -182,5 +183,6 @@ def trace(rng: random.Random, steps: Optional[int] = None) -> Trace:
     if rng.random() < 0.7:
         out["loop"] = loop_settings(rng)
     if rng.random() < 0.05:
-        out["lut_spoil"] = rng.choice(["damaged", "foreign_manifest", "hotter_cell_with_more_heads", "temperature_source"])
+        out["lut_spoil"] = rng.choice(["damaged", "foreign_manifest", "hotter_cell_with_more_heads",
+                                       "temperature_source"])
     return out

@@ -1,6 +1,5 @@
 package org.hydraedge.core
 
-import org.json.JSONObject
 import java.io.File
 
 /**
@@ -13,18 +12,8 @@ object LutCheck {
     @JvmStatic
     fun main(args: Array<String>) {
         val bundle = if (args.firstOrNull() == "--bundle") File(args[1]) else null
-        val out = StringBuilder()
-        for (name in if (bundle != null) args.drop(2) else args.toList()) {
-            val line = JSONObject()
-            try {
-                if (bundle != null) Lut.read(File(name), bundle) else Lut.decode(File(name).readBytes(), "lut.json")
-                line.put("refused", false)
-            } catch (e: LutException) {
-                line.put("refused", true).put("path", e.path ?: JSONObject.NULL).put("message", e.message)
-            }
-            out.append(line).append('\n')
+        printVerdicts<LutException>(if (bundle != null) args.drop(2) else args.toList()) {
+            if (bundle != null) Lut.read(it, bundle) else Lut.decode(it.readBytes(), "lut.json")
         }
-        System.out.write(out.toString().toByteArray(Charsets.UTF_8)) // UTF-8 whatever the locale
-        System.out.flush()
     }
 }
