@@ -78,6 +78,7 @@ def test_the_apk_is_signed_installable_and_carries_the_bundle_the_manifest_names
     code, output = build(bundle, bundle.parent / "lut.json", out)
     assert code == 0, output
     assert f"wrote {out}" in output and [p.name for p in tmp_path.iterdir()] == ["demo.apk"]
+    assert "runtime check: 3 heads: max |diff|" in output and "runtime check: 12 heads: max |diff|" in output
     verify = subprocess.run(["apksigner", "verify", "--print-certs", "-v", str(out)], capture_output=True, text=True)
     assert verify.returncode == 0, verify.stderr
     assert "Verified using v2 scheme (APK Signature Scheme v2): true" in verify.stdout
@@ -116,6 +117,13 @@ def test_the_apk_is_signed_installable_and_carries_the_bundle_the_manifest_names
         largest = manifest["artefacts"][-1]
         assert largest["heads"] == 12 and z.read(f"assets/bundle/{largest['file']}")[4:8] == b"ET12"
         assert {c["sha256"] for c in lut["candidates"]} <= {a["sha256"] for a in manifest["artefacts"]}
+
+        # every head count was run in the APK's own x86_64 runtime before packaging, and that is recorded
+        check = json.loads(z.read("assets/runtime-check.json"))
+        assert check["checked"] and [(h["heads"], h["compact"]) for h in check["head_counts"]] == [(3, True), (12, False)]
+        assert check["libraries"] == {f"lib/x86_64/{so}": sha(f"lib/x86_64/{so}")
+                                      for so in ("libexecutorch.so", "libfbjni.so", "libc++_shared.so")}
+        assert all(h["max_abs_diff"] <= h["tolerance"]["max_abs_diff"] for h in check["head_counts"])
 
         # one weight set: the compact bundle's own files, never a whole file per head count
         compact = [a for a in manifest["artefacts"] if a["compact"] is not None]
