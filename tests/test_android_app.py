@@ -16,37 +16,23 @@ import subprocess
 import zipfile
 from pathlib import Path
 
-import msgspec
 import pytest
 from click.testing import CliRunner
+from support.android_runtime import phone_table
 from support.compact import android_bundle
 from support.tables import fake_bundle
 
 from hydra_edge.android import apk, dex
 from hydra_edge.atomic import sha256_file
 from hydra_edge.commands.android_app import android_app
-from hydra_edge.lut.policy import Policy
-from hydra_edge.lut.table import build_table
-from hydra_edge.records.calibration import Calibration, HeadResult
-from hydra_edge.records.manifest import Manifest, bundle_files, read_manifest
+from hydra_edge.records.manifest import bundle_files, read_manifest
 
 pytestmark = pytest.mark.slow  # converts a bundle and builds an APK
 
 
 def lut_for(bundle: Path, out: Path) -> Path:
-    """lut.json for ``bundle`` from a made-up calibration (the table needs latencies, not a phone)."""
-    manifest = read_manifest(bundle)
-    cal = Calibration(device_id="local:test", device={}, settings={}, soak=None,
-                      bundle={"path": str(bundle), "manifest_sha256": sha256_file(bundle / "manifest.json"),
-                              "target": "android"})
-    for a, ms in zip(manifest.artefacts, (5.0, 20.0)):
-        cal.put(HeadResult(heads=a.heads, artefact=a.id, sha256=a.sha256, status="ok", runner="python",
-                           latency={"count": 10, "p50_ms": ms, "mean_ms": ms}))
-    cal.write(out.parent / "cal.json")
-    doc = build_table(bundle, Manifest.from_dict(json.loads((bundle / "manifest.json").read_text())), cal,
-                      out.parent / "cal.json", msgspec.structs.replace(Policy(), budget_ms=12.0))
-    out.write_text(json.dumps(doc))
-    return out
+    """lut.json for ``bundle`` whose 12 ms budget only the fewest heads meet."""
+    return phone_table(bundle, out, budget_ms=12.0)
 
 
 @pytest.fixture(scope="module")

@@ -9,10 +9,10 @@ binaries, yet they run unchanged on glibc once their link tables are patched, ne
   (which it never calls at load) is dropped; each library finds the others beside it (rpath ``$ORIGIN``);
 * imports whose meaning differs between bionic and glibc (``RENAMED``: sysconf's numbering, the size of
   ``sigset_t``, POSIX ``strerror_r``, stdio on bionic's ``__sF``, ``long double``'s format) are renamed to
-  ``hx_*`` wrappers in that library (patchelf >= 0.18, ``--rename-dynamic-symbols``);
+  ``hx_*`` wrappers in that library (patchelf >= 0.19, ``--rename-dynamic-symbols``);
 * bionic's symbol versions are dropped (``_unversion``), so glibc binds the imports by name.
 
-A JVM is started by a 90-line launcher (``host/launcher.c``) that loads libjvm ``RTLD_LOCAL``: ``java``
+A JVM is started by a small launcher (``host/launcher.c``) that loads libjvm ``RTLD_LOCAL``: ``java``
 itself puts the JDK's libstdc++ in the global scope, where it interposes the NDK's C++ runtime and fbjni
 crashes while loading. The programs are run through the runtime's own Java API (``Module.load``,
 ``forward``), as the app runs them (``host/java/org/hydraedge/host/RunPrograms.java``).
@@ -108,7 +108,8 @@ class HostRuntime:
 
     def command(self, main: str, args: Sequence[str | Path], classpath: Sequence[Path] = ()) -> List[str]:
         """The launcher's command line running ``main`` (slashed class name) with the runtime's classes,
-        and ``classpath`` (other classes: the app's, for a test) before them."""
+        and ``classpath`` (other classes: the app's, for a test) before them. ``main`` is given the folder of
+        the patched libraries first (``NativeRuntime.load`` takes it), then ``args``."""
         path = os.pathsep.join(str(p) for p in [*classpath, self.folder / "classes", *self.jars])
         return [str(self.folder / "launcher"), str(self.java_home / "lib" / "server" / "libjvm.so"), path,
                 str(self.folder / "lib"), main, str(self.folder / "lib"), *map(str, args)]

@@ -23,7 +23,7 @@ import org.hydraedge.core.Switcher;
  * The Activity's one door to the switcher library (org.hydraedge.core.Switcher): every decision is
  * the library's, this class only turns Android's readings into its input and its events into text.
  *
- *   HeadSwitch.open(bundle)                    lut.json checked against the manifest; the latency loop on,
+ *   HeadSwitch.open(bundle, readsHeadroom)     lut.json checked against the manifest; the latency loop on,
  *                                              its correction saved beside lut.json in the app's files dir
  *   int poll(Signals.Reading r)                Switcher.poll: table, fail-safe holds, raise gate, latency cap
  *   void observe(int heads, double ms)         Switcher.observe: one single-image inference's time
@@ -45,7 +45,8 @@ final class HeadSwitch {
         this.saver = saver;
     }
 
-    static HeadSwitch open(BundleStore bundle) throws BundleStore.Refused {
+    /** {@code readsHeadroom}: whether this phone forecasts its thermal headroom (Signals.readsHeadroom()). */
+    static HeadSwitch open(BundleStore bundle, boolean readsHeadroom) throws BundleStore.Refused {
         ExecutorService saver = Executors.newSingleThreadExecutor();
         Function0<Double> monotonic = new Function0<Double>() {
             @Override
@@ -68,12 +69,12 @@ final class HeadSwitch {
         };
         try {
             // the thermal headroom forecast is API 30's; an older phone does not name it, so it plays no part
-            SignalSettings settings = new SignalSettings().namingHeadroom(Signals.readsHeadroom());
+            SignalSettings settings = new SignalSettings().namingHeadroom(readsHeadroom);
             Switcher s = Switcher.Companion.open(bundle.dir, settings, monotonic,
                     new File(bundle.dir, BundleStore.ASSET_LUT), new LoopSettings(), wall, log, (Executor) saver);
-            if (s.getTable().getThermalHeadroom() && !Signals.readsHeadroom()) {
-                log.log("WARNING", "this phone (API " + android.os.Build.VERSION.SDK_INT + ") cannot forecast its "
-                        + "thermal headroom (API 30+): the table's headroom plays no part, the thermal status alone counts");
+            if (s.getTable().getThermalHeadroom() && !readsHeadroom) {
+                log.log("WARNING", "this phone cannot forecast its thermal headroom (PowerManager.getThermalHeadroom, "
+                        + "API 30+): the table's headroom plays no part, the thermal status alone counts");
             }
             return new HeadSwitch(s, saver);
         } catch (Exception e) {  // BundleException (Kotlin declares no checked exceptions), IllegalArgumentException
