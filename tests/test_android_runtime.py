@@ -96,6 +96,18 @@ WHY = {"truncated": "E/ExecuTorch: File size is too small. Expected file size fr
        "foreign delegate": "E/ExecuTorch: Backend VulkanBackend is not registered."}
 
 
+def test_the_patched_runtime_is_made_once_per_set_of_inputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    said: list[str] = []
+    first = host_runtime.prepare(shipped_parts(), tmp_path, said.append)
+    again = host_runtime.prepare(shipped_parts(), tmp_path, said.append)
+    assert again == first and len(said) == 1 and said[0].startswith("runtime check: preparing")
+    monkeypatch.setattr(host_runtime, "RENAMED", (*host_runtime.RENAMED, "fgetc"))  # another patching: another key
+    other = host_runtime.prepare(shipped_parts(), tmp_path, said.append)
+    assert other.folder != first.folder and len(said) == 2
+    assert sorted(p.name for p in (tmp_path / "host-runtime").iterdir()) == sorted([first.folder.name, other.folder.name])
+    assert (first.folder / "ready").is_file() and (other.folder / "ready").is_file()  # nothing half-made left
+
+
 @pytest.mark.parametrize("kind", sorted(SPOILED))
 def test_a_program_the_shipped_runtime_cannot_run_stops_the_build_naming_its_head_count(
         kind: str, bundles: dict[str, Path], cache: Path, tmp_path: Path) -> None:
