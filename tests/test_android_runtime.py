@@ -236,3 +236,34 @@ def test_bench_mode_runs_in_the_shipped_runtime_and_calibrate_reads_it_through_t
     record = read_calibration(tmp_path / "phone.json")
     assert [(r.heads, r.status, r.runner) for r in record.results] == [(3, "ok", "app"), (12, "ok", "app")]
     assert record.device["model"].startswith("desktop JVM") and record.settings["runner"] == "app"
+
+
+def test_the_demo_loop_acts_on_the_runtimes_own_timings_and_reads_its_correction_back(
+        app: tuple[host_runtime.HostRuntime, list[Path]], bundles: dict[str, Path], tmp_path: Path) -> None:
+    """The demo's steps (DemoLoop) on a compact bundle whose table believes 12 heads take 0.002 ms: the runtime's
+    real timings miss the 0.01 ms budget, the latency loop caps the app at 3 heads after 10 s of misses, 3 heads
+    are rebuilt on first use, and the correction it saved starts the next run at 3 heads."""
+    bundle = tmp_path / "bundle"
+    shutil.copytree(bundles["compact"], bundle, ignore=shutil.ignore_patterns(".lock", "logs"))
+    phone_table(bundle, bundle / "lut.json", budget_ms=0.01, latencies_ms=(0.001, 0.002))
+    three = read_manifest(bundle).artefacts[0]
+    first = host_app(app, "DemoMain", [bundle, tmp_path / "rebuilt", 16], tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr[-3000:]
+    frames = [line for line in first.stdout.splitlines() if line.startswith("frame ")]
+    switches = [line for line in first.stdout.splitlines() if line.startswith("switch ")]
+    assert [f.split(":")[0] for f in frames] == ["frame 12 heads", "frame 3 heads"], first.stdout
+    assert all(f.split("class ")[1].split(" (fp32 says ")[0] == f.split("fp32 says ")[1].split(")")[0] for f in frames)
+    assert switches[0] == "switch 12 heads: start" and len(switches) == 2, switches
+    assert switches[1].startswith("switch 12 -> 3 heads: latency p90 ") and "over budget 0.01 ms for 10 s at 12 heads" \
+        in switches[1], switches
+    assert [p.name for p in (tmp_path / "rebuilt").iterdir()] == [f"{three.sha256}.pte"]  # rebuilt on first use
+    correction = json.loads((bundle / "lut.correction.json").read_text())
+    assert [c["heads"] for c in correction["learned"]] == [12] and correction["learned"][0]["p90_ms"] > 0.01
+
+    again = host_app(app, "DemoMain", [bundle, tmp_path / "rebuilt", 2], tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr[-3000:]
+    lines = again.stdout.splitlines()
+    assert lines[0].startswith("frame 3 heads:"), lines
+    started = [line for line in lines if line.startswith("switch ")]
+    assert len(started) == 1 and started[0].startswith("switch 3 heads: start; latency correction saved ") and \
+        started[0].endswith("over budget 0.01 ms: at most 3 heads"), started

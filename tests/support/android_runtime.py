@@ -89,14 +89,14 @@ def other_model_program() -> bytes:
     return bytes(to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()]).to_executorch().buffer)
 
 
-def phone_table(bundle: Path, out: Path, budget_ms: float) -> Path:
-    """lut.json for ``bundle`` from a made-up calibration (5 ms, then 20 ms a head count): the table needs
-    latencies, not a phone. A budget over 20 ms lets a cool phone run the most heads."""
+def phone_table(bundle: Path, out: Path, budget_ms: float, latencies_ms: tuple[float, ...] = (5.0, 20.0)) -> Path:
+    """lut.json for ``bundle`` from a made-up calibration (``latencies_ms``, a head count each): the table needs
+    latencies, not a phone. A budget over the largest lets a cool phone run the most heads."""
     manifest = read_manifest(bundle)
     cal = Calibration(device_id="local:test", device={}, settings={}, soak=None,
                       bundle={"path": str(bundle), "manifest_sha256": sha256_file(bundle / "manifest.json"),
                               "target": "android"})
-    for a, ms in zip(manifest.artefacts, (5.0, 20.0)):
+    for a, ms in zip(manifest.artefacts, latencies_ms):
         cal.put(HeadResult(heads=a.heads, artefact=a.id, sha256=a.sha256, status="ok", runner="python",
                            latency={"count": 10, "p50_ms": ms, "mean_ms": ms}))
     cal.write(out.parent / "cal.json")

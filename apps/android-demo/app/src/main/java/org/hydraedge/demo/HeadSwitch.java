@@ -8,6 +8,7 @@ import java.util.List;
 import java.util.concurrent.Executor;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
+import java.util.concurrent.TimeUnit;
 
 import kotlin.jvm.functions.Function0;
 
@@ -35,6 +36,7 @@ import org.hydraedge.core.Switcher;
 final class HeadSwitch {
     private static final String TAG = "hydra-edge";
     private static final int KEEP_EVENTS = 100;  // the display shows the last few; the library keeps the rest
+    private static final long SAVE_WAIT_S = 5;
 
     final Switcher switcher;
     /** Where corrections are written: one background thread, so an inference never waits for the disk. */
@@ -126,8 +128,14 @@ final class HeadSwitch {
         return switcher.getFallback();
     }
 
+    /** Stop taking corrections, and wait (at most {@link #SAVE_WAIT_S} s) for the last one to reach the disk. */
     void close() {
         saver.shutdown();
+        try {
+            saver.awaitTermination(SAVE_WAIT_S, TimeUnit.SECONDS);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();  // stopping anyway: the write goes on in the background
+        }
     }
 
     private void trim() {

@@ -16,10 +16,6 @@ import org.json.JSONObject;
 
 import java.io.File;
 import java.io.IOException;
-import java.util.ArrayList;
-import java.util.HashMap;
-import java.util.List;
-import java.util.Map;
 
 /**
  * The hydra-edge demo: the bundle's .pte files in ExecuTorch, the head count chosen by the bundle's
@@ -34,7 +30,6 @@ import java.util.Map;
 public class MainActivity extends Activity {
     /** The ExecuTorch runtime the APK carries (recorded in bench.jsonl's device line). */
     static final String EXECUTORCH_RUNTIME = "react-native-executorch 0.8.5 prebuilt (ExecuTorch Android JNI)";
-    private static final int WINDOW = 50;  // inferences per head count kept for p50/p90
     private static final long PAUSE_MS = 200;
     private static final int SHOWN_SWITCHES = 5;
 
@@ -159,50 +154,26 @@ public class MainActivity extends Activity {
         }
         Signals signals = new Signals(this);
         Engines engines = new Engines(bundle, new ServiceProber(this));
-        Map<Integer, List<Double>> times = new HashMap<Integer, List<Double>>();
+        DemoLoop demo = new DemoLoop(bundle, sw, engines);
         JSONArray classes = bundle.manifest.optJSONArray("classes");
-        int image = 0;
         try {
             while (running) {
                 Signals.Reading r = signals.read();
-                Engine engine;
+                DemoLoop.Frame f;
                 try {
-                    engine = engines.choose(sw, r);  // a program that cannot run: fewer heads, as on a board
-                } catch (BundleStore.Refused e) {
+                    f = demo.step(r);
+                } catch (BundleStore.Refused e) {  // not even the fewest heads can run
                     refuse(e.getMessage());
                     return;
                 }
-                int heads = engine.heads;
-                BundleStore.Artefact a = bundle.byHeads(heads);
-                Map<String, Npy> golden = Npy.readNpz(bundle.file(a.golden));
-                Npy inputs = a.goldenInputs != null ? Npy.readNpz(bundle.goldenInputs(a)).get("inputs") : golden.get("inputs");
-                Npy reference = golden.get("reference");
-                int i = image++ % inputs.rows();
-                long[] shape = inputs.shape.clone();
-                shape[0] = 1;
-                long t = System.nanoTime();
-                float[] logits = engine.run(inputs.row(i), shape);
-                double ms = (System.nanoTime() - t) / 1e6;
-                sw.observe(heads, ms);
-                List<Double> window = times.get(heads);
-                if (window == null) {
-                    window = new ArrayList<Double>();
-                    times.put(heads, window);
-                }
-                window.add(ms);
-                if (window.size() > WINDOW) window.remove(0);
-                double[] w = new double[window.size()];
-                for (int k = 0; k < w.length; k++) w[k] = window.get(k);
-                JSONObject lat = Latency.summarize(w);
-                int predicted = Engine.argmax(logits);
-                int expected = Engine.argmax(reference.row(i));
-                double budget = sw.budgetMs(r);
-                String name = classes != null && predicted < classes.length() ? classes.getString(predicted) : "class " + predicted;
+                JSONObject lat = f.latency;
+                String name = classes != null && f.predicted < classes.length() ? classes.getString(f.predicted)
+                        : "class " + f.predicted;
                 StringBuilder s = new StringBuilder();
                 s.append(String.format("latency  p50 %.2f ms  p90 %.2f ms  (budget %.1f ms)%n", lat.getDouble("p50_ms"),
-                        lat.getDouble("p90_ms"), budget));
-                s.append("image    ").append(i + 1).append('/').append(inputs.rows()).append(": ").append(name)
-                        .append(predicted == expected ? "  (as fp32)" : "  (fp32 says " + expected + ")").append('\n');
+                        lat.getDouble("p90_ms"), f.budgetMs));
+                s.append("image    ").append(f.image + 1).append('/').append(f.images).append(": ").append(name)
+                        .append(f.predicted == f.expected ? "  (as fp32)" : "  (fp32 says " + f.expected + ")").append('\n');
                 s.append("thermal  ").append(r.thermalStatus == null ? "unknown" : r.thermalName())
                         .append(Float.isNaN(r.thermalHeadroom) ? "" : String.format("  headroom %.2f (%.1f s ago)",
                                 r.thermalHeadroom, r.headroomAgeMs / 1000.0)).append('\n');
@@ -213,8 +184,8 @@ public class MainActivity extends Activity {
                 for (String line : sw.recent(SHOWN_SWITCHES)) s.append("  ").append(line).append('\n');
                 s.append("bundle   ").append(bundle.manifestSha256.substring(0, 12)).append("  lut ")
                         .append(bundle.lutSha256.substring(0, 12)).append('\n');
-                show(heads + " heads", budget >= lat.getDouble("p90_ms") || Double.isNaN(budget) ? Color.rgb(0, 128, 0)
-                        : Color.rgb(200, 120, 0), s.toString());
+                show(f.heads + " heads", f.budgetMs >= lat.getDouble("p90_ms") || Double.isNaN(f.budgetMs)
+                        ? Color.rgb(0, 128, 0) : Color.rgb(200, 120, 0), s.toString());
                 Thread.sleep(PAUSE_MS);
             }
         } catch (Exception e) {

@@ -74,6 +74,8 @@ final class ServiceProber implements Prober {
     }
 
     private Messenger connect() throws InterruptedException {
+        Messenger kept = connected.peek();
+        if (kept != null && !kept.getBinder().isBinderAlive()) disconnect();  // its process went between probes
         if (connection == null) {
             connected.clear();
             connection = new ServiceConnection() {
