@@ -78,8 +78,6 @@ def test_every_head_count_runs_in_the_shipped_runtime_within_tolerance(bundles: 
             assert (h["artefact"], h["sha256"]) == (a.id, a.sha256)
             tolerance = a.golden["tolerance"]
             assert 0 < h["max_abs_diff"] <= tolerance["max_abs_diff"] and h["top1_agreement"] >= tolerance["min_top1_agreement"]
-            # the same program in executorch 1.5.1 on the host gave the same answers, to float rounding
-            assert h["max_abs_diff"] == pytest.approx(tolerance["host_max_abs_diff"], abs=1e-6)
         shown = [line for line in said if "heads:" in line]
         assert [line.split(":")[1].strip() for line in shown] == ["3 heads", "12 heads"], said
         assert "runtime's log" not in " ".join(said)
