@@ -25,6 +25,7 @@ from typing import Sequence
 import msgspec
 import pytest
 from click.testing import CliRunner
+from support.android_runtime import phone_table
 from support.compact import android_bundle
 from support.tables import fake_bundle
 
@@ -32,28 +33,14 @@ from hydra_edge.android import apk, dex
 from hydra_edge.atomic import sha256_file
 from hydra_edge.commands.android_app import android_app
 from hydra_edge.lut.policy import Policy, ThermalPolicy
-from hydra_edge.lut.table import build_table
-from hydra_edge.records.calibration import Calibration, HeadResult
-from hydra_edge.records.manifest import Manifest, bundle_files, read_manifest
+from hydra_edge.records.manifest import bundle_files, read_manifest
 
 pytestmark = pytest.mark.slow  # converts a bundle and builds an APK
 
 
 def lut_for(bundle: Path, out: Path, thermal: ThermalPolicy | None = None) -> Path:
-    """lut.json for ``bundle`` from a made-up calibration (the table needs latencies, not a phone)."""
-    manifest = read_manifest(bundle)
-    cal = Calibration(device_id="local:test", device={}, settings={}, soak=None,
-                      bundle={"path": str(bundle), "manifest_sha256": sha256_file(bundle / "manifest.json"),
-                              "target": "android"})
-    for a, ms in zip(manifest.artefacts, (5.0, 20.0)):
-        cal.put(HeadResult(heads=a.heads, artefact=a.id, sha256=a.sha256, status="ok", runner="python",
-                           latency={"count": 10, "p50_ms": ms, "mean_ms": ms}))
-    cal.write(out.parent / "cal.json")
-    doc = build_table(bundle, Manifest.from_dict(json.loads((bundle / "manifest.json").read_text())), cal,
-                      out.parent / "cal.json", msgspec.structs.replace(Policy(), budget_ms=12.0,
-                                                                     thermal=thermal or Policy().thermal))
-    out.write_text(json.dumps(doc))
-    return out
+    """lut.json for ``bundle`` whose 12 ms budget only the fewest heads meet (on ``thermal``'s policy)."""
+    return phone_table(bundle, out, budget_ms=12.0, thermal=thermal)
 
 
 @pytest.fixture(scope="module")
@@ -133,6 +120,7 @@ def test_the_apk_is_signed_installable_and_carries_the_bundle_the_manifest_names
                          "--key-pass", f"file:{release_keys / 'key-pass'}")
     assert code == 0, output
     assert f"wrote {out}" in output and [p.name for p in out.parent.iterdir()] == ["demo.apk"]
+    assert "runtime check: 3 heads: max |diff|" in output and "runtime check: 12 heads: max |diff|" in output
     calls = [json.loads(line) for line in (tmp_path / "argv.jsonl").read_text().splitlines()]
     assert [c[1] for c in calls] == ["-list", "sign", "sign", "verify"]  # the key checked (a probe signed), then used
     assert not [c for c in calls if any(STORE_PASS in a or KEY_PASS in a for a in c)], calls
@@ -192,6 +180,13 @@ def test_the_apk_is_signed_installable_and_carries_the_bundle_the_manifest_names
         largest = manifest["artefacts"][-1]
         assert largest["heads"] == 12 and z.read(f"assets/bundle/{largest['file']}")[4:8] == b"ET12"
         assert {c["sha256"] for c in lut["candidates"]} <= {a["sha256"] for a in manifest["artefacts"]}
+
+        # every head count was run in the APK's own x86_64 runtime before packaging, and that is recorded
+        check = json.loads(z.read("assets/runtime-check.json"))
+        assert check["checked"] and [(h["heads"], h["compact"]) for h in check["head_counts"]] == [(3, True), (12, False)]
+        assert check["libraries"] == {f"lib/x86_64/{so}": sha(f"lib/x86_64/{so}")
+                                      for so in ("libexecutorch.so", "libfbjni.so", "libc++_shared.so")}
+        assert all(h["max_abs_diff"] <= h["tolerance"]["max_abs_diff"] for h in check["head_counts"])
 
         # one weight set: the compact bundle's own files, never a whole file per head count
         compact = [a for a in manifest["artefacts"] if a["compact"] is not None]

@@ -5,6 +5,8 @@ The chain, every part from Maven Central, npm or Debian:
 * compile: ``javac --release 8`` against Robolectric's ``android-all`` (the Android 11 framework
   classes) and the ExecuTorch Android classes; R.java from Debian's ``aapt`` against Debian's
   ``framework-res.apk`` (API 29);
+* check: every head count the APK carries (compact ones rebuilt) run on its golden inputs in the x86_64 build
+  of the runtime the APK ships, on this host (``host_runtime.py``), before anything is packaged;
 * dex: ``dalvik-dx`` (Java 8 bytecode, min API 26) over the app, the ExecuTorch classes, fbjni,
   nativeloader, and the switcher library's jar with the kotlin-stdlib classes it names (``dex.py``);
   the DEX is refused if the app or the library can reach an ``invoke-custom``;
@@ -30,11 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from ..atomic import atomic_path, sha256_file
+from ..atomic import atomic_path, sha256_file, write_json
 from ..errors import HydraEdgeError
 from ..records.lut import LutError
 from ..records.manifest import MANIFEST, bundle_files, read_manifest
-from . import dex
+from . import dex, host_runtime
 
 APP = Path(__file__).resolve().parents[2] / "apps" / "android-demo"
 PACKAGE = "org.hydraedge.demo"
@@ -180,6 +182,13 @@ def shrunk_core(core: Sequence[Path], app_classes: Path, tmp: Path) -> List[Path
         classes = dex.jar_classes(jar)
         out.append(dex.write_jar(classes, dex.needed_classes(roots, classes), tmp / f"dep{i}-{jar.name}"))
     return out
+
+
+def runtime_parts(et: Path, parts: Dict[str, Path]) -> host_runtime.Parts:
+    """The runtime the APK ships, as ``host_runtime`` runs it: the same files ``build_apk`` packages."""
+    return host_runtime.Parts(executorch_library=et / "third-party" / "android" / "libs" / "executorch" / "x86_64"
+                              / "libexecutorch.so", executorch_classes=et / "android" / "libs" / "classes.jar",
+                              fbjni_aar=parts["fbjni"], nativeloader=parts["nativeloader"])
 
 
 def check_dex(path: Path) -> None:
@@ -356,6 +365,10 @@ def build_apk(bundle: Path, lut: Path, out: Path, key: Optional[SigningKey] = No
     et = executorch_runtime()
     core = core_jars()
     times["fetch_s"] = time.monotonic() - start
+    t = time.monotonic()
+    runtime_check = host_runtime.verify(bundle, read_manifest(bundle).artefacts, runtime_parts(et, parts), cache_dir(),
+                                        log)
+    times["runtime_check_s"] = time.monotonic() - t
     src = APP / "app" / "src" / "main"
     with tempfile.TemporaryDirectory(prefix="hydra-edge-apk-") as tmp_name:
         tmp = Path(tmp_name)
@@ -391,6 +404,7 @@ def build_apk(bundle: Path, lut: Path, out: Path, key: Optional[SigningKey] = No
             (assets / "bundle" / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, assets / "bundle" / name)
         shutil.copyfile(lut, assets / "lut.json")
+        write_json(assets / host_runtime.RECORD, runtime_check)
         libs: List[str] = []
         for abi in ABIS:
             (stage / "lib" / abi).mkdir(parents=True)

@@ -29,9 +29,11 @@ def android_app(bundle: Path, lut: Path, out: Path, keystore: Path | None, key_a
     """Build the Android demo app (apps/android-demo/app) with a bundle and its table inside.
 
     Compiles with javac against Android's framework classes, dexes with dx, packages with aapt,
-    aligns and signs (APK Signature Scheme v2 and v3): no Gradle, no Android SDK. The app runs the
-    .pte files in ExecuTorch and picks the head count from the phone's thermal status and battery;
-    `--es mode bench` times every artefact. The signing key is checked before anything is built.
+    aligns and signs (APK Signature Scheme v2 and v3): no Gradle, no Android SDK. The signing key is
+    checked before anything is built. Before packaging, every head count runs on its golden inputs in the
+    APK's own ExecuTorch runtime (its x86_64 build, on an x86_64 Linux host); one that fails there stops
+    the build. The app runs the .pte files in ExecuTorch and picks the head count from the phone's thermal
+    status and battery; `--es mode bench` times every artefact.
 
     \b
     Example:

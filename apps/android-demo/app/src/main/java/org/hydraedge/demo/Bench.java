@@ -11,6 +11,10 @@ import java.io.FileOutputStream;
 import java.io.IOException;
 import java.io.OutputStreamWriter;
 import java.io.Writer;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
 
 /**
@@ -18,15 +22,89 @@ import java.util.Map;
  * artefact of the bundle and writes the JSON lines calibration/runner.py prints, one object per line
  * ("device" first, one "result" per artefact, "done" last, or "fatal"), to bench.jsonl in the app's
  * external files folder, where adb pull reaches it. Each line is also logged under the tag hydra-edge.
+ * Everything but the phone's identity ({@link #phone}) and its readings ({@link Readings}) is plain Java, so
+ * the same run happens on a desktop JVM in the APK's runtime.
  */
 final class Bench {
     static final String FILE = "bench.jsonl";
     private final Writer out;
-    private final Signals signals;
+    private final Readings signals;
 
-    Bench(File file, Signals signals) throws IOException {
+    /** Told before each artefact is timed: its id, and the summary of those timed so far (for the screen). */
+    interface Progress {
+        void timing(String artefact, String summary);
+    }
+
+    Bench(File file, Readings signals) throws IOException {
         this.out = new OutputStreamWriter(new FileOutputStream(file), "UTF-8");
         this.signals = signals;
+    }
+
+    /**
+     * Bench mode: the artefacts {@code only} names (all when null) timed one after another, a "device" line
+     * first ({@code device}: what {@link #phone} says on a phone) and "done" last; an artefact that cannot run
+     * is its result's error, the others go on. Returns the summary shown at the end; a {@code only} naming an
+     * artefact the bundle lacks is a "fatal" line and Refused.
+     */
+    String run(BundleStore bundle, Engines engines, JSONObject device, String[] only, int runs, int warmup, int threads,
+               Progress progress) throws Exception {
+        List<BundleStore.Artefact> timed;
+        try {
+            timed = artefacts(bundle.artefacts, only);
+        } catch (BundleStore.Refused e) {
+            fatal(e.getMessage());
+            throw e;
+        }
+        emit(deviceRecord(device));
+        StringBuilder text = new StringBuilder();
+        for (BundleStore.Artefact a : timed) {
+            progress.timing(a.id, text.toString());
+            JSONObject r;
+            try {
+                r = measure(bundle, engines, a, runs, warmup, Engines.threadsFor(a, threads));
+            } catch (Throwable e) {  // this artefact cannot run here; the others may
+                r = result(a);
+                r.put("error", e.getClass().getSimpleName() + ": " + e.getMessage());
+            }
+            emit(r);
+            JSONObject lat = r.optJSONObject("latency");
+            text.append(a.heads).append(" heads: ").append(r.getString("status"))
+                    .append(lat == null ? "" : String.format(" p50 %.2f ms p90 %.2f ms", lat.getDouble("p50_ms"),
+                            lat.getDouble("p90_ms"))).append('\n');
+        }
+        JSONObject done = new JSONObject();
+        done.put("event", "done");
+        emit(done);
+        return text.toString();
+    }
+
+    /** The line that ends a run before anything was timed: the bundle or the request cannot be run. */
+    void fatal(String message) throws IOException, JSONException {
+        JSONObject fatal = new JSONObject();
+        fatal.put("event", "fatal");
+        fatal.put("message", message);
+        emit(fatal);
+    }
+
+    /**
+     * The artefacts bench mode times: every one the bundle holds, or those {@code only} names in the bundle's
+     * order (calibration/runner.py's --only; a resumed calibration asks for what it lacks).
+     */
+    static List<BundleStore.Artefact> artefacts(List<BundleStore.Artefact> all, String[] only)
+            throws BundleStore.Refused {
+        if (only == null) return all;
+        Map<String, BundleStore.Artefact> byId = new HashMap<String, BundleStore.Artefact>();
+        for (BundleStore.Artefact a : all) byId.put(a.id, a);
+        for (String id : only) {
+            if (!byId.containsKey(id)) {
+                throw new BundleStore.Refused("bench mode was asked for artefact '" + id + "', which the app's bundle "
+                        + "does not hold; calibrate the bundle the APK was built from");
+            }
+        }
+        List<String> wanted = Arrays.asList(only);
+        List<BundleStore.Artefact> picked = new ArrayList<BundleStore.Artefact>();
+        for (BundleStore.Artefact a : all) if (wanted.contains(a.id)) picked.add(a);
+        return picked;
     }
 
     void emit(JSONObject event) throws IOException {
@@ -40,7 +118,8 @@ final class Bench {
         out.close();
     }
 
-    static JSONObject deviceRecord() throws JSONException {
+    /** What the phone says it is (android.os.Build), with the device line's keys. */
+    static JSONObject phone() throws JSONException {
         JSONObject d = new JSONObject();
         d.put("model", Build.MANUFACTURER + " " + Build.MODEL);
         d.put("cpu_model", Build.HARDWARE);
@@ -49,6 +128,10 @@ final class Bench {
         d.put("os", "Android " + Build.VERSION.RELEASE + " (API " + Build.VERSION.SDK_INT + ")");
         d.put("kernel", System.getProperty("os.version"));
         d.put("python", JSONObject.NULL);
+        return d;
+    }
+
+    static JSONObject deviceRecord(JSONObject d) throws JSONException {
         JSONObject runtimes = new JSONObject();
         runtimes.put("executorch", MainActivity.EXECUTORCH_RUNTIME);
         JSONObject e = new JSONObject();
@@ -70,8 +153,13 @@ final class Bench {
         return r;
     }
 
-    /** One artefact as runner.measure does it: golden check, then warm-up and timed single-image runs. */
-    JSONObject measure(BundleStore bundle, BundleStore.Artefact a, int runs, int warmup, int threads) throws Exception {
+    /**
+     * One artefact as runner.measure does it: golden check, then warm-up and timed single-image runs. Its program
+     * is probed first in the probe's process ({@link Engines#checked}), so one the runtime cannot run is this
+     * artefact's error line, not the end of the app; the probe's time is left out of load_s.
+     */
+    JSONObject measure(BundleStore bundle, Engines engines, BundleStore.Artefact a, int runs, int warmup, int threads)
+            throws Exception {
         JSONObject r = result(a);
         r.put("state_before", signals.read().toStateJson());
         Map<String, Npy> golden = Npy.readNpz(bundle.file(a.golden));
@@ -79,7 +167,9 @@ final class Bench {
         Npy inputs = golden.get("inputs");
         Npy reference = golden.get("reference");
         long start = System.nanoTime();  // load_s: a compact record's rebuild included, as a board's load
-        Engine engine = Engine.load(a, bundle.artefactFile(a), threads);
+        File file = engines.checked(a, threads);
+        long probeNs = engines.lastProbeNs;
+        Engine engine = Engine.load(a, file, threads);
         try {
             long[] shape = inputs.shape.clone();
             shape[0] = 1;
@@ -87,7 +177,7 @@ final class Bench {
             int agree = 0;
             for (int i = 0; i < inputs.rows(); i++) {
                 float[] logits = engine.run(inputs.row(i), shape);
-                if (i == 0) r.put("load_s", (System.nanoTime() - start) / 1e9);  // ExecuTorch loads methods on first use
+                if (i == 0) r.put("load_s", (System.nanoTime() - start - probeNs) / 1e9);  // methods load on first use
                 float[] ref = reference.row(i);
                 for (int j = 0; j < ref.length; j++) maxDiff = Math.max(maxDiff, Math.abs(logits[j] - ref[j]));
                 if (Engine.argmax(logits) == Engine.argmax(ref)) agree++;
@@ -119,12 +209,24 @@ final class Bench {
             }
             r.put("status", "ok");
             r.put("latency", Latency.summarize(ms));
-            Double rss = MainActivity.peakRssMb();
+            Double rss = peakRssMb();
             r.put("peak_rss_mb", rss == null ? JSONObject.NULL : rss);
             r.put("state_after", signals.read().toStateJson());
             return r;
         } finally {
             engine.close();
         }
+    }
+
+    /** The process's peak resident memory (VmHWM in /proc/self/status), or null where it cannot be read. */
+    static Double peakRssMb() {
+        try {
+            for (String line : Text.read(new File("/proc/self/status")).split("\n")) {
+                if (line.startsWith("VmHWM:")) return Integer.parseInt(line.split("\\s+")[1]) / 1024.0;
+            }
+        } catch (IOException | RuntimeException e) {
+            return null;
+        }
+        return null;
     }
 }

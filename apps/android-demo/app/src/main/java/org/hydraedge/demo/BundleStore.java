@@ -93,6 +93,11 @@ final class BundleStore {
         return new File(dir, name);
     }
 
+    /** The .npz holding {@code a}'s golden inputs (under "inputs"): its shared inputs file, or its own golden file. */
+    File goldenInputs(Artefact a) {
+        return file(a.goldenInputs != null ? a.goldenInputs : a.golden);
+    }
+
     /** Copy the assets out of the APK (each through a .part file) and check them all. */
     static BundleStore open(Context context) throws Refused {
         File dir = new File(context.getFilesDir(), ASSET_BUNDLE);

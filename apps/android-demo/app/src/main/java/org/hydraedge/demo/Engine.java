@@ -17,7 +17,11 @@ final class Engine {
     }
 
     static Engine load(BundleStore.Artefact artefact, File file, int threads) {
-        return new Engine(artefact.heads, Module.load(file.getAbsolutePath(), Module.LOAD_MODE_MMAP, threads));
+        return load(artefact.heads, file, threads);
+    }
+
+    static Engine load(int heads, File file, int threads) {
+        return new Engine(heads, Module.load(file.getAbsolutePath(), Module.LOAD_MODE_MMAP, threads));
     }
 
     /** Logits for one image (C*H*W floats, already normalised) of shape {@code inputShape} (1, C, H, W). */

@@ -8,6 +8,7 @@ import java.util.List;
 import java.util.concurrent.Executor;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
+import java.util.concurrent.TimeUnit;
 
 import kotlin.jvm.functions.Function0;
 
@@ -23,7 +24,7 @@ import org.hydraedge.core.Switcher;
  * The Activity's one door to the switcher library (org.hydraedge.core.Switcher): every decision is
  * the library's, this class only turns Android's readings into its input and its events into text.
  *
- *   HeadSwitch.open(bundle)                    lut.json checked against the manifest; the latency loop on,
+ *   HeadSwitch.open(bundle, readsHeadroom)     lut.json checked against the manifest; the latency loop on,
  *                                              its correction saved beside lut.json in the app's files dir
  *   int poll(Signals.Reading r)                Switcher.poll: table, fail-safe holds, raise gate, latency cap
  *   void observe(int heads, double ms)         Switcher.observe: one single-image inference's time
@@ -35,6 +36,7 @@ import org.hydraedge.core.Switcher;
 final class HeadSwitch {
     private static final String TAG = "hydra-edge";
     private static final int KEEP_EVENTS = 100;  // the display shows the last few; the library keeps the rest
+    private static final long SAVE_WAIT_S = 5;
 
     final Switcher switcher;
     /** Where corrections are written: one background thread, so an inference never waits for the disk. */
@@ -45,7 +47,8 @@ final class HeadSwitch {
         this.saver = saver;
     }
 
-    static HeadSwitch open(BundleStore bundle) throws BundleStore.Refused {
+    /** {@code readsHeadroom}: whether this phone forecasts its thermal headroom (Signals.readsHeadroom()). */
+    static HeadSwitch open(BundleStore bundle, boolean readsHeadroom) throws BundleStore.Refused {
         ExecutorService saver = Executors.newSingleThreadExecutor();
         Function0<Double> monotonic = new Function0<Double>() {
             @Override
@@ -68,12 +71,12 @@ final class HeadSwitch {
         };
         try {
             // the thermal headroom forecast is API 30's; an older phone does not name it, so it plays no part
-            SignalSettings settings = new SignalSettings().namingHeadroom(Signals.readsHeadroom());
+            SignalSettings settings = new SignalSettings().namingHeadroom(readsHeadroom);
             Switcher s = Switcher.Companion.open(bundle.dir, settings, monotonic,
                     new File(bundle.dir, BundleStore.ASSET_LUT), new LoopSettings(), wall, log, (Executor) saver);
-            if (s.getTable().getThermalHeadroom() && !Signals.readsHeadroom()) {
-                log.log("WARNING", "this phone (API " + android.os.Build.VERSION.SDK_INT + ") cannot forecast its "
-                        + "thermal headroom (API 30+): the table's headroom plays no part, the thermal status alone counts");
+            if (s.getTable().getThermalHeadroom() && !readsHeadroom) {
+                log.log("WARNING", "this phone cannot forecast its thermal headroom (PowerManager.getThermalHeadroom, "
+                        + "API 30+): the table's headroom plays no part, the thermal status alone counts");
             }
             return new HeadSwitch(s, saver);
         } catch (Exception e) {  // BundleException (Kotlin declares no checked exceptions), IllegalArgumentException
@@ -125,8 +128,14 @@ final class HeadSwitch {
         return switcher.getFallback();
     }
 
+    /** Stop taking corrections, and wait (at most {@link #SAVE_WAIT_S} s) for the last one to reach the disk. */
     void close() {
         saver.shutdown();
+        try {
+            saver.awaitTermination(SAVE_WAIT_S, TimeUnit.SECONDS);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();  // stopping anyway: the write goes on in the background
+        }
     }
 
     private void trim() {

@@ -16,11 +16,6 @@ import org.json.JSONObject;
 
 import java.io.File;
 import java.io.IOException;
-import java.util.ArrayList;
-import java.util.Arrays;
-import java.util.HashMap;
-import java.util.List;
-import java.util.Map;
 
 /**
  * The hydra-edge demo: the bundle's .pte files in ExecuTorch, the head count chosen by the bundle's
@@ -35,7 +30,6 @@ import java.util.Map;
 public class MainActivity extends Activity {
     /** The ExecuTorch runtime the APK carries (recorded in bench.jsonl's device line). */
     static final String EXECUTORCH_RUNTIME = "react-native-executorch 0.8.5 prebuilt (ExecuTorch Android JNI)";
-    private static final int WINDOW = 50;  // inferences per head count kept for p50/p90
     private static final long PAUSE_MS = 200;
     private static final int SHOWN_SWITCHES = 5;
 
@@ -105,43 +99,6 @@ public class MainActivity extends Activity {
         show("bundle refused", Color.RED, why);
     }
 
-    static Double peakRssMb() {
-        try {
-            for (String line : Text.read(new File("/proc/self/status")).split("\n")) {
-                if (line.startsWith("VmHWM:")) return Integer.parseInt(line.split("\\s+")[1]) / 1024.0;
-            }
-        } catch (IOException | RuntimeException e) {
-            return null;
-        }
-        return null;
-    }
-
-    private static int threadsFor(BundleStore.Artefact a, int asked) {
-        int cores = Runtime.getRuntime().availableProcessors();
-        return Math.min(asked > 0 ? asked : a.threads, cores);
-    }
-
-    /**
-     * The artefacts bench mode times: every one the bundle holds, or those {@code only} names in the bundle's
-     * order (calibration/runner.py's --only; a resumed calibration asks for what it lacks).
-     */
-    static List<BundleStore.Artefact> benchArtefacts(List<BundleStore.Artefact> all, String[] only)
-            throws BundleStore.Refused {
-        if (only == null) return all;
-        Map<String, BundleStore.Artefact> byId = new HashMap<String, BundleStore.Artefact>();
-        for (BundleStore.Artefact a : all) byId.put(a.id, a);
-        for (String id : only) {
-            if (!byId.containsKey(id)) {
-                throw new BundleStore.Refused("bench mode was asked for artefact '" + id + "', which the app's bundle "
-                        + "does not hold; calibrate the bundle the APK was built from");
-            }
-        }
-        List<String> wanted = Arrays.asList(only);
-        List<BundleStore.Artefact> picked = new ArrayList<BundleStore.Artefact>();
-        for (BundleStore.Artefact a : all) if (wanted.contains(a.id)) picked.add(a);
-        return picked;
-    }
-
     private void runBench(int runs, int warmup, int threads, String[] only) {
         File dir = getExternalFilesDir(null);
         if (dir == null) dir = getFilesDir();
@@ -153,44 +110,30 @@ public class MainActivity extends Activity {
             show("benchmark failed", Color.RED, "cannot write " + file + ": " + e.getMessage());
             return;
         }
+        Engines engines = null;
         try {
             BundleStore bundle;
-            List<BundleStore.Artefact> timed;
             try {
                 bundle = BundleStore.open(this);
-                timed = benchArtefacts(bundle.artefacts, only);
             } catch (BundleStore.Refused e) {
-                JSONObject fatal = new JSONObject();
-                fatal.put("event", "fatal");
-                fatal.put("message", e.getMessage());
-                bench.emit(fatal);
+                bench.fatal(e.getMessage());
                 refuse(e.getMessage());
                 return;
             }
-            bench.emit(Bench.deviceRecord());
-            StringBuilder text = new StringBuilder();
-            for (BundleStore.Artefact a : timed) {
-                show("benchmark: " + a.id, Color.BLACK, text.toString());
-                JSONObject r;
-                try {
-                    r = bench.measure(bundle, a, runs, warmup, threadsFor(a, threads));
-                } catch (Throwable e) {  // this artefact cannot run here; the others may
-                    r = Bench.result(a);
-                    r.put("error", e.getClass().getSimpleName() + ": " + e.getMessage());
+            engines = new Engines(bundle, new ServiceProber(this));
+            String summary = bench.run(bundle, engines, Bench.phone(), only, runs, warmup, threads, new Bench.Progress() {
+                @Override
+                public void timing(String artefact, String done) {
+                    show("benchmark: " + artefact, Color.BLACK, done);
                 }
-                bench.emit(r);
-                JSONObject lat = r.optJSONObject("latency");
-                text.append(a.heads).append(" heads: ").append(r.getString("status"))
-                        .append(lat == null ? "" : String.format(" p50 %.2f ms p90 %.2f ms", lat.getDouble("p50_ms"),
-                                lat.getDouble("p90_ms"))).append('\n');
-            }
-            JSONObject done = new JSONObject();
-            done.put("event", "done");
-            bench.emit(done);
-            show("benchmark done", Color.rgb(0, 128, 0), text + "\n" + file);
+            });
+            show("benchmark done", Color.rgb(0, 128, 0), summary + "\n" + file);
+        } catch (BundleStore.Refused e) {  // --esa only named an artefact the bundle lacks: its fatal line is written
+            refuse(e.getMessage());
         } catch (Exception e) {
             show("benchmark failed", Color.RED, String.valueOf(e));
         } finally {
+            if (engines != null) engines.close();
             try {
                 bench.close();
             } catch (IOException ignored) {
@@ -204,92 +147,52 @@ public class MainActivity extends Activity {
         final HeadSwitch sw;
         try {
             bundle = BundleStore.open(this);
-            sw = HeadSwitch.open(bundle);
+            sw = HeadSwitch.open(bundle, Signals.readsHeadroom());
         } catch (BundleStore.Refused e) {
             refuse(e.getMessage());
             return;
         }
         Signals signals = new Signals(this);
-        Map<Integer, Engine> engines = new HashMap<Integer, Engine>();
-        Map<Integer, List<Double>> times = new HashMap<Integer, List<Double>>();
+        Engines engines = new Engines(bundle, new ServiceProber(this));
+        DemoLoop demo = new DemoLoop(bundle, sw, engines);
         JSONArray classes = bundle.manifest.optJSONArray("classes");
-        int image = 0;
-        String failed = null;  // the last head count that could not be rebuilt or loaded, and why
         try {
             while (running) {
                 Signals.Reading r = signals.read();
-                int heads = sw.poll(r);
-                BundleStore.Artefact a = bundle.byHeads(heads);
-                Engine engine = engines.get(heads);
-                if (engine == null) {
-                    try {
-                        engine = Engine.load(a, bundle.artefactFile(a), threadsFor(a, 0));
-                    } catch (Exception e) {  // a failed rebuild or load: fewer heads, as on a board
-                        String why = oneLine(e);
-                        failed = heads + " heads cannot run: " + why;
-                        if (!sw.loadFailed(heads, why)) {
-                            refuse(failed);
-                            return;
-                        }
-                        continue;
-                    }
-                    engines.put(heads, engine);
+                DemoLoop.Frame f;
+                try {
+                    f = demo.step(r);
+                } catch (BundleStore.Refused e) {  // not even the fewest heads can run
+                    refuse(e.getMessage());
+                    return;
                 }
-                Map<String, Npy> golden = Npy.readNpz(bundle.file(a.golden));
-                Npy inputs = a.goldenInputs != null ? Npy.readNpz(bundle.file(a.goldenInputs)).get("inputs") : golden.get("inputs");
-                Npy reference = golden.get("reference");
-                int i = image++ % inputs.rows();
-                long[] shape = inputs.shape.clone();
-                shape[0] = 1;
-                long t = System.nanoTime();
-                float[] logits = engine.run(inputs.row(i), shape);
-                double ms = (System.nanoTime() - t) / 1e6;
-                sw.observe(heads, ms);
-                List<Double> window = times.get(heads);
-                if (window == null) {
-                    window = new ArrayList<Double>();
-                    times.put(heads, window);
-                }
-                window.add(ms);
-                if (window.size() > WINDOW) window.remove(0);
-                double[] w = new double[window.size()];
-                for (int k = 0; k < w.length; k++) w[k] = window.get(k);
-                JSONObject lat = Latency.summarize(w);
-                int predicted = Engine.argmax(logits);
-                int expected = Engine.argmax(reference.row(i));
-                double budget = sw.budgetMs(r);
-                String name = classes != null && predicted < classes.length() ? classes.getString(predicted) : "class " + predicted;
+                JSONObject lat = f.latency;
+                String name = classes != null && f.predicted < classes.length() ? classes.getString(f.predicted)
+                        : "class " + f.predicted;
                 StringBuilder s = new StringBuilder();
                 s.append(String.format("latency  p50 %.2f ms  p90 %.2f ms  (budget %.1f ms)%n", lat.getDouble("p50_ms"),
-                        lat.getDouble("p90_ms"), budget));
-                s.append("image    ").append(i + 1).append('/').append(inputs.rows()).append(": ").append(name)
-                        .append(predicted == expected ? "  (as fp32)" : "  (fp32 says " + expected + ")").append('\n');
+                        lat.getDouble("p90_ms"), f.budgetMs));
+                s.append("image    ").append(f.image + 1).append('/').append(f.images).append(": ").append(name)
+                        .append(f.predicted == f.expected ? "  (as fp32)" : "  (fp32 says " + f.expected + ")").append('\n');
                 s.append("thermal  ").append(r.thermalStatus == null ? "unknown" : r.thermalName())
                         .append(Float.isNaN(r.thermalHeadroom) ? "" : String.format("  headroom %.2f (%.1f s ago)",
                                 r.thermalHeadroom, r.headroomAgeMs / 1000.0)).append('\n');
                 s.append("battery  ").append(r.batteryPercent == null ? "unknown" : r.batteryPercent + " %")
                         .append(Boolean.TRUE.equals(r.charging) ? " charging" : "").append('\n');
-                if (failed != null) s.append("failed   ").append(failed).append('\n');
+                if (engines.lastFailure != null) s.append("failed   ").append(engines.lastFailure).append('\n');
                 s.append("switches (newest last, as the switcher library words them)\n");
                 for (String line : sw.recent(SHOWN_SWITCHES)) s.append("  ").append(line).append('\n');
                 s.append("bundle   ").append(bundle.manifestSha256.substring(0, 12)).append("  lut ")
                         .append(bundle.lutSha256.substring(0, 12)).append('\n');
-                show(heads + " heads", budget >= lat.getDouble("p90_ms") || Double.isNaN(budget) ? Color.rgb(0, 128, 0)
-                        : Color.rgb(200, 120, 0), s.toString());
+                show(f.heads + " heads", f.budgetMs >= lat.getDouble("p90_ms") || Double.isNaN(f.budgetMs)
+                        ? Color.rgb(0, 128, 0) : Color.rgb(200, 120, 0), s.toString());
                 Thread.sleep(PAUSE_MS);
             }
         } catch (Exception e) {
             show("stopped", Color.RED, String.valueOf(e));
         } finally {
-            for (Engine e : engines.values()) e.close();
+            engines.close();
             sw.close();
         }
-    }
-
-    /** An exception as one line: its message's first line, or its class's name. */
-    static String oneLine(Throwable e) {
-        String m = e.getMessage();
-        if (m == null || m.trim().isEmpty()) return e.getClass().getSimpleName();
-        return m.trim().split("\n", 2)[0];
     }
 }

@@ -19,7 +19,7 @@ import org.json.JSONObject;
  * second ({@link #HEADROOM_EVERY_MS}): Android answers NaN to a faster caller, so a read in between
  * reuses the last answer and says how old it is.
  */
-final class Signals {
+final class Signals implements Readings {
     /** The state's error for a NaN forecast (a failed read, as a board's `cmd thermalservice headroom` NaN is). */
     static final String HEADROOM_NAN = "getThermalHeadroom(10) answered NaN: the phone cannot forecast now";
     /** PowerManager answers getThermalHeadroom with NaN when asked again within about a second. */
@@ -41,10 +41,12 @@ final class Signals {
         final Float batteryTempC;
         final String thermalError;
         final String batteryError;
+        /** Whether the phone was asked for a forecast at all (API 30+): only then is a NaN one a failed read. */
+        final boolean readsHeadroom;
 
         Reading(long timestampMs, Integer thermalStatus, float thermalHeadroom, long headroomAgeMs,
                 Integer batteryPercent, Boolean charging, String batteryStatus, Integer batteryStatusCode, Float batteryTempC,
-                String thermalError, String batteryError) {
+                String thermalError, String batteryError, boolean readsHeadroom) {
             this.timestampMs = timestampMs;
             this.thermalStatus = thermalStatus;
             this.thermalHeadroom = thermalHeadroom;
@@ -56,6 +58,7 @@ final class Signals {
             this.batteryTempC = batteryTempC;
             this.thermalError = thermalError;
             this.batteryError = batteryError;
+            this.readsHeadroom = readsHeadroom;
         }
 
         String thermalName() {
@@ -69,7 +72,7 @@ final class Signals {
             JSONObject errors = new JSONObject();
             if (thermalError != null) errors.put("thermal", thermalError);
             if (batteryError != null) errors.put("battery", batteryError);
-            if (readsHeadroom() && Float.isNaN(thermalHeadroom)) errors.put("headroom", HEADROOM_NAN);
+            if (readsHeadroom && Float.isNaN(thermalHeadroom)) errors.put("headroom", HEADROOM_NAN);
             JSONObject zones = new JSONObject();
             if (batteryTempC != null) zones.put("battery", (double) batteryTempC);
             JSONObject s = new JSONObject();
@@ -111,7 +114,8 @@ final class Signals {
         this.context = context.getApplicationContext();
     }
 
-    Reading read() {
+    @Override
+    public Reading read() {
         Integer status = null;
         float headroom = Float.NaN;
         long headroomAgeMs = 0;
@@ -162,6 +166,6 @@ final class Signals {
             if (tenths != Integer.MIN_VALUE) tempC = tenths / 10f;
         }
         return new Reading(System.currentTimeMillis(), status, headroom, headroomAgeMs, level, charging, batteryStatus,
-                statusCode, tempC, thermalError, batteryError);
+                statusCode, tempC, thermalError, batteryError, readsHeadroom());
     }
 }

@@ -6,7 +6,7 @@ import java.io.FileInputStream;
 import java.io.IOException;
 import java.io.InputStream;
 
-/** Whole small files as UTF-8 text (manifest, table, recipes). */
+/** Whole small files as UTF-8 text (manifest, table, recipes), and exceptions as one line. */
 final class Text {
     private Text() {}
 
@@ -23,5 +23,12 @@ final class Text {
         } finally {
             in.close();
         }
+    }
+
+    /** An exception as one line: its message's first line, or its class's name. */
+    static String oneLine(Throwable e) {
+        String m = e.getMessage();
+        if (m == null || m.trim().isEmpty()) return e.getClass().getSimpleName();
+        return m.trim().split("\n", 2)[0];
     }
 }
