@@ -81,7 +81,7 @@ class Tally:
     timed_s: float = 0.0  # the runs' own time
     spent_s: float = 0.0  # its blocks' wall time, warm-ups included: what the cap counts
     blocks: List[Dict[str, Any]] = field(default_factory=list)  # {"round", "latencies_ms", "spent_s"}
-    stopped: Optional[str] = None  # "interval" | "cap"
+    stopped: Optional[str] = None  # "interval" | "cap"; "error" where its timer gave up on it
 
     def add(self, round_no: int, latencies_s: Sequence[float], spent_s: float) -> None:
         for value in latencies_s:
@@ -105,6 +105,8 @@ class Tally:
 
     def judge(self, rule: StopRule) -> Optional[str]:
         """Stop once the interval is tight (after the floors), or once the cap is spent; say which."""
+        if self.stopped:
+            return self.stopped
         if len(self.sorted_s) >= rule.min_runs and self.timed_s >= rule.min_s and self.tight(rule.within):
             self.stopped = "interval"
         elif self.spent_s >= rule.cap_s:
