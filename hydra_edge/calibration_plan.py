@@ -104,8 +104,9 @@ class Tally:
         return p90 - interval[0] <= within * p90 and interval[1] - p90 <= within * p90
 
     def judge(self, rule: StopRule) -> Optional[str]:
-        """Stop once the interval is tight (after the floors), or once the cap is spent; say which."""
-        if self.stopped:
+        """Stop once the interval is tight (after the floors), or once the cap is spent; say which. Never
+        before a first block: even a cap of 0 times one."""
+        if self.stopped or not self.sorted_s:
             return self.stopped
         if len(self.sorted_s) >= rule.min_runs and self.timed_s >= rule.min_s and self.tight(rule.within):
             self.stopped = "interval"

@@ -32,14 +32,66 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_pushed_files_suffice_and_torch_is_never_imported(bundle: Path, pushed: Path) -> None:
-    events, modules = run_runner(pushed, "--bundle", bundle, "--runs", 7, "--warmup", 1)
+    events, modules = run_runner(pushed, "--bundle", bundle, "--runs", 7, "--warmup", 1, "--min-seconds", 0,
+                                 "--cap-seconds", 5, "--seed", 1)
     assert modules["code"] in (None, 0)
     assert modules["files"] and all(f.startswith(str(pushed)) for f in modules["files"])
-    assert [e["event"] for e in events] == ["device", "result", "result", "result", "done"]
+    kinds = [e["event"] for e in events]
+    assert kinds[:4] == ["device", "loaded", "loaded", "loaded"] and kinds[-1] == "done"
     assert events[0]["runtimes"]["onnxruntime"] and events[0]["device"]["cores"] >= 1
-    for e, heads in zip(events[1:4], (3, 6, 12)):
-        assert e["heads"] == heads and e["status"] == "ok" and e["golden"]["passed"]
-        assert e["latency"]["count"] == 7 and e["latency"]["p50_ms"] > 0 and e["peak_rss_mb"] > 0
+    results = {e["heads"]: e for e in events if e["event"] == "result"}
+    assert sorted(results) == [3, 6, 12]
+    for e in results.values():
+        lat = e["latency"]
+        assert e["status"] == "ok" and e["golden"]["passed"] and e["peak_rss_mb"] > 0
+        assert lat["count"] >= 7 and lat["count"] == sum(len(b["latencies_ms"]) for b in e["blocks"])
+        if e["stopped"] == "interval":  # else its 5 s cap ran out first
+            assert (1 - 0.05) * lat["p90_ms"] <= lat["p90_low_ms"] <= lat["p90_ms"] <= lat["p90_high_ms"] \
+                <= (1 + 0.05) * lat["p90_ms"]
+
+
+def test_rounds_visit_the_open_head_counts_in_a_new_order_and_each_block_follows_it(bundle: Path,
+                                                                                      pushed: Path) -> None:
+    """Blocks of 5 runs and 0.02 s, a 1 s floor: every head count runs many rounds; each round's blocks
+    come in its order, and a head count leaves the rounds once its result is out."""
+    events, _ = run_runner(pushed, "--bundle", bundle, "--warmup", 0, "--block-seconds", 0.02, "--seed", 3)
+    timed: list[int] = []
+    done: set[int] = set()
+    for e in [e for e in events if e["event"] in ("round", "block", "result")] + [{"event": "round", "order": []}]:
+        if e["event"] == "round":
+            if timed:
+                assert timed == order, (timed, order)
+            order, timed = e["order"], []
+            assert not done & set(order) and e.get("gate", {}).get("outcome") in (None, "ready", "ungated")
+        elif e["event"] == "block":
+            timed.append(e["heads"])
+        else:
+            done.add(e["heads"])
+    orders = [tuple(e["order"]) for e in events if e["event"] == "round" and len(e["order"]) == 3]
+    assert len(orders) >= 5 and len(set(orders)) > 1
+
+
+def test_a_cap_too_small_for_any_interval_keeps_the_runs_without_one(bundle: Path, pushed: Path) -> None:
+    events, _ = run_runner(pushed, "--bundle", bundle, "--warmup", 0, "--cap-seconds", 0, "--block-seconds", 0,
+                           "--only", "h3_onnx_fp32")
+    (result,) = [e for e in events if e["event"] == "result"]
+    assert result["status"] == "ok" and result["stopped"] == "cap" and result["latency"]["count"] == 5
+    assert result["latency"]["p90_low_ms"] is None and result["latency"]["p90_high_ms"] is None
+
+
+def test_a_resumed_runner_goes_on_from_the_blocks_it_is_given(bundle: Path, pushed: Path, tmp_path: Path) -> None:
+    """Given 3 heads' block of round 4 (60 timings, 1 to 3.95 ms: no tight interval), it numbers its rounds
+    from 5 and counts that block with its own: a head count that was half-timed is not timed afresh."""
+    given = {"round": 4, "latencies_ms": [round(1.0 + 0.05 * i, 6) for i in range(60)], "spent_s": 0.2}
+    resume = tmp_path / "resume.json"
+    resume.write_text(json.dumps({"first_round": 5, "blocks": {"h3_onnx_fp32": [given]}}))
+    events, _ = run_runner(pushed, "--bundle", bundle, "--warmup", 0, "--min-seconds", 0, "--cap-seconds", 3,
+                           "--only", "h3_onnx_fp32", "--resume", resume)
+    rounds = [e["round"] for e in events if e["event"] == "round"]
+    (result,) = [e for e in events if e["event"] == "result"]
+    assert rounds[0] == 5 and result["blocks"][0] == given
+    assert [b["round"] for b in result["blocks"][1:]] == rounds
+    assert result["latency"]["count"] == 60 + sum(len(b["latencies_ms"]) for b in result["blocks"][1:])
 
 
 def _copy(bundle: Path, to: Path) -> Path:
@@ -82,7 +134,8 @@ def test_no_bundle_is_a_fatal_line(pushed: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("option, value", [("--runs", "10000000000000"), ("--warmup", "-1"), ("--threads", "100000"),
-                                           ("--soak-interval", "nan"), ("--soak-seconds", "inf")])
+                                           ("--soak-interval", "nan"), ("--soak-seconds", "inf"), ("--within", "0"),
+                                           ("--cap-seconds", "inf"), ("--gate-margin-c", "nan")])
 def test_numbers_out_of_bounds_stop_the_runner_before_it_reads_anything(pushed: Path, tmp_path: Path, option: str,
                                                                         value: str) -> None:
     done = subprocess.run([sys.executable, str(pushed / "calibration" / "runner.py"), "--bundle", str(tmp_path),
