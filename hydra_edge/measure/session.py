@@ -1,8 +1,8 @@
 """One device's calibration: push the bundle and the runner, time each head count, save as it comes.
 
-The record on disk is the source of truth: every head count the device reports is saved at once
-(``journal``), and a later run with the same bundle and settings skips the head counts it already
-holds. A dropped connection or Ctrl-C therefore costs at most the head count in flight, which the
+The record on disk is the source of truth: every head count the device reports, and with the Python
+runner every round and block of runs, is saved at once (``journal``), and a later run with the same
+bundle and settings skips the head counts it already holds and goes on from the blocks of the others. A dropped connection or Ctrl-C therefore costs at most the head count in flight, which the
 next run measures again; a runner that dies on an artefact (its exit status arrives, see
 ``exits``) is recorded as crashed, so the next run goes on with the others.
 """
@@ -56,8 +56,7 @@ class LoadedLine(msgspec.Struct, forbid_unknown_fields=True):
 @dataclass(frozen=True)
 class RoundsOptions:
     """How the Python runner times in rounds (``hydra_edge.calibration_plan``): its stop rule (beside
-    ``runs``, the fewest runs), its blocks and its thermal gate. ``seed`` is not a setting: a resumed run
-    may draw other orders."""
+    ``runs``, the fewest runs), its blocks and its thermal gate."""
 
     within: float = 0.05
     min_s: float = 1.0
@@ -94,7 +93,7 @@ class CalibrateOptions:
     soak_interval_s: float = 5.0
     sysfs_root: str | None = None  # tests: read the device's /sys under this root
     force: bool = False  # measure again even what the record already holds
-    plan: RoundsOptions = field(default_factory=lambda: RoundsOptions())
+    plan: RoundsOptions = field(default_factory=RoundsOptions)
 
     def settings(self, runner: str) -> dict[str, Any]:
         """What makes two runs' numbers comparable; a record with other settings is not resumed."""
