@@ -179,7 +179,9 @@ def test_the_apps_record_is_the_python_runners_for_the_same_lines(adb_device: Ad
     assert runner.exit_code == 0, runner.output
 
     by_app, by_runner = read_calibration(tmp_path / "app.json"), read_calibration(tmp_path / "python.json")
+    by_rounds = by_runner.settings.pop("rounds")  # only the Python runner times by rounds
     assert by_app.settings == {**by_runner.settings, "runner": "app"} and by_runner.settings["runner"] == "python"
+    assert by_rounds["within"] == 0.05
     assert msgspec.structs.replace(by_app, settings=by_runner.settings) == by_runner
     assert [r.heads for r in by_app.measured()] == [3, 12] and {r.runner for r in by_app.results} == {"app"}
     assert by_app.device_id == f"adb:{adb_device.serial}" and by_app.device["runtimes"]

@@ -137,8 +137,8 @@ def _summary(console: Any, calibration: Calibration, path: Path, png: Path) -> N
         _say(console, f"the device's own output: {device_log(path)}")
 
 
-@command(kept=lambda params: f"each head count measured so far is saved in {params['out']}; the rest are "
-                            "measured when it resumes")
+@command(kept=lambda params: f"each head count measured and each block of runs timed so far is saved in "
+                            f"{params['out']}; the rest are measured, going on from those blocks, when it resumes")
 @click.option("--bundle", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="A bundle folder made by hydra-edge convert.")
 @click.option("--host", "hosts", multiple=True, help="ssh device: user@host[:port] or an ssh config alias; repeat for a fleet.")
