@@ -189,11 +189,21 @@ def prepare(bundle: Path, artefact: ArtefactRecord, args: argparse.Namespace, de
     return Loaded(artefact, engine, x, result)
 
 
-def time_rounds(loaded: List[Loaded], args: argparse.Namespace, device: Device, resume: Dict[str, Any]) -> None:
+def start_gate(args: argparse.Namespace, device: Device) -> Any:
+    """The thermal gate, holding the device's state now (before anything is loaded) as the one each round
+    must start in."""
+    from hydra_edge.calibration_plan import Gate, GateRule
+
+    return Gate(GateRule(margin_c=args.gate_margin_c, headroom=args.gate_headroom, max_wait_s=args.gate_max_wait_s,
+                         poll_s=args.gate_poll_s), lambda: device.state().to_dict(), time.monotonic, time.sleep)
+
+
+def time_rounds(loaded: List[Loaded], args: argparse.Namespace, device: Device, gate: Any,
+                resume: Dict[str, Any]) -> None:
     """Time every loaded artefact in interleaved rounds (``calibration_plan``), each round gated on the
     device's thermal state; one ``round`` line per round, a ``block`` line per block, and a ``result``
     line for each head count as soon as its timing stops (its engine is then released)."""
-    from hydra_edge.calibration_plan import Gate, GateRule, StopRule, Tally, interleave, timed_block
+    from hydra_edge.calibration_plan import StopRule, Tally, interleave, timed_block
 
     rule = StopRule(within=args.within, min_runs=args.runs, min_s=args.min_seconds, cap_s=args.cap_seconds)
     by_heads = {item.artefact.heads: item for item in loaded}
@@ -202,8 +212,6 @@ def time_rounds(loaded: List[Loaded], args: argparse.Namespace, device: Device, 
         for block in resume.get("blocks", {}).get(item.artefact.id, []):
             tallies[heads].add(block["round"], [v / 1e3 for v in block["latencies_ms"]], block["spent_s"])
         tallies[heads].judge(rule)
-    gate = Gate(GateRule(margin_c=args.gate_margin_c, headroom=args.gate_headroom, max_wait_s=args.gate_max_wait_s,
-                         poll_s=args.gate_poll_s), lambda: device.state().to_dict(), time.monotonic, time.sleep)
 
     def time_block(heads: int) -> List[float]:
         item = by_heads[heads]
@@ -329,6 +337,7 @@ def run(args: argparse.Namespace) -> None:
     resume = json.loads(args.resume.read_text()) if args.resume else {}
     device = Device(manifest.target.get("signals", {}), args.sysfs_root)
     emit(device_record())
+    gate = start_gate(args, device)
     loaded, baseline = [], rss_mb()
     for name in wanted:
         try:
@@ -340,7 +349,7 @@ def run(args: argparse.Namespace) -> None:
             emit({"event": "loaded", "heads": ready.artefact.heads, "artefact": ready.artefact.id})
         else:
             emit(ready)
-    time_rounds(loaded, args, device, resume)
+    time_rounds(loaded, args, device, gate, resume)
     if args.soak_seconds > 0:
         target = known[args.soak_artefact] if args.soak_artefact else max(known.values(), key=lambda a: a.heads)
         soak(args.bundle, target, args, device)

@@ -9,8 +9,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -191,3 +193,52 @@ def test_runtime_threads_never_exceed_the_device_cores(bundle: Path, pushed: Pat
     loads = [json.loads(line)["threads"] for line in done.stdout.splitlines() if line.startswith('{"event": "load"')]
     assert done.returncode == 0, done.stderr
     assert loads and set(loads) == {os.cpu_count()}, done.stdout
+
+
+def _thermal_zone(root: Path, millidegrees: str) -> Path:
+    zone = root / "sys" / "class" / "thermal" / "thermal_zone0" / "temp"
+    zone.parent.mkdir(parents=True, exist_ok=True)
+    zone.write_text(millidegrees)
+    return zone
+
+
+def _run_with(pushed: Path, bundle: Path, root: Path, during: Callable[[Path], None]) -> list[dict]:
+    """The runner on a sysfs tree at 50 °C; ``during(zone file)`` runs once its first block is out."""
+    zone = _thermal_zone(root, "50000\n")
+    argv = [sys.executable, str(pushed / "calibration" / "runner.py"), "--bundle", str(bundle), "--warmup", "0",
+            "--sysfs-root", str(root), "--gate-poll-s", "0.1", "--min-seconds", "1.5", "--block-seconds", "0.1",
+            "--only", "h3_onnx_fp32", "h6_onnx_fp32"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd=pushed.parent)
+    assert proc.stdout is not None
+    events = []
+    try:
+        for line in proc.stdout:
+            events.append(json.loads(line))
+            if events[-1]["event"] == "block" and sum(e["event"] == "block" for e in events) == 1:
+                during(zone)
+    finally:
+        proc.wait(timeout=120)
+    return events
+
+
+def test_a_round_waits_for_the_start_temperature_then_times(bundle: Path, pushed: Path, tmp_path: Path) -> None:
+    """The device is 8 °C hotter than it began for a second: the next round waits (the 2 °C margin), then
+    starts once it is back, at the start's temperature."""
+    def warm_for_a_second(zone: Path) -> None:
+        zone.write_text("58000\n")
+        threading.Timer(1.0, lambda: zone.write_text("50000\n")).start()
+
+    gates = [e["gate"] for e in _run_with(pushed, bundle, tmp_path, warm_for_a_second) if e["event"] == "round"]
+    assert gates[0]["outcome"] == "ready" and gates[0]["state"]["max_temp_c"] == 50.0
+    waited = [g["waited_s"] for g in gates if g["waited_s"] >= 0.5]  # reading the sensor alone takes ms
+    assert len(waited) == 1 and waited[0] < 5
+    assert all(g["outcome"] == "ready" and g["state"]["max_temp_c"] == 50.0 for g in gates)
+
+
+def test_a_sensor_that_goes_mid_calibration_is_not_waited_on(bundle: Path, pushed: Path, tmp_path: Path) -> None:
+    events = _run_with(pushed, bundle, tmp_path, lambda zone: zone.unlink())
+    gates = [e["gate"] for e in events if e["event"] == "round"]
+    assert gates[0]["outcome"] == "ready" and len(gates) >= 2
+    assert all(g["outcome"] == "reading failed" and g["why"] == "the device no longer reports max_temp_c"
+               for g in gates[1:])
+    assert [e["status"] for e in events if e["event"] == "result"] == ["ok", "ok"]
