@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from hydra_edge.calibration_plan import interval_ms
@@ -126,3 +127,13 @@ def test_a_result_replaces_the_blocks_of_its_head_count(tmp_path: Path) -> None:
     assert [r.status for r in cal.results] == ["ok"] and len(cal.results[0].blocks) == 3
     cal.write(tmp_path / "cal.json")
     assert json.loads((tmp_path / "cal.json").read_text())["results"][0]["stopped"] == "interval"
+
+
+def test_a_record_made_before_rounds_reads_and_writes_back_as_it_was() -> None:
+    """The table the demo recorded on a project machine, one head count after another: no interval, no
+    rounds, no blocks, and none added when it is written back."""
+    path = Path(__file__).resolve().parents[1] / "calibration" / "recorded" / "x86_64-2core-digits-rpi.json"
+    old = read_calibration(path)
+    assert old.measured() and all(r.p90_interval_ms is None and r.stopped is msgspec.UNSET for r in old.results)
+    assert old.rounds is msgspec.UNSET and findings(old) == []
+    assert old.to_dict() == json.loads(path.read_text())
