@@ -94,13 +94,17 @@ def runner_lines(bundle: Path, *args: str) -> list[str]:
     lines are org.json's compact JSON."""
     done = subprocess.run([sys.executable, str(RUNNER), "--bundle", str(bundle), *args], capture_output=True,
                           text=True, timeout=600)
-    lines = []
-    for line in done.stdout.splitlines():
-        if line.startswith("{"):
-            event = json.loads(line)
-            if event.get("event") == "result":
-                event["runner"] = "app"
-            lines.append(json.dumps(event, separators=(",", ":")))
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    # The app times each head count once, in turn: no rounds, and its results in the order of heads.
+    events = [e for e in events if e.get("event") not in ("loaded", "round", "block")]
+    results = sorted((e for e in events if e.get("event") == "result"), key=lambda e: e["heads"])
+    for event in results:
+        event.update(runner="app")
+        for key in ("stopped", "blocks"):
+            event.pop(key, None)
+    first = next((i for i, e in enumerate(events) if e.get("event") == "result"), len(events))
+    events = events[:first] + results + [e for e in events[first:] if e.get("event") != "result"]
+    lines = [json.dumps(event, separators=(",", ":")) for event in events]
     assert lines, done.stdout + done.stderr
     return lines
 
