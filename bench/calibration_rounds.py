@@ -137,8 +137,8 @@ def timed(method: Method, run: dict[int, Step], hog_at_s: float | None) -> tuple
 
 def markdown(report: dict[str, Any]) -> str:
     lines = [f"Host: {report['host']}", "",
-             f"Default calibration of {len(HEADS)} head counts, quiet: sequential {report['quiet_s']['sequential']:.1f} s, "
-             f"rounds {report['quiet_s']['rounds']:.1f} s.", "",
+             f"Default calibration of {len(HEADS)} head counts, quiet: sequential "
+             f"{report['quiet_s']['sequential']:.1f} s, rounds {report['quiet_s']['rounds']:.1f} s.", "",
              "| heads | sequential: p90 hog / quiet | rounds: p90 hog / quiet |", "|---:|---:|---:|"]
     for h in HEADS:
         lines.append(f"| {h} | {report['ratio']['sequential'][str(h)]:.2f} | {report['ratio']['rounds'][str(h)]:.2f} |")

@@ -123,14 +123,17 @@ class Tally:
         return stats
 
 
-def interval_ms(latencies_ms: Sequence[float]) -> Optional[Tuple[float, float, float]]:
+Interval = Tuple[float, float, float]  # (p90, low, high), ms
+
+
+def interval_ms(latencies_ms: Sequence[float]) -> Optional[Interval]:
     """(p90, low, high) of these timings, or None when they are too few for an interval."""
     ordered = sorted(latencies_ms)
     ranks = order_ranks(len(ordered))
     return None if ranks is None else (percentile(ordered, 90), ordered[ranks[0]], ordered[ranks[1]])
 
 
-def drift(blocks: Sequence[Mapping[str, Any]]) -> Optional[Tuple[Tuple[float, float, float], Tuple[float, float, float]]]:
+def drift(blocks: Sequence[Mapping[str, Any]]) -> Optional[Tuple[Interval, Interval]]:
     """The p90 intervals (p90, low, high; ms) of a head count's earlier and later rounds when they do not
     overlap (the device drifted between them), else None. One comparison per head count, so a steady
     device is flagged at most ~0.6 % of the time; halves too short for an interval are not compared."""

@@ -87,7 +87,8 @@ def test_a_head_count_that_never_settles_stops_at_its_cap_and_says_so() -> None:
     assert tally.stopped == "cap" and not tally.tight(rule.within)
     assert rule.cap_s <= tally.spent_s < rule.cap_s + tally.blocks[-1]["spent_s"] + 1e-9
     latency = tally.latency()
-    assert latency["p90_low_ms"] < latency["p90_ms"] < latency["p90_high_ms"] and latency["count"] == len(tally.sorted_s)
+    assert latency["p90_low_ms"] < latency["p90_ms"] < latency["p90_high_ms"]
+    assert latency["count"] == len(tally.sorted_s)
 
 
 def test_a_cap_too_small_for_any_interval_keeps_what_it_timed_without_one() -> None:
@@ -194,7 +195,8 @@ def test_the_gate_waits_at_most_its_bound() -> None:
     for _ in range(2000):
         device.step(12)
     wait = gate.wait()
-    assert wait["outcome"] == "timeout" and wait["waited_s"] == pytest.approx(30.0) and "°C, over 30.0 + 2" in wait["why"]
+    assert wait["outcome"] == "timeout" and wait["waited_s"] == pytest.approx(30.0)
+    assert "°C, over 30.0 + 2" in wait["why"]
 
 
 def test_a_device_without_a_temperature_waits_nothing_and_says_so() -> None:

@@ -212,8 +212,9 @@ def calibrate(bundle: Path, hosts: tuple[str, ...], serial: str | None, local: b
                             runner=None if app else runner, app=app, app_idle_s=app_timeout,
                             soak_s=parse_duration(soak) if soak else None, soak_interval_s=soak_interval,
                             sysfs_root=sysfs_root, force=force,
-                            plan=RoundsOptions(within=within, min_s=min_seconds, cap_s=cap_seconds, block_s=block_seconds,
-                                               gate_margin_c=gate_margin, gate_max_wait_s=gate_max_wait))
+                            plan=RoundsOptions(within=within, min_s=min_seconds, cap_s=cap_seconds,
+                                               block_s=block_seconds, gate_margin_c=gate_margin,
+                                               gate_max_wait_s=gate_max_wait))
     devices = _devices(hosts, serial, local)
     options = {k: v for k, v in {"remote_dir": remote_dir, "identity_file": identity_file, "known_hosts": known_hosts,
                                  "ssh_config": ssh_config, "adb_port": adb_port}.items() if v is not None}

@@ -2,9 +2,10 @@
 
 The record on disk is the source of truth: every head count the device reports, and with the Python
 runner every round and block of runs, is saved at once (``journal``), and a later run with the same
-bundle and settings skips the head counts it already holds and goes on from the blocks of the others. A dropped connection or Ctrl-C therefore costs at most the head count in flight, which the
-next run measures again; a runner that dies on an artefact (its exit status arrives, see
-``exits``) is recorded as crashed, so the next run goes on with the others.
+bundle and settings skips the head counts it already holds and goes on from the blocks of the others.
+A dropped connection or Ctrl-C therefore costs at most the head count (with the Python runner, the
+block) in flight, which the next run measures again; a runner that dies on an artefact (its exit
+status arrives, see ``exits``) is recorded as crashed, so the next run goes on with the others.
 """
 
 from __future__ import annotations
