@@ -523,3 +523,16 @@ def test_a_final_newline_is_not_part_of_a_sha256_or_a_dtype() -> None:
         assert msgspec.json.decode(json.dumps(good).encode(), type=kind) == good
         with pytest.raises(msgspec.ValidationError, match="matching regex"):
             msgspec.json.decode(json.dumps(good + "\n").encode(), type=kind)
+
+
+def test_a_table_keyed_by_whole_numbers_reads_its_keys_from_json_strings_and_a_bad_key_is_one_line():
+    """JSON's keys are strings: a record keyed by head count (a run's history, ``{"3": 30}``) reads them as the
+    numbers they are, and a key that is none is one line naming the table and saying it is a key."""
+    from typing import Dict
+
+    from hydra_edge.records import codec
+
+    assert codec.decode(b'{"3": 30, "12": 26}', Dict[int, int], "h.json", "history", "fix it") == {3: 30, 12: 26}
+    with pytest.raises(HydraEdgeError) as e:
+        codec.decode(b'{"drawn": {"three": 30}}', Dict[str, Dict[int, int]], "h.json", "history", "fix it")
+    assert str(e.value) == "h.json: $[...]: expected `int`, got `str` (a key); fix it"

@@ -98,7 +98,7 @@ def decode(data: Union[bytes, str], type_: Type[T], where: str, what: str, hint:
         _check_header(document, schema, where, what, hint, error)
     try:
         in_schema_order(document, type_, "$")
-        return msgspec.convert(document, type_, strict=True)
+        return msgspec.convert(document, type_, strict=True, str_keys=True)  # JSON's keys are strings
     except msgspec.ValidationError as e:
         raise error(_one_line(str(e), where, hint)) from None
 
@@ -260,7 +260,8 @@ def in_schema_order(value: Any, type_: Any, path: str) -> None:
             in_schema_order(item, args[0], f"{path}[{i}]")
         return
     try:
-        msgspec.convert(value, type_, strict=True)  # a leaf, or a struct's own checks (its __post_init__)
+        # a leaf, or a struct's own checks (its __post_init__); JSON's keys are strings, read as the key type
+        msgspec.convert(value, type_, strict=True, str_keys=True)
     except (msgspec.ValidationError, ValueError) as e:
         raise _at(path, e) from None
 

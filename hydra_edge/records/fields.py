@@ -57,6 +57,8 @@ def locate(error: str) -> Tuple[str, str]:
     message, sep, at = error.rpartition(" - at `")
     path = at.rstrip("`") if sep else "$"
     message = message if sep else error
+    if path.startswith("key` in `"):  # msgspec's words for a key of the table at a path: "at `key` in `$.a`"
+        path, message = path[len("key` in `"):], f"{message} (a key)"
     while message.startswith(("`.", "`[")):
         inner, _, message = message[1:].partition("`: ")
         path += inner
