@@ -57,6 +57,7 @@ def test_a_few_hundred_generated_traces_agree(classpath: str, tmp_path: Path) ->
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # about 3 min on a quiet 2-core host; the suite's 600 s is for one ordinary test
 def test_thousands_of_generated_traces_agree(classpath: str, tmp_path: Path) -> None:
     found = divergences(SLOW, classpath, tmp_path)
     assert not found, f"{len(found)} of {len(SLOW)} traces (in {tmp_path}):\n" + "\n".join(found[:10])
