@@ -76,7 +76,7 @@ def stop_on_signals(once: bool = False) -> Dict[int, Any]:
     the first one's ``finally`` writes; SIGKILL still ends it. Does nothing outside the main thread
     (Python delivers signals only there): returns ``{}``. A signal ignored when the process started
     (SIGINT for a job started in the background with ``&``, as ``deploy --detach`` starts the app)
-    stays ignored. Once stopping, SIGCHLD is left to its default for good: the process is ending.
+    stays ignored. Once stopping, SIGCHLD does nothing for good: the process is ending.
     """
     if threading.current_thread() is not threading.main_thread():
         return {}
@@ -88,12 +88,18 @@ def stop_on_signals(once: bool = False) -> Dict[int, Any]:
         # children the same stop reached (it went to the whole process group: Ctrl-C, systemd, ``timeout``)
         # end with it: a SIGCHLD handler that reports them (torch's DataLoader raises "worker killed by
         # signal: Terminated" from it, up to the loader's last clean-up as the process exits) would raise
-        # over the summary this stop writes, so it is dropped for the rest of the process
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        # over the summary this stop writes, so it is replaced for the rest of the process by one that does
+        # nothing (not by SIG_DFL: a SIGCHLD already pending then ends in "Signal 17 ignored due to race
+        # condition", printed as a traceback)
+        signal.signal(signal.SIGCHLD, _children_end_with_the_stop)
         raise KeyboardInterrupt
 
     return {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)
             if signal.getsignal(s) is not signal.SIG_IGN}
+
+
+def _children_end_with_the_stop(signum: int, frame: Optional[FrameType]) -> None:
+    """SIGCHLD once a command is stopping: a child's end is part of the stop, not news (see ``stop_on_signals``)."""
 
 
 def restore_signals(previous: Dict[int, Any]) -> None:
