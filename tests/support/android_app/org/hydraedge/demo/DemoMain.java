@@ -1,9 +1,5 @@
 package org.hydraedge.demo;
 
-import java.io.File;
-
-import org.hydraedge.host.NativeRuntime;
-
 /**
  * The demo on a desktop JVM, in the APK's own runtime: MainActivity.runDemo's steps (DemoLoop, HeadSwitch,
  * Engines, BundleStore) without its views or its pause between images, a cool and charging phone's scripted
@@ -15,12 +11,8 @@ public final class DemoMain {
     }
 
     public static void main(String[] args) throws Exception {
-        NativeRuntime.load(args[0]);
-        BundleStore bundle = BundleStore.check(new File(args[1]));
-        bundle.cacheDir = new File(args[2]);
-        HeadSwitch sw = HeadSwitch.open(bundle, false);
-        Engines engines = new Engines(bundle, new ProcessProber());
-        DemoLoop demo = new DemoLoop(bundle, sw, engines);
+        HostApp app = HostApp.open(args);
+        DemoLoop demo = new DemoLoop(app.bundle, app.sw, app.engines);
         Readings phone = new BenchMain.Cool();
         long end = System.nanoTime() + (long) (Double.parseDouble(args[3]) * 1e9);
         int shown = 0;
@@ -38,13 +30,11 @@ public final class DemoMain {
                 Thread.sleep(2);
             }
             System.out.println("steps " + steps);
-            if (engines.lastFailure != null) System.out.println("failed " + engines.lastFailure);
-            for (String line : sw.recent(10)) System.out.println("switch " + line);
+            app.report(10);
         } catch (BundleStore.Refused e) {
             System.out.println("refused " + e.getMessage());
         } finally {
-            engines.close();
-            sw.close();
+            app.close();
         }
     }
 }

@@ -1,9 +1,5 @@
 package org.hydraedge.demo;
 
-import java.io.File;
-
-import org.hydraedge.host.NativeRuntime;
-
 /**
  * The demo's start on a desktop JVM, in the APK's own runtime: the bundle checked (BundleStore), the switcher
  * opened (HeadSwitch), a cool, charging phone's reading, and the engine the app would run (Engines.choose, its
@@ -16,27 +12,21 @@ public final class LoadFailover {
     }
 
     public static void main(String[] args) throws Exception {
-        NativeRuntime.load(args[0]);
-        BundleStore bundle = BundleStore.check(new File(args[1]));
-        bundle.cacheDir = new File(args[2]);
-        HeadSwitch sw = HeadSwitch.open(bundle, false);
-        Engines engines = new Engines(bundle, new ProcessProber());
+        HostApp app = HostApp.open(args);
         try {
-            Engine engine = engines.choose(sw, new BenchMain.Cool().read());
-            BundleStore.Artefact a = bundle.byHeads(engine.heads);
-            Npy inputs = Npy.readNpz(bundle.goldenInputs(a)).get("inputs");
+            Engine engine = app.engines.choose(app.sw, new BenchMain.Cool().read());
+            BundleStore.Artefact a = app.bundle.byHeads(engine.heads);
+            Npy inputs = Npy.readNpz(app.bundle.goldenInputs(a)).get("inputs");
             long[] shape = inputs.shape.clone();
             shape[0] = 1;
             float[] logits = engine.run(inputs.row(0), shape);
-            int expected = Engine.argmax(Npy.readNpz(bundle.file(a.golden)).get("reference").row(0));
+            int expected = Engine.argmax(Npy.readNpz(app.bundle.file(a.golden)).get("reference").row(0));
             System.out.println("ran " + engine.heads + " heads: class " + Engine.argmax(logits) + " (fp32 says " + expected + ")");
-            if (engines.lastFailure != null) System.out.println("failed " + engines.lastFailure);
-            for (String line : sw.recent(5)) System.out.println("switch " + line);
+            app.report(5);
         } catch (BundleStore.Refused e) {
             System.out.println("refused " + e.getMessage());
         } finally {
-            engines.close();
-            sw.close();
+            app.close();
         }
     }
 }
