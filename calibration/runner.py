@@ -1,19 +1,27 @@
 #!/usr/bin/env python3
 """hydra-edge calibration runner: times every artefact of a bundle on the device it runs on.
 
-``hydra-edge calibrate`` pushes this file beside the torch-free parts of ``hydra_edge`` it
-imports (``runtime``, ``records``, ``errors``, ``atomic``, ``bounds``, ``formats``) and runs it with the
-device's Python (3.9+, numpy, msgspec and the bundle's runtime; never torch). It can also be run by
+``hydra-edge calibrate`` pushes this file beside the torch-free parts of ``hydra_edge`` it imports
+(``runtime``, ``records``, ``errors``, ``atomic``, ``bounds``, ``formats``, ``calibration_plan``) and runs it
+with the device's Python (3.9+, numpy, msgspec and the bundle's runtime; never torch). It can also be run by
 hand on a board: ``python3 calibration/runner.py --bundle bundles/rpi``.
 
 For each artefact it checks the sha256 of the file and its golden pair, loads it, runs the
 golden inputs and refuses to time an artefact whose outputs are outside the manifest's
-tolerance (a runtime that computes garbage is reported, not timed), then warms up and times
-``--runs`` single-image inferences. Everything it learns goes to stdout as one JSON object
-per line, so the host can save each head count the moment it arrives:
+tolerance (a runtime that computes garbage is reported, not timed), then warms up. It then times
+every loaded artefact in rounds (``hydra_edge.calibration_plan``): each round waits until the device
+is back in the thermal state it started in, then visits the head counts in a new random order, a
+block of single-image inferences each (after ``--block-warmup`` untimed ones), until each head
+count's p90 is known to ``--within`` (at least ``--runs`` runs and ``--min-seconds``) or its
+``--cap-seconds`` is spent. Everything it learns goes to stdout as one JSON object per line, so the
+host can save each block the moment it arrives:
 
     {"event": "device", "device": {...}, "runtimes": {...}}        first
-    {"event": "result", "heads": 6, "status": "ok", ...}          one per artefact
+    {"event": "result", "heads": 6, "status": "error", ...}       an artefact that cannot be timed
+    {"event": "loaded", "heads": 6, "artefact": "..."}              one ready to time, or instead
+    {"event": "round", "round": 3, "order": [6, 3], "gate": {...}} before each round
+    {"event": "block", "heads": 6, "block": {...}, ...}            each block of runs
+    {"event": "result", "heads": 6, "status": "ok", ...}          as each head count's timing stops
     {"event": "soak", "t_s": 12.0, "latency_ms": 3.1, ...}        with --soak-seconds
     {"event": "done"}                                              last
     {"event": "fatal", "message": "..."}                           instead, when it cannot go on
@@ -28,16 +36,18 @@ import dataclasses
 import gc
 import json
 import os
+import random
 import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Union
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the pushed hydra_edge beside us
 
 from hydra_edge.atomic import sha256_file  # noqa: E402
-from hydra_edge.bounds import MAX_RUNS, MAX_SOAK_S, MAX_THREADS, SOAK_INTERVAL_S, number_arg  # noqa: E402
+from hydra_edge.bounds import (MAX_CAP_S, MAX_RUNS, MAX_SOAK_S, MAX_THREADS, POLL_S, SOAK_INTERVAL_S,  # noqa: E402
+                               WITHIN, number_arg)
 from hydra_edge.errors import HydraEdgeError  # noqa: E402
 from hydra_edge.records.manifest import ArtefactRecord, read_manifest  # noqa: E402
 
@@ -102,12 +112,45 @@ def _threads(args: argparse.Namespace, artefact: ArtefactRecord) -> int:
     return min(args.threads or artefact.threads, os.cpu_count() or 1)
 
 
-def measure(bundle: Path, artefact: ArtefactRecord, args: argparse.Namespace, device: Device) -> Dict[str, Any]:
-    """One artefact: integrity, golden check, load (and rebuild) time, latency statistics, memory, state."""
+def failed(artefact: ArtefactRecord, e: Exception) -> Dict[str, Any]:
+    """The result of an artefact the runtime could not run: the exception's first line."""
+    said = (str(e).strip().splitlines() or [""])[0]
+    return {"event": "result", "heads": artefact.heads, "artefact": artefact.id, "sha256": artefact.sha256,
+            "runner": "python", "status": "error", "error": f"{type(e).__name__}: {said}"}
+
+
+def rss_mb() -> Optional[float]:
+    """Resident memory now (Linux VmRSS), in MiB."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+@dataclasses.dataclass
+class Loaded:
+    """An artefact ready to time: its engine and input, and its result so far (status still ``error``)."""
+
+    artefact: ArtefactRecord
+    engine: Any
+    x: Any
+    result: Dict[str, Any]
+
+
+def prepare(bundle: Path, artefact: ArtefactRecord, args: argparse.Namespace, device: Device,
+            baseline_mb: Optional[float]) -> Union[Loaded, Dict[str, Any]]:
+    """Integrity, golden check, load (and rebuild) time, warm-up and memory: the artefact ready to time,
+    or its result when it cannot be timed.
+
+    Every artefact stays loaded for the rounds, so its peak memory is what its own load and warm-up
+    added to the runner's resident memory, on top of the runner's ``baseline_mb`` before any was loaded.
+    """
     from hydra_edge.records.manifest import golden_files
     from hydra_edge.runtime.engines import check_golden, load_golden_pair
     from hydra_edge.runtime.rebuild import load_timed
-    from hydra_edge.runtime.latency import summarize_latencies
 
     result: Dict[str, Any] = {"event": "result", "heads": artefact.heads, "artefact": artefact.id,
                               "sha256": artefact.sha256, "runner": "python", "status": "error"}
@@ -118,6 +161,7 @@ def measure(bundle: Path, artefact: ArtefactRecord, args: argparse.Namespace, de
             result["error"] = f"{name} is missing or its sha256 differs from the manifest; push the bundle again"
             return result
     gc.collect()
+    before = rss_mb()
     reset_peak_rss()
     threads = _threads(args, artefact)
     start = time.perf_counter()
@@ -139,10 +183,68 @@ def measure(bundle: Path, artefact: ArtefactRecord, args: argparse.Namespace, de
         return result
     x = golden["inputs"][:1].astype("float32")
     _timed_runs(engine.step, x, args.warmup)
-    stats = summarize_latencies(_timed_runs(engine.step, x, args.runs))
-    result.update(status="ok", latency=dataclasses.asdict(stats), peak_rss_mb=peak_rss_mb(),
-                  state_after=device.state().to_dict())
-    return result
+    peak = peak_rss_mb()
+    own = None if peak is None or before is None or baseline_mb is None else baseline_mb + max(0.0, peak - before)
+    result["peak_rss_mb"] = own if own is not None else peak
+    return Loaded(artefact, engine, x, result)
+
+
+def start_gate(args: argparse.Namespace, device: Device) -> Any:
+    """The thermal gate, holding the device's state now (before anything is loaded) as the one each round
+    must start in."""
+    from hydra_edge.calibration_plan import Gate, GateRule
+
+    return Gate(GateRule(margin_c=args.gate_margin_c, headroom=args.gate_headroom, max_wait_s=args.gate_max_wait_s,
+                         poll_s=args.gate_poll_s), lambda: device.state().to_dict(), time.monotonic, time.sleep)
+
+
+def time_rounds(loaded: List[Loaded], args: argparse.Namespace, device: Device, gate: Any,
+                resume: Dict[str, Any]) -> None:
+    """Time every loaded artefact in interleaved rounds (``calibration_plan``), each round gated on the
+    device's thermal state; one ``round`` line per round, a ``block`` line per block, and a ``result``
+    line for each head count as soon as its timing stops (its engine is then released)."""
+    from hydra_edge.calibration_plan import StopRule, Tally, interleave, timed_block
+
+    rule = StopRule(within=args.within, min_runs=args.runs, min_s=args.min_seconds, cap_s=args.cap_seconds)
+    by_heads = {item.artefact.heads: item for item in loaded}
+    tallies = {heads: Tally(heads) for heads in by_heads}
+    for heads, item in by_heads.items():  # a resumed calibration's blocks so far
+        for block in resume.get("blocks", {}).get(item.artefact.id, []):
+            tallies[heads].add(block["round"], [v / 1e3 for v in block["latencies_ms"]], block["spent_s"])
+        tallies[heads].judge(rule)
+
+    def time_block(heads: int) -> List[float]:
+        item = by_heads[heads]
+        try:
+            return timed_block(lambda: item.engine.step(item.x), time.perf_counter, args.block_warmup,
+                               args.block_seconds)
+        except Exception as e:  # noqa: BLE001 - this artefact cannot run here; the others may
+            tallies[heads].stopped = "error"
+            emit(failed(item.artefact, e))
+            item.engine = None
+            return []
+
+    def on_block(tally: Any) -> None:
+        item = by_heads[tally.heads]
+        if tally.stopped == "error":  # reported as it failed
+            return
+        emit({"event": "block", "heads": tally.heads, "artefact": item.artefact.id, "sha256": item.artefact.sha256,
+              "runner": "python", "block": tally.blocks[-1]})
+        if tally.stopped:
+            finish(item, tally)
+
+    def finish(item: Loaded, tally: Any) -> None:
+        item.result.update(status="ok", latency=tally.latency(), stopped=tally.stopped, blocks=tally.blocks,
+                           state_after=device.state().to_dict())
+        emit(item.result)
+        item.engine = None  # the rounds go on without it
+
+    for heads, tally in tallies.items():  # resumed with enough already
+        if tally.stopped:
+            finish(by_heads[heads], tally)
+    interleave(tallies, time_block, rule, time.monotonic, random.Random(args.seed), gate,
+               first_round=int(resume.get("first_round", 1)), on_round=lambda r: emit({"event": "round", **r}),
+               on_block=on_block)
 
 
 def soak(bundle: Path, artefact: ArtefactRecord, args: argparse.Namespace, device: Device) -> None:
@@ -186,8 +288,31 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Time a hydra-edge bundle's artefacts on this device.")
     parser.add_argument("--bundle", type=Path, required=True, help="folder holding manifest.json")
     parser.add_argument("--only", nargs="*", default=None, metavar="ID", help="artefact ids to time (default: all)")
-    parser.add_argument("--runs", type=number_arg(1, MAX_RUNS, integer=True), default=50)
-    parser.add_argument("--warmup", type=number_arg(0, MAX_RUNS, integer=True), default=10)
+    parser.add_argument("--runs", type=number_arg(1, MAX_RUNS, integer=True), default=50,
+                        help="timed runs per head count at least")
+    parser.add_argument("--warmup", type=number_arg(0, MAX_RUNS, integer=True), default=10,
+                        help="untimed runs after each artefact loads")
+    parser.add_argument("--within", type=number_arg(*WITHIN), default=0.05,
+                        help="time each head count until its p90's 95 %% interval is within this share of it")
+    parser.add_argument("--min-seconds", type=number_arg(0, MAX_CAP_S), default=1.0,
+                        help="timed seconds per head count at least")
+    parser.add_argument("--cap-seconds", type=number_arg(0, MAX_CAP_S), default=60.0,
+                        help="seconds per head count at most, interval met or not")
+    parser.add_argument("--block-seconds", type=number_arg(0, MAX_CAP_S), default=0.25,
+                        help="timed seconds per head count per round (at least 5 runs)")
+    parser.add_argument("--block-warmup", type=number_arg(0, MAX_RUNS, integer=True), default=2,
+                        help="untimed runs before each block (the other head counts ran in between)")
+    parser.add_argument("--seed", type=number_arg(0, 2**32, integer=True), default=None,
+                        help="the rounds' random order (default: a new one)")
+    parser.add_argument("--gate-margin-c", type=number_arg(0, 100), default=2.0,
+                        help="a round starts once the hottest sensor is within this of the start's")
+    parser.add_argument("--gate-headroom", type=number_arg(0, 10), default=0.7,
+                        help="... and Android's headroom forecast at most this (or the start's)")
+    parser.add_argument("--gate-max-wait-s", type=number_arg(0, MAX_CAP_S), default=120.0,
+                        help="the longest a round waits for the device to cool")
+    parser.add_argument("--gate-poll-s", type=number_arg(*POLL_S), default=1.0)
+    parser.add_argument("--resume", type=Path, default=None,
+                        help="JSON of a calibration's blocks so far ({first_round, blocks: {id: [...]}})")
     parser.add_argument("--threads", type=number_arg(0, MAX_THREADS, integer=True), default=0,
                         help="0: each artefact's target thread count")
     parser.add_argument("--soak-seconds", type=number_arg(0, MAX_SOAK_S), default=0.0)
@@ -209,15 +334,22 @@ def run(args: argparse.Namespace) -> None:
         raise HydraEdgeError(f"{args.bundle}: no artefact {unknown[0]!r} in the manifest")
     # A missing runtime stops the run in one line, instead of an error per artefact and exit 0.
     check_runtimes(runtimes_of(known[name] for name in wanted))
+    resume = json.loads(args.resume.read_text()) if args.resume else {}
     device = Device(manifest.target.get("signals", {}), args.sysfs_root)
     emit(device_record())
+    gate = start_gate(args, device)
+    loaded, baseline = [], rss_mb()
     for name in wanted:
         try:
-            emit(measure(args.bundle, known[name], args, device))
+            ready = prepare(args.bundle, known[name], args, device, baseline)
         except Exception as e:  # noqa: BLE001 - this artefact cannot run here; the others may
-            record, said = known[name], (str(e).strip().splitlines() or [""])[0]
-            emit({"event": "result", "heads": record.heads, "artefact": record.id, "sha256": record.sha256,
-                  "runner": "python", "status": "error", "error": f"{type(e).__name__}: {said}"})
+            ready = failed(known[name], e)
+        if isinstance(ready, Loaded):
+            loaded.append(ready)
+            emit({"event": "loaded", "heads": ready.artefact.heads, "artefact": ready.artefact.id})
+        else:
+            emit(ready)
+    time_rounds(loaded, args, device, gate, resume)
     if args.soak_seconds > 0:
         target = known[args.soak_artefact] if args.soak_artefact else max(known.values(), key=lambda a: a.heads)
         soak(args.bundle, target, args, device)

@@ -22,6 +22,8 @@ MAX_SOAK_S = 24 * 3600.0  # a device reaches its thermal steady state in minutes
 MAX_IMAGES = 10**9
 MAX_CAMERA = 1000  # OpenCV camera index
 POLL_S = (0.05, 3600.0)  # seconds between signal reads on a board
+WITHIN = (0.001, 1.0)  # a p90's interval as a share of it: 0.1 % is already thousands of runs
+MAX_CAP_S = 24 * 3600.0  # seconds per head count, of a round's gate, of a block
 
 
 def parse_number(text: Union[str, Num], low: Num, high: Num, integer: bool = False, low_open: bool = False) -> Num:

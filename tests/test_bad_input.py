@@ -242,7 +242,9 @@ def test_every_number_option_of_every_command_is_bounded() -> None:
 @pytest.mark.parametrize("option, value", [
     ("--soak-interval", "nan"), ("--soak-interval", "inf"), ("--soak-interval", "1e300"), ("--soak-interval", "0"),
     ("--runs", "1e13"), ("--runs", "10000000000000"), ("--warmup", "10000000000000"), ("--runs", "2.5"),
-    ("--threads", "100000"), ("--adb-port", "70000"),
+    ("--threads", "100000"), ("--adb-port", "70000"), ("--within", "0"), ("--within", "nan"),
+    ("--cap-seconds", "inf"), ("--min-seconds", "-1"), ("--block-seconds", "1e300"), ("--gate-margin", "nan"),
+    ("--gate-max-wait", "inf"),
 ])
 def test_calibrate_numbers_out_of_bounds_are_refused_before_anything_runs(tmp_path: Path, option: str,
                                                                           value: str) -> None:

@@ -117,24 +117,25 @@ def test_sshd_killed_mid_calibration_then_a_rerun_finishes_every_head_count(
     args = ("--bundle", bundle, "--host", server.spec, *_ssh_args(server), "--remote-dir", tmp_path / "board",
             "--python", device_python, "--out", out, "--runs", 4000, "--warmup", 0)
 
-    def kill_after_first_head_count() -> None:
+    def kill_after_first_block() -> None:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            if out.exists() and read_calibration(out).results:
+            if out.exists() and any(r.blocks for r in read_calibration(out).results):
                 _pull_the_plug(server)
                 return
             time.sleep(0.02)
 
-    killer = threading.Thread(target=kill_after_first_head_count)
+    killer = threading.Thread(target=kill_after_first_block)
     killer.start()
     restarted = None
     try:
         line = one_line_error(invoke(*args))
         killer.join()
-        assert f"ssh:{server.spec}" in line and f"of 3 head counts are saved in {out}" in line
-        assert "run the same command again to finish" in line
+        assert f"ssh:{server.spec}" in line
+        assert f"of 3 head counts measured and every block timed so far are saved in {out}" in line
+        assert "run the same command again to go on" in line
         first = read_calibration(out)
-        assert 1 <= len(first.measured()) < 3  # the kill landed mid-run
+        assert len(first.measured()) < 3 and any(r.blocks for r in first.results)  # the kill landed mid-run
         restarted = _restart(server)
         result = invoke(*args)
         assert result.exit_code == 0, result.output
@@ -145,7 +146,8 @@ def test_sshd_killed_mid_calibration_then_a_rerun_finishes_every_head_count(
             stop_process(restarted)
     final = read_calibration(out)
     assert [r.heads for r in final.measured()] == [3, 6, 12]
-    assert final.results[0] == first.results[0]  # what was measured before the drop was kept, not redone
+    for r in first.results:  # what was timed before the drop was kept, not redone
+        assert final.result(r.heads).blocks[:len(r.blocks)] == r.blocks
 
 
 def test_ctrl_c_mid_calibration_keeps_what_was_measured(bundle: Path, device_python: Path, tmp_path: Path) -> None:
@@ -156,7 +158,8 @@ def test_ctrl_c_mid_calibration_keeps_what_was_measured(bundle: Path, device_pyt
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 120
-        while not (out.exists() and read_calibration(out).results) and time.monotonic() < deadline:
+        while not (out.exists() and any(r.blocks for r in read_calibration(out).results)) \
+                and time.monotonic() < deadline:
             time.sleep(0.02)
         proc.send_signal(signal.SIGINT)  # what Ctrl-C sends to the foreground process
         output, _ = proc.communicate(timeout=60)
@@ -165,14 +168,18 @@ def test_ctrl_c_mid_calibration_keeps_what_was_measured(bundle: Path, device_pyt
             proc.kill()
     assert proc.returncode == 130, output
     *_, said, resume = output.strip().splitlines()  # in a device stream or between them (a save, the progress bar)
-    assert said == (f"Interrupted: each head count measured so far is saved in {out}; "
-                    "the rest are measured when it resumes."), output
+    assert said == (f"Interrupted: each head count measured and each block of runs timed so far is saved in {out}; "
+                    "the rest are measured, going on from those blocks, when it resumes."), output
     assert resume.startswith("Resume with: hydra-edge calibrate "), output
     assert "Traceback" not in output and "Aborted" not in output and "sh -c" not in output
-    assert 1 <= len(read_calibration(out).measured()) < 3
+    kept = read_calibration(out)
+    assert len(kept.measured()) < 3 and any(r.blocks for r in kept.results)
     result = invoke(*args)
     assert result.exit_code == 0, result.output
-    assert [r.heads for r in read_calibration(out).measured()] == [3, 6, 12]
+    final = read_calibration(out)
+    assert [r.heads for r in final.measured()] == [3, 6, 12]
+    for r in kept.results:  # the rounds went on from what was kept
+        assert final.result(r.heads).blocks[:len(r.blocks or [])] == (r.blocks or [])
 
 
 @pytest.mark.parametrize("how", ["ctrl-c", "killed"])

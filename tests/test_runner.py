@@ -9,8 +9,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -32,14 +34,66 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_pushed_files_suffice_and_torch_is_never_imported(bundle: Path, pushed: Path) -> None:
-    events, modules = run_runner(pushed, "--bundle", bundle, "--runs", 7, "--warmup", 1)
+    events, modules = run_runner(pushed, "--bundle", bundle, "--runs", 7, "--warmup", 1, "--min-seconds", 0,
+                                 "--cap-seconds", 5, "--seed", 1)
     assert modules["code"] in (None, 0)
     assert modules["files"] and all(f.startswith(str(pushed)) for f in modules["files"])
-    assert [e["event"] for e in events] == ["device", "result", "result", "result", "done"]
+    kinds = [e["event"] for e in events]
+    assert kinds[:4] == ["device", "loaded", "loaded", "loaded"] and kinds[-1] == "done"
     assert events[0]["runtimes"]["onnxruntime"] and events[0]["device"]["cores"] >= 1
-    for e, heads in zip(events[1:4], (3, 6, 12)):
-        assert e["heads"] == heads and e["status"] == "ok" and e["golden"]["passed"]
-        assert e["latency"]["count"] == 7 and e["latency"]["p50_ms"] > 0 and e["peak_rss_mb"] > 0
+    results = {e["heads"]: e for e in events if e["event"] == "result"}
+    assert sorted(results) == [3, 6, 12]
+    for e in results.values():
+        lat = e["latency"]
+        assert e["status"] == "ok" and e["golden"]["passed"] and e["peak_rss_mb"] > 0
+        assert lat["count"] >= 7 and lat["count"] == sum(len(b["latencies_ms"]) for b in e["blocks"])
+        if e["stopped"] == "interval":  # else its 5 s cap ran out first
+            assert (1 - 0.05) * lat["p90_ms"] <= lat["p90_low_ms"] <= lat["p90_ms"] <= lat["p90_high_ms"] \
+                <= (1 + 0.05) * lat["p90_ms"]
+
+
+def test_rounds_visit_the_open_head_counts_in_a_new_order_and_each_block_follows_it(bundle: Path,
+                                                                                      pushed: Path) -> None:
+    """Blocks of 5 runs and 0.02 s, a 1 s floor: every head count runs many rounds; each round's blocks
+    come in its order, and a head count leaves the rounds once its result is out."""
+    events, _ = run_runner(pushed, "--bundle", bundle, "--warmup", 0, "--block-seconds", 0.02, "--seed", 3)
+    timed: list[int] = []
+    done: set[int] = set()
+    for e in [e for e in events if e["event"] in ("round", "block", "result")] + [{"event": "round", "order": []}]:
+        if e["event"] == "round":
+            if timed:
+                assert timed == order, (timed, order)
+            order, timed = e["order"], []
+            assert not done & set(order) and e.get("gate", {}).get("outcome") in (None, "ready", "ungated")
+        elif e["event"] == "block":
+            timed.append(e["heads"])
+        else:
+            done.add(e["heads"])
+    orders = [tuple(e["order"]) for e in events if e["event"] == "round" and len(e["order"]) == 3]
+    assert len(orders) >= 5 and len(set(orders)) > 1
+
+
+def test_a_cap_too_small_for_any_interval_keeps_the_runs_without_one(bundle: Path, pushed: Path) -> None:
+    events, _ = run_runner(pushed, "--bundle", bundle, "--warmup", 0, "--cap-seconds", 0, "--block-seconds", 0,
+                           "--only", "h3_onnx_fp32")
+    (result,) = [e for e in events if e["event"] == "result"]
+    assert result["status"] == "ok" and result["stopped"] == "cap" and result["latency"]["count"] == 5
+    assert result["latency"]["p90_low_ms"] is None and result["latency"]["p90_high_ms"] is None
+
+
+def test_a_resumed_runner_goes_on_from_the_blocks_it_is_given(bundle: Path, pushed: Path, tmp_path: Path) -> None:
+    """Given 3 heads' block of round 4 (60 timings, 1 to 3.95 ms: no tight interval), it numbers its rounds
+    from 5 and counts that block with its own: a head count that was half-timed is not timed afresh."""
+    given = {"round": 4, "latencies_ms": [round(1.0 + 0.05 * i, 6) for i in range(60)], "spent_s": 0.2}
+    resume = tmp_path / "resume.json"
+    resume.write_text(json.dumps({"first_round": 5, "blocks": {"h3_onnx_fp32": [given]}}))
+    events, _ = run_runner(pushed, "--bundle", bundle, "--warmup", 0, "--min-seconds", 0, "--cap-seconds", 3,
+                           "--only", "h3_onnx_fp32", "--resume", resume)
+    rounds = [e["round"] for e in events if e["event"] == "round"]
+    (result,) = [e for e in events if e["event"] == "result"]
+    assert rounds[0] == 5 and result["blocks"][0] == given
+    assert [b["round"] for b in result["blocks"][1:]] == rounds
+    assert result["latency"]["count"] == 60 + sum(len(b["latencies_ms"]) for b in result["blocks"][1:])
 
 
 def _copy(bundle: Path, to: Path) -> Path:
@@ -82,7 +136,8 @@ def test_no_bundle_is_a_fatal_line(pushed: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("option, value", [("--runs", "10000000000000"), ("--warmup", "-1"), ("--threads", "100000"),
-                                           ("--soak-interval", "nan"), ("--soak-seconds", "inf")])
+                                           ("--soak-interval", "nan"), ("--soak-seconds", "inf"), ("--within", "0"),
+                                           ("--cap-seconds", "inf"), ("--gate-margin-c", "nan")])
 def test_numbers_out_of_bounds_stop_the_runner_before_it_reads_anything(pushed: Path, tmp_path: Path, option: str,
                                                                         value: str) -> None:
     done = subprocess.run([sys.executable, str(pushed / "calibration" / "runner.py"), "--bundle", str(tmp_path),
@@ -138,3 +193,52 @@ def test_runtime_threads_never_exceed_the_device_cores(bundle: Path, pushed: Pat
     loads = [json.loads(line)["threads"] for line in done.stdout.splitlines() if line.startswith('{"event": "load"')]
     assert done.returncode == 0, done.stderr
     assert loads and set(loads) == {os.cpu_count()}, done.stdout
+
+
+def _thermal_zone(root: Path, millidegrees: str) -> Path:
+    zone = root / "sys" / "class" / "thermal" / "thermal_zone0" / "temp"
+    zone.parent.mkdir(parents=True, exist_ok=True)
+    zone.write_text(millidegrees)
+    return zone
+
+
+def _run_with(pushed: Path, bundle: Path, root: Path, during: Callable[[Path], None]) -> list[dict]:
+    """The runner on a sysfs tree at 50 °C; ``during(zone file)`` runs once its first block is out."""
+    zone = _thermal_zone(root, "50000\n")
+    argv = [sys.executable, str(pushed / "calibration" / "runner.py"), "--bundle", str(bundle), "--warmup", "0",
+            "--sysfs-root", str(root), "--gate-poll-s", "0.1", "--min-seconds", "1.5", "--block-seconds", "0.1",
+            "--only", "h3_onnx_fp32", "h6_onnx_fp32"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd=pushed.parent)
+    assert proc.stdout is not None
+    events = []
+    try:
+        for line in proc.stdout:
+            events.append(json.loads(line))
+            if events[-1]["event"] == "block" and sum(e["event"] == "block" for e in events) == 1:
+                during(zone)
+    finally:
+        proc.wait(timeout=120)
+    return events
+
+
+def test_a_round_waits_for_the_start_temperature_then_times(bundle: Path, pushed: Path, tmp_path: Path) -> None:
+    """The device is 8 °C hotter than it began for a second: the next round waits (the 2 °C margin), then
+    starts once it is back, at the start's temperature."""
+    def warm_for_a_second(zone: Path) -> None:
+        zone.write_text("58000\n")
+        threading.Timer(1.0, lambda: zone.write_text("50000\n")).start()
+
+    gates = [e["gate"] for e in _run_with(pushed, bundle, tmp_path, warm_for_a_second) if e["event"] == "round"]
+    assert gates[0]["outcome"] == "ready" and gates[0]["state"]["max_temp_c"] == 50.0
+    waited = [g["waited_s"] for g in gates if g["waited_s"] >= 0.5]  # reading the sensor alone takes ms
+    assert len(waited) == 1 and waited[0] < 5
+    assert all(g["outcome"] == "ready" and g["state"]["max_temp_c"] == 50.0 for g in gates)
+
+
+def test_a_sensor_that_goes_mid_calibration_is_not_waited_on(bundle: Path, pushed: Path, tmp_path: Path) -> None:
+    events = _run_with(pushed, bundle, tmp_path, lambda zone: zone.unlink())
+    gates = [e["gate"] for e in events if e["event"] == "round"]
+    assert gates[0]["outcome"] == "ready" and len(gates) >= 2
+    assert all(g["outcome"] == "reading failed" and g["why"] == "the device no longer reports max_temp_c"
+               for g in gates[1:])
+    assert [e["status"] for e in events if e["event"] == "result"] == ["ok", "ok"]

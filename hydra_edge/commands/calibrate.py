@@ -8,13 +8,14 @@ from typing import Any
 
 import click
 
-from ..bounds import MAX_RUNS, MAX_THREADS, SOAK_INTERVAL_S
+from ..bounds import MAX_CAP_S, MAX_RUNS, MAX_THREADS, SOAK_INTERVAL_S, WITHIN
 from ..errors import HydraEdgeError
 from ..lock import exclusive
 from ..logs import device_log
 from ..measure.app import APP_IDLE_S
 from ..measure.device import device_python
-from ..measure.session import CalibrateOptions, Session, safe_name
+from ..measure.rounds import findings
+from ..measure.session import CalibrateOptions, RoundsOptions, Session, safe_name
 from ..measure.soak import parse_duration
 from ..records.calibration import Calibration
 from ..runtime.terminal import rich_shown, shown
@@ -112,17 +113,22 @@ def _summary(console: Any, calibration: Calibration, path: Path, png: Path) -> N
 
     board = calibration.device.get("model") or calibration.device.get("cpu_model") or ""
     table = Table(title=rich_shown(f"{calibration.device_id}: {board}"))
-    for column in ("heads", "status", "p50 ms", "p90 ms", "load s", "rebuild s", "peak RSS MiB"):
+    for column in ("heads", "status", "p50 ms", "p90 ms", "p90 95 % interval", "runs", "load s", "rebuild s",
+                   "peak RSS MiB"):
         table.add_column(column, justify="right")
     for r in calibration.results:
-        lat = r.latency or {}
-        table.add_row(str(r.heads), r.status, *(f"{v:.3f}" if isinstance(v, float) else "-" for v in
-                      (lat.get("p50_ms") or lat.get("mean_ms"), lat.get("p90_ms"), r.load_s, r.rebuild_s,
-                       r.peak_rss_mb)))
+        lat, interval = r.latency or {}, r.p90_interval_ms
+        status = f"{r.status} ({r.stopped})" if r.stopped else r.status
+        table.add_row(str(r.heads), status, *(f"{v:.3f}" if isinstance(v, float) else "-" for v in
+                      (lat.get("p50_ms") or lat.get("mean_ms"), lat.get("p90_ms"))),
+                      f"{interval[0]:.3f}-{interval[1]:.3f}" if interval else "-", str(lat.get("count") or "-"),
+                      *(f"{v:.3f}" if isinstance(v, float) else "-" for v in (r.load_s, r.rebuild_s, r.peak_rss_mb)))
     console.print(table)
     for r in calibration.results:
         if r.error:
             _say(console, f"{r.heads} heads: {r.error}")
+    for line in findings(calibration):
+        _say(console, f"{calibration.device_id}: {line}")
     if calibration.soak:
         steps = ", ".join(f"{t:g} °C x{m:.2f}" for t, m in calibration.soak.by_temperature)
         console.print(f"soak ({calibration.soak.heads} heads, {calibration.soak.duration_s:g} s): {steps or 'no temperatures'}")
@@ -131,8 +137,8 @@ def _summary(console: Any, calibration: Calibration, path: Path, png: Path) -> N
         _say(console, f"the device's own output: {device_log(path)}")
 
 
-@command(kept=lambda params: f"each head count measured so far is saved in {params['out']}; the rest are "
-                            "measured when it resumes")
+@command(kept=lambda params: f"each head count measured and each block of runs timed so far is saved in "
+                            f"{params['out']}; the rest are measured, going on from those blocks, when it resumes")
 @click.option("--bundle", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="A bundle folder made by hydra-edge convert.")
 @click.option("--host", "hosts", multiple=True, help="ssh device: user@host[:port] or an ssh config alias; repeat for a fleet.")
@@ -140,8 +146,21 @@ def _summary(console: Any, calibration: Calibration, path: Path, png: Path) -> N
 @click.option("--local", is_flag=True, help="This machine is the device.")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("calibration"), show_default=True,
               help="Folder for <device-id>.json and .png, or a .json file for one device.")
-@click.option("--runs", default=50, show_default=True, type=RUNS, help="Timed runs per head count.")
+@click.option("--runs", default=50, show_default=True, type=RUNS,
+              help="Timed runs per head count (the Python runner: at least this many).")
 @click.option("--warmup", default=10, show_default=True, type=Number(0, MAX_RUNS, integer=True), help="Untimed runs first.")
+@click.option("--within", default=0.05, show_default=True, type=Number(*WITHIN),
+              help="Python runner: time each head count until its p90's 95 % interval is within this share of it.")
+@click.option("--min-seconds", default=1.0, show_default=True, type=Number(0, MAX_CAP_S),
+              help="Python runner: timed seconds per head count at least.")
+@click.option("--cap-seconds", default=60.0, show_default=True, type=Number(0, MAX_CAP_S),
+              help="Python runner: seconds per head count at most, its interval met or not.")
+@click.option("--block-seconds", default=0.25, show_default=True, type=Number(0, MAX_CAP_S),
+              help="Python runner: timed seconds per head count per round (at least 5 runs).")
+@click.option("--gate-margin", default=2.0, show_default=True, type=Number(0, 100),
+              help="Python runner: a round starts once the device is within this many °C of its start.")
+@click.option("--gate-max-wait", default=120.0, show_default=True, type=Number(0, MAX_CAP_S),
+              help="Python runner: the longest a round waits for the device to cool.")
 @click.option("--threads", default=None, type=THREADS, help="Runtime threads (default: the target's).")
 @click.option("--quant", default=None, help="Which artefacts, when the bundle has several per head count.")
 @click.option("--python", "python", default=None,
@@ -169,13 +188,17 @@ def _summary(console: Any, calibration: Calibration, path: Path, png: Path) -> N
 def calibrate(bundle: Path, hosts: tuple[str, ...], serial: str | None, local: bool, out: Path, runs: int,
               warmup: int, threads: int | None, quant: str | None, python: str | None, setup: bool,
               pip_args: tuple[str, ...], runner: Path | str | None, app_timeout: float, soak: str | None,
-              soak_interval: float,
+              soak_interval: float, within: float, min_seconds: float, cap_seconds: float, block_seconds: float,
+              gate_margin: float, gate_max_wait: float,
               remote_dir: str | None, identity_file: str | None, known_hosts: str | None, ssh_config: str | None,
               adb_port: int | None, force: bool, no_wait: bool, sysfs_root: str | None) -> None:
     """Measure latency per head count on a device over ssh, adb, or this machine.
 
-    Saves each head count as it is measured; run the same command again after a dropped
-    connection or Ctrl-C and it finishes the rest. Exits non-zero when any head count failed.
+    The Python runner times every head count in rounds, each in a new random order and started once the
+    device is back at its starting temperature, until each p90 is known to --within (a 95 % interval),
+    within --cap-seconds per head count. Saves each block of runs as it is measured; run the same
+    command again after a dropped connection or Ctrl-C and it goes on with the rounds. Exits non-zero
+    when any head count failed.
 
     Example: hydra-edge calibrate --bundle bundles/rpi --host pi@raspberrypi.local
     """
@@ -188,7 +211,10 @@ def calibrate(bundle: Path, hosts: tuple[str, ...], serial: str | None, local: b
                             python=device_python(python, local), setup=setup, pip_args=pip_args,
                             runner=None if app else runner, app=app, app_idle_s=app_timeout,
                             soak_s=parse_duration(soak) if soak else None, soak_interval_s=soak_interval,
-                            sysfs_root=sysfs_root, force=force)
+                            sysfs_root=sysfs_root, force=force,
+                            plan=RoundsOptions(within=within, min_s=min_seconds, cap_s=cap_seconds,
+                                               block_s=block_seconds, gate_margin_c=gate_margin,
+                                               gate_max_wait_s=gate_max_wait))
     devices = _devices(hosts, serial, local)
     options = {k: v for k, v in {"remote_dir": remote_dir, "identity_file": identity_file, "known_hosts": known_hosts,
                                  "ssh_config": ssh_config, "adb_port": adb_port}.items() if v is not None}

@@ -2,9 +2,11 @@
 
 Candidates are the device's Pareto-optimal head counts (no other is both at least as fast and at
 least as accurate), each faster one running fewer heads. Each (battery band, thermal band) cell
-gets the most accurate candidate whose expected latency (calibrated latency x the band's derating)
-meets the band's budget (and energy cap, where power was measured); when none does, the fastest
-candidate. No cell runs more heads than the cell one band cooler or one battery band fuller,
+gets the most accurate candidate whose expected latency (x the band's derating) meets the band's
+budget (and energy cap, where power was measured); when none does, the fastest candidate. The
+expected latency is the upper end of the p90's 95 % interval where the calibration timed by rounds
+(the device judges a windowed p90 against the same budget), else, for an older record, the
+calibrated median as before. No cell runs more heads than the cell one band cooler or one battery band fuller,
 whatever the policy says. The result is the ``lut.json`` document; ``hydra_edge.runtime.lut``
 reads it back on the device.
 """
@@ -19,7 +21,7 @@ from .. import __version__
 from ..atomic import sha256_file
 from ..errors import HydraEdgeError
 from ..measure.pareto import Point, pareto
-from ..records.calibration import Calibration, Derating
+from ..records.calibration import Calibration, Derating, HeadResult
 from ..records.lut import SCHEMA, SCHEMA_VERSION
 from ..records.manifest import MANIFEST, Manifest
 from ..runtime.lut import target_thermal_source, thermal_source_problem
@@ -56,7 +58,34 @@ def points(manifest: Manifest, calibration: Calibration, where: str = "the calib
     top1 = {r.heads: by_id[r.artefact].accuracy.get("top1") for r in measured}
     basis = "top1" if all(v is not None for v in top1.values()) else "heads"
     return [Point(r.heads, r.artefact, r.latency_ms, top1[r.heads] if basis == "top1" else float(r.heads),
-                  _power(r.state_after) or _power(r.state_before)) for r in measured], basis
+                  _power(r.state_after) or _power(r.state_before), _plan_ms(r)) for r in measured], basis
+
+
+def _plan_ms(result: HeadResult) -> float | None:
+    """The upper end of the p90's interval; a head count timed by rounds without one (its cap ran out
+    after too few runs) plans on its slowest run; an older record (no rounds): None."""
+    interval = result.p90_interval_ms
+    if interval is not None:
+        return interval[1]
+    return (result.latency or {}).get("max_ms") if result.stopped else None
+
+
+def interval_lines(calibration: Calibration, front: list[Point]) -> list[str]:
+    """One line per candidate timed by rounds: its p90 and the interval a cell's budget is checked
+    against, and for one whose cap ran out first, that its interval was not met."""
+    lines = []
+    for p in front:
+        r = calibration.result(p.heads)
+        if r is None or r.latency is None or p.plan_ms is None:
+            continue
+        interval, lat = r.p90_interval_ms, r.latency
+        known = (f"95 % interval {interval[0]:.3f}-{interval[1]:.3f} ms" if interval else
+                 f"no interval ({lat.get('count')} runs), its slowest run {p.plan_ms:.3f} ms")
+        unmet = ("; its interval was NOT met before its time cap: calibrate it with a larger --cap-seconds"
+                 if r.stopped == "cap" else "")
+        lines.append(f"{p.heads} heads: p90 {lat.get('p90_ms', 0.0):.3f} ms, {known}, {lat.get('count')} runs; "
+                     f"fits a cell where {p.plan_ms:.3f} ms x its derating does{unmet}")
+    return lines
 
 
 def thermal_source(policy: Policy, manifest: Manifest, soak: Derating | None) -> str:
@@ -169,8 +198,8 @@ def _choose(front: list[Point], budget: float, derating: float, max_energy: floa
     """Index of the most accurate candidate of at most ``max_heads`` heads that fits, else the fastest
     of those; and whether one fit."""
     def fits(p: Point) -> bool:
-        energy_ok = max_energy is None or p.power_w is None or p.latency_ms * derating * p.power_w <= max_energy
-        return p.latency_ms * derating <= budget and energy_ok
+        energy_ok = max_energy is None or p.power_w is None or p.planned_ms * derating * p.power_w <= max_energy
+        return p.planned_ms * derating <= budget and energy_ok
     allowed = [i for i, p in enumerate(front) if p.heads <= max_heads]
     fitting = [i for i in allowed if fits(front[i])]
     return (fitting[-1], True) if fitting else (allowed[0], False)
@@ -189,7 +218,8 @@ def _max_heads(front: list[Point], rows_above: list[list[int]], row: list[tuple[
 def build_table(bundle: Path, manifest: Manifest, calibration: Calibration, calibration_path: Path,
                 policy: Policy, say: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """The ``lut.json`` document (schema ``hydra-edge/lut`` v1), bound to bundle and calibration by sha256;
-    ``say`` gets a line for what the table leaves out (a thermal headroom forecast the phone never gave)."""
+    ``say`` gets a line per candidate timed by rounds (its p90's interval, and whether its cap ran out
+    first) and a line for what the table leaves out (a thermal headroom forecast the phone never gave)."""
     if policy.budget_ms is None:
         raise HydraEdgeError("no latency budget: pass --budget-ms or set budget_ms in the policy file")
     manifest_sha = sha256_file(bundle / MANIFEST)
@@ -201,6 +231,8 @@ def build_table(bundle: Path, manifest: Manifest, calibration: Calibration, cali
     front, dominated = pareto(pts)
     front, out_of_order = _fewer_heads_first(front)
     dominated += out_of_order
+    for line in interval_lines(calibration, front):
+        say(line)
     source = thermal_source(policy, manifest, calibration.soak)
     thermal = {**thermal_axis(policy, source, calibration.soak),
                "headroom": names_headroom(source, manifest, calibration, say)}
@@ -213,7 +245,7 @@ def build_table(bundle: Path, manifest: Manifest, calibration: Calibration, cali
             picks.append(_choose(front, policy.budget_ms * scale, m, cap, _max_heads(front, cells, picks)))
         cells.append([i for i, _ in picks])
         meets.append([ok for _, ok in picks])
-        expected.append([round(front[i].latency_ms * m, 3) for (i, _), m in zip(picks, thermal["derating"])])
+        expected.append([round(front[i].planned_ms * m, 3) for (i, _), m in zip(picks, thermal["derating"])])
     by_id = manifest.by_id()
     candidates = [{"heads": p.heads, "artefact": p.artefact, "file": by_id[p.artefact].file,
                    "sha256": by_id[p.artefact].sha256, "format": by_id[p.artefact].format,

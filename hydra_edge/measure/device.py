@@ -37,8 +37,8 @@ _PROBE = ("import importlib.util, json, sys; "
 PACKAGE = package_path("hydra_edge")
 # The torch-free part of hydra_edge a device runs (the runner, the switcher, the board app),
 # pushed as a package so that device code imports it exactly as the host does.
-DEVICE_MODULES = ("__init__.py", "errors.py", "atomic.py", "bounds.py", "formats.py", "runtime/*.py",
-                  "runtime/signals/*.py", "records/*.py")
+DEVICE_MODULES = ("__init__.py", "errors.py", "atomic.py", "bounds.py", "formats.py", "calibration_plan.py",
+                  "runtime/*.py", "runtime/signals/*.py", "records/*.py")
 
 
 def package_files(remote_root: str) -> dict[str, Path]:

@@ -10,6 +10,10 @@ reported is lost. The journal names the record it belongs to; one left from anot
 bundle or settings is ignored. A whole line of this record's journal that its schema refuses was
 not written by this code (only checked results are appended): reading it is one error naming the
 journal and how to go on (delete it, or calibrate again with --force), never a silent loss.
+
+A calibration by rounds appends each round and each block of runs as it comes too (``put_round``,
+``put_block``), so a runner that dies between rounds, or Ctrl-C, loses at most the block in flight; the
+fold counts them with the results.
 """
 
 from __future__ import annotations
@@ -19,13 +23,26 @@ import os
 from pathlib import Path
 from typing import Any, Dict, Optional
 
+import msgspec
+
 from ..errors import HydraEdgeError
 from ..records import codec
-from ..records.calibration import Calibration, HeadResult
+from ..records.fields import Heads, Name, Sha256
+from ..records.calibration import Block, Calibration, HeadResult, Round
 from ..records.calibration import read_calibration as read_record
 
 KIND = "hydra-edge/calibration-journal"
 _TOO_DEEP = object()  # a line that is JSON but nests deeper than Python's parser goes: no journal entry
+
+
+class BlockEntry(msgspec.Struct, forbid_unknown_fields=True):
+    """A block of runs as the journal holds it: which head count's ``timing`` result it extends."""
+
+    heads: Heads
+    artefact: Name
+    sha256: Sha256
+    runner: Name
+    block: Block
 
 
 def journal_path(record: Path) -> Path:
@@ -59,10 +76,15 @@ def replay(calibration: Calibration, record: Path) -> Calibration:
         where = f"{journal} line {number}"
         if entry is _TOO_DEEP:
             raise HydraEdgeError(f"{where} nests too deeply to be a calibration journal entry; {hint}")
-        if not isinstance(entry, dict) or not ({"device", "result"} & entry.keys()):
+        if not isinstance(entry, dict) or not ({"device", "result", "round", "block"} & entry.keys()):
             raise HydraEdgeError(f"{where}: not a calibration journal entry; {hint}")
         if "device" in entry:
             calibration.device = codec.convert(entry["device"], Dict[str, Any], f"{where} device", hint)
+        elif "round" in entry:
+            calibration.add_round(codec.convert(entry["round"], Round, f"{where} round", hint))
+        elif "block" in entry:
+            block = codec.convert(entry["block"], BlockEntry, f"{where} block", hint)
+            calibration.add_block(block.heads, block.artefact, block.sha256, block.runner, block.block)
         else:
             calibration.put(codec.convert(entry["result"], HeadResult, f"{where} result", hint))
     return calibration
@@ -94,9 +116,22 @@ class RecordWriter:
 
     def put(self, result: HeadResult) -> None:
         self.calibration.put(result)
-        self._append({"result": result.to_dict()})
+        self._appended({"result": result.to_dict()})
+
+    def put_round(self, round_: Round) -> None:
+        self.calibration.add_round(round_)
+        self._appended({"round": msgspec.to_builtins(round_)})
+
+    def put_block(self, entry: BlockEntry) -> None:
+        self.calibration.add_block(entry.heads, entry.artefact, entry.sha256, entry.runner, entry.block)
+        self._appended({"block": msgspec.to_builtins(entry)})
+
+    def _appended(self, entry: dict[str, Any]) -> None:
+        """Journal ``entry``; fold once the journal holds as many entries as the record."""
+        self._append(entry)
         self._pending += 1
-        if 2 * self._pending >= len(self.calibration.results):  # the journal holds as many as the record
+        held = sum(1 + len(r.blocks or []) for r in self.calibration.results) + len(self.calibration.rounds or [])
+        if 2 * self._pending >= held:
             self.fold()
 
     def set_device(self, device: dict[str, Any]) -> None:

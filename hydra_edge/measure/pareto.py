@@ -19,6 +19,13 @@ class Point:
     latency_ms: float
     accuracy: float  # top-1 %, or the head count where the bundle has no labelled accuracy
     power_w: float | None  # measured draw while it ran, where the device reports it
+    # What a cell's budget is checked against: the upper end of the p90's 95 % interval (a calibration by
+    # rounds); None for a record without one, which plans on latency_ms as before
+    plan_ms: float | None = None
+
+    @property
+    def planned_ms(self) -> float:
+        return self.latency_ms if self.plan_ms is None else self.plan_ms
 
 
 def pareto(points: list[Point]) -> tuple[list[Point], list[Point]]:

@@ -36,6 +36,10 @@ def plot_calibration(calibration: Calibration, manifest: Manifest, path: str | P
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     left.errorbar(heads, p50, yerr=[[0] * len(p50), [hi - lo for hi, lo in zip(p90, p50)]],
                   marker="o", capsize=3, label="latency p50 (bar to p90)")
+    known = [(r.heads, r.p90_interval_ms) for r in measured if r.p90_interval_ms is not None]
+    if known:  # timed by rounds: the p90's 95 % interval, whose upper end the table plans with
+        left.vlines([h for h, _ in known], [i[0] for _, i in known], [i[1] for _, i in known], color="tab:red",
+                    lw=4, alpha=0.5, label="p90 95 % interval")
     left.set(xlabel="heads", ylabel="latency (ms)", title=f"{calibration.device_id}")
     left.set_xticks(heads)
     twin = left.twinx()

@@ -1,27 +1,32 @@
 """One device's calibration: push the bundle and the runner, time each head count, save as it comes.
 
-The record on disk is the source of truth: every head count the device reports is saved at once
-(``journal``), and a later run with the same bundle and settings skips the head counts it already
-holds. A dropped connection or Ctrl-C therefore costs at most the head count in flight, which the
-next run measures again; a runner that dies on an artefact (its exit status arrives, see
-``exits``) is recorded as crashed, so the next run goes on with the others.
+The record on disk is the source of truth: every head count the device reports, and with the Python
+runner every round and block of runs, is saved at once (``journal``), and a later run with the same
+bundle and settings skips the head counts it already holds and goes on from the blocks of the others.
+A dropped connection or Ctrl-C therefore costs at most the head count (with the Python runner, the
+block) in flight, which the next run measures again; a runner that dies on an artefact (its exit
+status arrives, see ``exits``) is recorded as crashed, so the next run goes on with the others.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import tempfile
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
+
+import msgspec
 
 from ..atomic import sha256_file
 from ..errors import HydraEdgeError
 from ..logs import LineLog, device_log, terminal
-from ..records.calibration import Calibration, HeadResult
+from ..records.calibration import Calibration, HeadResult, Round
 from ..records.codec import convert
+from ..records.fields import Heads, Name
 from ..runtime.terminal import shown
 from ..records.manifest import MANIFEST, ArtefactRecord, Manifest, bundle_files, read_manifest
 from ..shipped import shipped
@@ -30,14 +35,44 @@ from . import app as demo_app
 from . import native
 from .device import ensure_python, package_files, push_files, runtime_requirements
 from .exits import exit_code, reporting_exit
-from .journal import RecordWriter, read_calibration
+from .journal import BlockEntry, RecordWriter, read_calibration
+from .rounds import time_left
 from .soak import derate
 
 RUNNER = shipped("calibration", "runner.py")
 RUNNER_IDLE_S = 1800.0  # the runner prints per artefact and per soak sample; silence this long is a hung runtime
 
+T = TypeVar("T")
 Report = Callable[[str, "int | None"], None]  # (stage, head count or None); called as work happens
 Echo = Callable[[str], None]  # shows one line of the device's own output on the terminal (-v)
+
+
+class LoadedLine(msgspec.Struct, forbid_unknown_fields=True):
+    """The runner's ``loaded`` line: an artefact ready to time in the rounds."""
+
+    heads: Heads
+    artefact: Name
+
+
+@dataclass(frozen=True)
+class RoundsOptions:
+    """How the Python runner times in rounds (``hydra_edge.calibration_plan``): its stop rule (beside
+    ``runs``, the fewest runs), its blocks and its thermal gate."""
+
+    within: float = 0.05
+    min_s: float = 1.0
+    cap_s: float = 60.0
+    block_s: float = 0.25
+    block_warmup: int = 2
+    gate_margin_c: float = 2.0
+    gate_headroom: float = 0.7
+    gate_max_wait_s: float = 120.0
+
+    def argv(self) -> list[str]:
+        return ["--within", str(self.within), "--min-seconds", str(self.min_s), "--cap-seconds", str(self.cap_s),
+                "--block-seconds", str(self.block_s), "--block-warmup", str(self.block_warmup),
+                "--gate-margin-c", str(self.gate_margin_c), "--gate-headroom", str(self.gate_headroom),
+                "--gate-max-wait-s", str(self.gate_max_wait_s)]
 
 
 @dataclass(frozen=True)
@@ -59,11 +94,13 @@ class CalibrateOptions:
     soak_interval_s: float = 5.0
     sysfs_root: str | None = None  # tests: read the device's /sys under this root
     force: bool = False  # measure again even what the record already holds
+    plan: RoundsOptions = field(default_factory=RoundsOptions)
 
     def settings(self, runner: str) -> dict[str, Any]:
         """What makes two runs' numbers comparable; a record with other settings is not resumed."""
+        rounds = {"rounds": asdict(self.plan)} if runner == "python" else {}
         return {"runs": self.runs, "warmup": self.warmup, "threads": self.threads, "quant": self.quant,
-                "runner": runner}
+                "runner": runner, **rounds}
 
 
 def safe_name(device_id: str) -> str:
@@ -126,6 +163,9 @@ class Session:
         self.report: Report = report or (lambda stage, heads: None)
         self.echo: Echo = lambda text: print(shown(text), file=terminal(), flush=True)  # the device's words
         self._said_no_forecast = False
+        self._round: Round | None = None  # the round the runner is in, and the head counts it has timed
+        self._blocked: set[int] = set()
+        self._reported: set[int] = set()  # head counts the runner has loaded or reported in this run
         self.manifest = read_manifest(opts.bundle)
         self.artefacts = select_artefacts(self.manifest, opts.quant)
         self.tool = native.tool_for(self.artefacts[0].format) if opts.runner else None
@@ -163,9 +203,11 @@ class Session:
                 else:
                     self._run_python(todo)
         except TransportError as e:
-            kept = len(self.calibration.measured())
-            message = (f"calibrating {self.t.device_id} stopped: {e}; {kept} of {len(self.artefacts)} head "
-                       f"counts are saved in {self.out}, run the same command again to finish")
+            kept = f"{len(self.calibration.measured())} of {len(self.artefacts)} head counts"
+            message = (f"calibrating {self.t.device_id} stopped: {e}; " + (
+                f"{kept} are saved in {self.out}, run the same command again to finish" if self.opts.app or
+                self.opts.runner else f"{kept} measured and every block timed so far are saved in {self.out}, "
+                "run the same command again to go on"))
             raise (RemoteCommandError(message, e.result) if isinstance(e, RemoteCommandError)
                    else type(e)(message)) from None
         finally:
@@ -192,8 +234,12 @@ class Session:
                       "status alone")
 
     def _in_flight(self, todo: list[ArtefactRecord]) -> ArtefactRecord | None:
-        """The first artefact of ``todo`` the device has not reported: the one it was timing."""
-        return next((a for a in todo if not _done(self.calibration, a)), None)
+        """The artefact the device was timing: in a round, the first of its order without a block yet;
+        before the rounds, the first of ``todo`` the device has not reported (it loads them in turn)."""
+        if self._round is not None:
+            heads = next((h for h in self._round.order if h not in self._blocked), None)
+            return next((a for a in todo if a.heads == heads), None)
+        return next((a for a in todo if a.heads not in self._reported), None)
 
     def _soak_artefact(self) -> ArtefactRecord:
         return self.artefacts[-1]  # the most heads: the one that heats the device most
@@ -223,7 +269,8 @@ class Session:
                                self.opts.pip_args)
         argv = [python, self.t.remote_path("runner", "calibration", "runner.py"), "--bundle", self.bundle_dir,
                 "--runs", str(self.opts.runs), "--warmup", str(self.opts.warmup),
-                "--threads", str(self.opts.threads or 0), "--only", *[a.id for a in todo]]
+                "--threads", str(self.opts.threads or 0), *self.opts.plan.argv(), *self._resume_argv(todo),
+                "--only", *[a.id for a in todo]]
         if self.soak_pending:
             argv += ["--soak-seconds", str(self.opts.soak_s), "--soak-artefact", self._soak_artefact().id,
                      "--soak-interval", str(self.opts.soak_interval_s)]
@@ -251,13 +298,31 @@ class Session:
             # artefact it had not reported: record that, so a re-run goes on with the others
             # instead of dying on the same one again.
             if culprit is not None:
-                self._put(HeadResult(culprit.heads, culprit.id, culprit.sha256, "crashed", "python",
+                timed = self.calibration.result(culprit.heads)
+                blocks = timed.blocks if timed is not None and timed.status == "timing" else msgspec.UNSET
+                self._put(HeadResult(culprit.heads, culprit.id, culprit.sha256, "crashed", "python", blocks=blocks,
                                      error=f"the runner died timing it ({why}); --force tries it again"))
             raise HydraEdgeError(f"the runner on {self.t.device_id} stopped ({why}) before it finished"
                                  + (f"; {culprit.heads} heads is recorded as crashed, run again to measure the rest"
                                     if culprit else ""))
         if self.soak_pending:
             self._finish_soak(samples)
+
+    def _resume_argv(self, todo: list[ArtefactRecord]) -> list[str]:
+        """``--resume FILE`` when the record holds blocks of head counts still timing: pushed beside the
+        bundle, so the runner goes on from them, numbering its rounds after the record's last."""
+        blocks = {a.id: [msgspec.to_builtins(b) for b in r.blocks or []] for a in todo
+                  if (r := self.calibration.result(a.heads)) is not None and r.status == "timing"
+                  and r.sha256 == a.sha256}
+        if not any(blocks.values()):
+            return []
+        first = 1 + max((r.round for r in self.calibration.rounds or []), default=0)
+        with tempfile.TemporaryDirectory(prefix="hydra-resume-") as tmp:
+            local = Path(tmp) / "resume.json"
+            local.write_text(json.dumps({"first_round": first, "blocks": blocks}))
+            push_files(self.t, {f"{self.bundle_rel}/resume.json": local})
+        self.echo(f"{self.t.device_id}: going on from round {first} with the blocks the record holds")
+        return ["--resume", f"{self.bundle_dir}/resume.json"]
 
     def _on_line(self, line: str, todo: list[ArtefactRecord], samples: list[dict[str, Any]], chatter: LineLog) -> bool:
         """Handle one runner line; True once the runner says it is done."""
@@ -274,12 +339,24 @@ class Session:
             raise HydraEdgeError(f"{self.t.device_id}: {event.get('message')}")
         if kind == "device":
             self.writer.set_device({**event["device"], "runtimes": event.get("runtimes", {})})
+        elif kind == "loaded":
+            self._reported.add(self._checked(event, LoadedLine, "loaded").heads)
         elif kind == "result":
             result = self._result(event)
+            self._reported.add(result.heads)
             self._put(result)
             following = [a.heads for a in todo if a.heads > result.heads]
             self.report("timing" if following else "soaking" if self.soak_pending else "finishing",
                         following[0] if following else None)
+        elif kind == "round":
+            self._round = self._checked(event, Round, "round")
+            self._blocked = set()
+            self.writer.put_round(self._round)
+        elif kind == "block":
+            entry = self._checked(event, BlockEntry, "block")
+            self._blocked.add(entry.heads)
+            self.writer.put_block(entry)
+            self.report(f"round {entry.block.round}" + self._time_left(), entry.heads)
         elif kind == "soak":
             samples.append({k: v for k, v in event.items() if k != "event"})
             self.report(f"soaking {event['t_s']:.0f}/{self.opts.soak_s:.0f} s", event.get("heads"))
@@ -288,10 +365,21 @@ class Session:
     def _result(self, event: dict[str, Any]) -> HeadResult:
         """A runner's result line as a checked record: a malformed one is never saved, so it cannot
         block later runs or the lookup table; the run stops with what came before it saved."""
-        return convert({k: v for k, v in event.items() if k != "event"}, HeadResult,
-                       f"the runner on {self.t.device_id} sent a malformed result",
+        return self._checked(event, HeadResult, "result")
+
+    def _checked(self, event: dict[str, Any], schema: type[T], what: str) -> T:
+        """A runner line checked against its schema; a malformed one stops the run in one line, what came
+        before it saved."""
+        return convert({k: v for k, v in event.items() if k != "event"}, schema,
+                       f"the runner on {self.t.device_id} sent a malformed {what} line",
                        f"the results before it are saved in {self.out}; run again, which pushes this "
                        "hydra-edge's runner afresh")
+
+    def _time_left(self) -> str:
+        """``, ~N s left``: each open head count's runs still needed at its interval's rate of
+        narrowing (as 1/sqrt(n)), at its mean latency, within its cap; nothing while none is known."""
+        left = time_left(self.calibration, self.opts.plan.within, self.opts.plan.cap_s)
+        return "" if left is None else f", ~{left:.0f} s left"
 
     def _finish_soak(self, samples: list[dict[str, Any]]) -> None:
         self.calibration.soak = derate(self._soak_artefact().heads, float(self.opts.soak_s or 0), samples)

@@ -2,6 +2,10 @@
 
 The calibrator writes it per head count, as results arrive, so nothing measured is lost; the
 lookup table reads it. Latencies, loads and multipliers are finite and non-negative.
+
+A calibration by rounds (``hydra_edge.calibration_plan``) also keeps each round (its order and the thermal
+gate's wait), each head count's blocks of runs, its p90's interval and why its timing stopped. Records
+written before hold none of these (the fields are unset, not written), and read as they always did.
 """
 
 from __future__ import annotations
@@ -13,13 +17,15 @@ import msgspec
 
 from ..atomic import write_bytes
 from . import codec
-from .fields import Finite, Heads, Name, NonNegative, NonNegFloat, PosFloat, Sha256, check, finite
+from .fields import Finite, Heads, Name, NonNegative, NonNegFloat, PosFloat, Positive, Sha256, check, finite
 
 SCHEMA = "hydra-edge/calibration"
 SCHEMA_VERSION = 1
 HINT = "re-run hydra-edge calibrate"
 
-Status = Literal["ok", "golden_failed", "error", "crashed"]
+# timing: blocks of a head count whose rounds have not stopped yet (a resumed run continues from them)
+Status = Literal["ok", "golden_failed", "error", "crashed", "timing"]
+Stopped = Literal["interval", "cap"]  # its p90 known well enough, or its time cap spent first
 
 
 class Latency(msgspec.Struct, forbid_unknown_fields=True):
@@ -34,6 +40,28 @@ class Latency(msgspec.Struct, forbid_unknown_fields=True):
     p90_ms: Optional[NonNegFloat] = None
     p99_ms: Optional[NonNegFloat] = None
     trimmed_mean_ms: Optional[NonNegFloat] = None
+    # The p90's 95 % interval from the order statistics (calibration_plan.order_ranks); null ends: too few runs
+    p90_low_ms: Optional[NonNegFloat] = None
+    p90_high_ms: Optional[NonNegFloat] = None
+    timed_s: Optional[NonNegFloat] = None  # the timed runs' own time
+
+
+class Block(msgspec.Struct, forbid_unknown_fields=True):
+    """One head count's runs in one round, as timed (ms); its warm-up untimed but in ``spent_s``."""
+
+    round: Positive
+    latencies_ms: List[NonNegFloat]
+    spent_s: NonNegFloat
+
+
+class Round(msgspec.Struct, forbid_unknown_fields=True):
+    """One round: the order it visited the open head counts in, and the thermal gate's wait before it
+    (``outcome``: ready, timeout, ungated or reading failed; ``why`` it waited or could not)."""
+
+    round: Positive
+    order: List[Heads]
+    started_s: NonNegFloat  # since the runner began timing
+    gate: Optional[Dict[str, Any]] = None  # waited_s, outcome, why, state
 
 
 class BundleRef(msgspec.Struct, forbid_unknown_fields=True):
@@ -60,6 +88,8 @@ class HeadResult(msgspec.Struct, forbid_unknown_fields=True):
     state_before: Optional[Dict[str, Any]] = None  # signals.state.DeviceState.to_dict()
     state_after: Optional[Dict[str, Any]] = None
     error: Optional[str] = None
+    stopped: Union[Stopped, msgspec.UnsetType] = msgspec.UNSET  # by rounds only
+    blocks: Union[List[Block], msgspec.UnsetType] = msgspec.UNSET
 
     def __post_init__(self) -> None:
         if self.latency is not None:
@@ -79,6 +109,12 @@ class HeadResult(msgspec.Struct, forbid_unknown_fields=True):
         """The latency the lookup table plans with: the median, else the mean (native runners)."""
         assert self.latency is not None
         return self.latency.get("p50_ms") or self.latency["mean_ms"]
+
+    @property
+    def p90_interval_ms(self) -> Optional[Tuple[float, float]]:
+        """The p90's 95 % interval, where the record has one (a calibration by rounds with enough runs)."""
+        low, high = ((self.latency or {}).get(k) for k in ("p90_low_ms", "p90_high_ms"))
+        return None if low is None or high is None else (low, high)
 
 
 Multiplier = PosFloat
@@ -113,6 +149,7 @@ class Calibration(msgspec.Struct, forbid_unknown_fields=True):
     settings: Dict[str, Any]  # runs, warmup, threads, runner
     results: List[HeadResult] = msgspec.field(default_factory=list)
     soak: Optional[Derating] = None
+    rounds: Union[List[Round], msgspec.UnsetType] = msgspec.UNSET
     schema: str = SCHEMA
     schema_version: int = SCHEMA_VERSION
 
@@ -130,6 +167,18 @@ class Calibration(msgspec.Struct, forbid_unknown_fields=True):
     def put(self, result: HeadResult) -> None:
         """Add or replace the result for its head count, keeping results ordered by heads."""
         self.results = sorted([r for r in self.results if r.heads != result.heads] + [result], key=lambda r: r.heads)
+
+    def add_block(self, heads: int, artefact: str, sha256: str, runner: str, block: Block) -> None:
+        """Add a block to its head count's ``timing`` result (started with this block if there is none)."""
+        result = self.result(heads)
+        if result is None or result.status != "timing" or result.artefact != artefact:
+            result = HeadResult(heads, artefact, sha256, "timing", runner, blocks=[])
+            self.put(result)
+        assert isinstance(result.blocks, list)
+        result.blocks.append(block)
+
+    def add_round(self, round_: Round) -> None:
+        self.rounds = [*(self.rounds or []), round_]
 
     def measured(self) -> List[HeadResult]:
         return [r for r in self.results if r.ok]
