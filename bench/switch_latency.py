@@ -35,8 +35,9 @@ import numpy as np
 import torch
 
 from hydra_edge.lut.make import make_lut
+from hydra_edge.lut.table import points
 from hydra_edge.measure.journal import read_calibration
-from hydra_edge.measure.pareto import Point, pareto
+from hydra_edge.measure.pareto import pareto
 from hydra_edge.measure.session import CalibrateOptions, Session, bundle_record
 from hydra_edge.model.config import parse_heads, preset
 from hydra_edge.profiling.bundles import full_and_compact
@@ -70,10 +71,11 @@ def rebound(calibration: Path, bundle: Path, work: Path) -> Path:
     return work / "calibration-compact.json"
 
 
-def policy_text(cal: Calibration) -> str:
-    """Edges and deratings such that thermal band j picks the j-th slowest candidate."""
-    front = pareto([Point(r.heads, r.artefact, r.latency_ms, r.heads, None) for r in cal.measured()])[0]
-    lat = [p.latency_ms for p in front]  # one band per candidate
+def policy_text(bundle: Path, cal: Calibration) -> str:
+    """Edges and deratings such that thermal band j picks the j-th slowest candidate, planned on what the
+    table checks a budget against (the upper end of each p90's interval)."""
+    front = pareto(points(read_manifest(bundle), cal)[0])[0]
+    lat = [p.planned_ms for p in front]  # one band per candidate
     budget = lat[-1] * 1.001
     derating = [budget / ms * (1 - 1e-6) if j else 1.0 for j, ms in enumerate(reversed(lat))]
     derating = [max(d, 1.0) for d in derating]
@@ -118,7 +120,8 @@ def trials(bundle: Path, shape: tuple[int, ...], prefetch: bool, n: int, seed: i
             sw.predict(x)  # the same head count again: an inference without the switch
             overheads.append(times[-1] - (time.perf_counter() - again) * 1e3)
             polls.append((polled - t) * 1e3)
-            assert result.heads == sw.table.candidates[bands - 1 - band].heads, (result.heads, band)
+            picked = sw.table.candidates[sw.table.cells[0][band]].heads  # the table's pick for the band
+            assert result.heads == picked, (result.heads, picked, band)
     times.sort()
     overheads.sort()
     return {"prefetch": prefetch, "cache": "current + neighbours" if prefetch else "1", "trials": n,
@@ -137,7 +140,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     calibrations = {"full": calibrate_here(full, args.runs, args.threads, work)}
     calibrations["compact"] = rebound(calibrations["full"], compact, work)
     policy = work / "policy.toml"
-    policy.write_text(policy_text(read_calibration(calibrations["full"])))
+    policy.write_text(policy_text(full, read_calibration(calibrations["full"])))
     folders = {"full": full, "compact": compact}
     docs = {layout: make_lut(folders[layout], calibrations[layout], folders[layout], policy=policy)
             for layout in LAYOUTS}
