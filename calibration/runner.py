@@ -19,6 +19,7 @@ host can save each block the moment it arrives:
     {"event": "device", "device": {...}, "runtimes": {...}}        first
     {"event": "result", "heads": 6, "status": "error", ...}       an artefact that cannot be timed
     {"event": "loaded", "heads": 6, "artefact": "..."}              one ready to time, or instead
+    {"event": "unloaded", "heads": 6, ...}                          memory short: loaded again per block
     {"event": "round", "round": 3, "order": [6, 3], "gate": {...}} before each round
     {"event": "block", "heads": 6, "block": {...}, ...}            each block of runs
     {"event": "result", "heads": 6, "status": "ok", ...}          as each head count's timing stops
@@ -50,6 +51,8 @@ from hydra_edge.bounds import (MAX_CAP_S, MAX_RUNS, MAX_SOAK_S, MAX_THREADS, POL
                                WITHIN, number_arg)
 from hydra_edge.errors import HydraEdgeError  # noqa: E402
 from hydra_edge.records.manifest import ArtefactRecord, read_manifest  # noqa: E402
+from hydra_edge.runtime.memory import (MEMORY_FLOOR, available_share, peak_rss_mb, reset_peak_rss,  # noqa: E402
+                                       rss_mb)
 
 Emit = Callable[[Dict[str, Any]], None]
 
@@ -61,29 +64,6 @@ def emit(event: Dict[str, Any]) -> None:
         sys.stdout.flush()
     except BrokenPipeError:  # the host has gone; nothing left to tell anyone
         os._exit(1)
-
-
-def peak_rss_mb() -> Optional[float]:
-    """Peak resident memory since the last ``reset_peak_rss`` (Linux VmHWM), in MiB."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024.0
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        import resource
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # kB on Linux
-    except (ImportError, OSError):
-        return None
-
-
-def reset_peak_rss() -> None:
-    """Start a new peak for the next artefact (writing 5 to clear_refs resets VmHWM, Linux 4.0+)."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        pass  # the peak then covers every artefact so far; still an upper bound
 
 
 class Device:
@@ -119,20 +99,10 @@ def failed(artefact: ArtefactRecord, e: Exception) -> Dict[str, Any]:
             "runner": "python", "status": "error", "error": f"{type(e).__name__}: {said}"}
 
 
-def rss_mb() -> Optional[float]:
-    """Resident memory now (Linux VmRSS), in MiB."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024.0
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
 @dataclasses.dataclass
 class Loaded:
-    """An artefact ready to time: its engine and input, and its result so far (status still ``error``)."""
+    """An artefact ready to time: its engine (None while released, see ``Resident``) and input, and its
+    result so far (status still ``error``)."""
 
     artefact: ArtefactRecord
     engine: Any
@@ -140,13 +110,58 @@ class Loaded:
     result: Dict[str, Any]
 
 
+class Resident:
+    """Which artefacts keep their engines between their blocks.
+
+    The rounds come back to every head count again and again, so each stays loaded: loading it anew for
+    each block would add a load (and a compact artefact's rebuild) to every one. A board that cannot
+    hold them all (ten head counts of the base model on a 1 GB Pi) would swap, timing the swap, or
+    kill the runner; so while the kernel can give less than ``MEMORY_FLOOR`` of the device's memory, the
+    least recently timed engine is released (an ``unloaded`` line) and loaded again for its next block:
+    its load then counts in that block's time (and so toward its cap), never in its timed runs.
+    """
+
+    def __init__(self, bundle: Path, args: argparse.Namespace) -> None:
+        self.bundle, self.args = bundle, args
+        self.loaded: List[Loaded] = []  # least recently timed first
+
+    def use(self, item: Loaded) -> Any:
+        """The item's engine, loaded again if it was released; it becomes the most recently used."""
+        from hydra_edge.runtime.rebuild import load_record
+
+        if item.engine is None:
+            item.engine = load_record(self.bundle, item.artefact, _threads(self.args, item.artefact))
+        if item in self.loaded:
+            self.loaded.remove(item)
+        self.loaded.append(item)
+        return item.engine
+
+    def release(self, item: Loaded) -> None:
+        item.engine = None
+        if item in self.loaded:
+            self.loaded.remove(item)
+        gc.collect()
+
+    def trim(self) -> None:
+        """While memory is short, release the least recently timed engines, never the last one used."""
+        while len(self.loaded) > 1:
+            share = available_share(self.args.sysfs_root)
+            if share is None or share >= MEMORY_FLOOR:
+                return
+            item = self.loaded[0]
+            self.release(item)
+            emit({"event": "unloaded", "heads": item.artefact.heads, "artefact": item.artefact.id,
+                  "available_share": share})
+
+
 def prepare(bundle: Path, artefact: ArtefactRecord, args: argparse.Namespace, device: Device,
             baseline_mb: Optional[float]) -> Union[Loaded, Dict[str, Any]]:
     """Integrity, golden check, load (and rebuild) time, warm-up and memory: the artefact ready to time,
     or its result when it cannot be timed.
 
-    Every artefact stays loaded for the rounds, so its peak memory is what its own load and warm-up
-    added to the runner's resident memory, on top of the runner's ``baseline_mb`` before any was loaded.
+    Artefacts stay loaded for the rounds (as memory allows, ``Resident``), so its peak memory is what its
+    own load and warm-up added to the runner's resident memory, on top of the runner's ``baseline_mb``
+    before any was loaded.
     """
     from hydra_edge.records.manifest import golden_files
     from hydra_edge.runtime.engines import check_golden, load_golden_pair
@@ -199,7 +214,7 @@ def start_gate(args: argparse.Namespace, device: Device) -> Any:
 
 
 def time_rounds(loaded: List[Loaded], args: argparse.Namespace, device: Device, gate: Any,
-                resume: Dict[str, Any]) -> None:
+                resume: Dict[str, Any], resident: Resident) -> None:
     """Time every loaded artefact in interleaved rounds (``calibration_plan``), each round gated on the
     device's thermal state; one ``round`` line per round, a ``block`` line per block, and a ``result``
     line for each head count as soon as its timing stops (its engine is then released)."""
@@ -216,13 +231,16 @@ def time_rounds(loaded: List[Loaded], args: argparse.Namespace, device: Device, 
     def time_block(heads: int) -> List[float]:
         item = by_heads[heads]
         try:
-            return timed_block(lambda: item.engine.step(item.x), time.perf_counter, args.block_warmup,
-                               args.block_seconds)
+            engine = resident.use(item)
+            latencies = timed_block(lambda: engine.step(item.x), time.perf_counter, args.block_warmup,
+                                    args.block_seconds)
         except Exception as e:  # noqa: BLE001 - this artefact cannot run here; the others may
             tallies[heads].stopped = "error"
             emit(failed(item.artefact, e))
-            item.engine = None
+            resident.release(item)
             return []
+        resident.trim()
+        return latencies
 
     def on_block(tally: Any) -> None:
         item = by_heads[tally.heads]
@@ -237,7 +255,7 @@ def time_rounds(loaded: List[Loaded], args: argparse.Namespace, device: Device, 
         item.result.update(status="ok", latency=tally.latency(), stopped=tally.stopped, blocks=tally.blocks,
                            state_after=device.state().to_dict())
         emit(item.result)
-        item.engine = None  # the rounds go on without it
+        resident.release(item)  # the rounds go on without it
 
     for heads, tally in tallies.items():  # resumed with enough already
         if tally.stopped:
@@ -338,7 +356,7 @@ def run(args: argparse.Namespace) -> None:
     device = Device(manifest.target.get("signals", {}), args.sysfs_root)
     emit(device_record())
     gate = start_gate(args, device)
-    loaded, baseline = [], rss_mb()
+    loaded, baseline, resident = [], rss_mb(), Resident(args.bundle, args)
     for name in wanted:
         try:
             ready = prepare(args.bundle, known[name], args, device, baseline)
@@ -347,9 +365,11 @@ def run(args: argparse.Namespace) -> None:
         if isinstance(ready, Loaded):
             loaded.append(ready)
             emit({"event": "loaded", "heads": ready.artefact.heads, "artefact": ready.artefact.id})
+            resident.use(ready)
+            resident.trim()
         else:
             emit(ready)
-    time_rounds(loaded, args, device, gate, resume)
+    time_rounds(loaded, args, device, gate, resume, resident)
     if args.soak_seconds > 0:
         target = known[args.soak_artefact] if args.soak_artefact else max(known.values(), key=lambda a: a.heads)
         soak(args.bundle, target, args, device)

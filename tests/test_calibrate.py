@@ -469,3 +469,16 @@ def test_device_errors_of_any_other_shape_say_nothing(errors: object) -> None:
 def test_the_devices_words_are_shown_never_obeyed(why: object, shown: str) -> None:
     [line] = said_no_forecast({"errors": {"headroom": why}})
     assert f"no thermal headroom forecast ({shown}); " in line and line.isprintable()
+
+
+def test_a_device_short_of_memory_is_told_once_and_still_measured(rpi_bundle: Path, device_python: Path,
+                                                                    tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "proc").mkdir(parents=True)
+    (root / "proc" / "meminfo").write_text("MemTotal: 1000000 kB\nMemAvailable: 50000 kB\n")
+    out = tmp_path / "cal.json"
+    result = invoke("--bundle", rpi_bundle, "--local", "--python", device_python, "--out", out, "--runs", 10,
+                    "--warmup", 1, "--min-seconds", 0.2, "--cap-seconds", 2, "--sysfs-root", root)
+    assert result.exit_code == 0, result.output
+    assert result.output.count("its memory cannot hold every head count loaded (under 15% of it available)") == 1
+    assert [r.heads for r in read_calibration(out).measured()] == [3, 12]

@@ -242,3 +242,35 @@ def test_a_sensor_that_goes_mid_calibration_is_not_waited_on(bundle: Path, pushe
     assert all(g["outcome"] == "reading failed" and g["why"] == "the device no longer reports max_temp_c"
                for g in gates[1:])
     assert [e["status"] for e in events if e["event"] == "result"] == ["ok", "ok"]
+
+
+@pytest.mark.parametrize("available_kb, released", [(100_000, True), (3_000_000, False), (None, False)])
+def test_a_board_short_of_memory_loads_again_per_block_what_it_cannot_keep(bundle: Path, pushed: Path,
+                                                                           tmp_path: Path, available_kb: int | None,
+                                                                           released: bool) -> None:
+    """Under 15 % of a 4 GB board available, only the head count last timed stays loaded: the others are
+    released (an ``unloaded`` line each time) and loaded again for their next block, and still all time and
+    pass their golden check; with room, or a meminfo without MemAvailable (Linux < 3.14), nothing is released."""
+    meminfo = tmp_path / "root" / "proc" / "meminfo"
+    meminfo.parent.mkdir(parents=True)
+    meminfo.write_text("MemTotal:        4000000 kB\nMemFree:          50000 kB\n"
+                       + (f"MemAvailable:    {available_kb} kB\n" if available_kb is not None else ""))
+    events, modules = run_runner(pushed, "--bundle", bundle, "--warmup", 0, "--min-seconds", 0.2,
+                                 "--block-seconds", 0.02, "--cap-seconds", 3, "--seed", 2,
+                                 "--sysfs-root", tmp_path / "root")
+    assert modules["code"] in (None, 0)
+    results = {e["heads"]: e for e in events if e["event"] == "result"}
+    assert sorted(results) == [3, 6, 12] and all(e["status"] == "ok" and e["golden"]["passed"]
+                                                  for e in results.values())
+    unloaded = [e for e in events if e["event"] == "unloaded"]
+    if not released:
+        assert unloaded == []
+        return
+    assert {e["heads"] for e in unloaded} >= {3, 6} and all(e["available_share"] == 0.025 for e in unloaded)
+    loaded_now: set[int] = set()  # what the runner holds, by its own lines: never more than the one in use
+    for e in events:
+        if e["event"] in ("loaded", "block"):
+            loaded_now.add(e["heads"])
+        elif e["event"] in ("unloaded", "result"):
+            loaded_now.discard(e["heads"])
+        assert len(loaded_now) <= 2, e  # the one just used, and the one about to be released after it

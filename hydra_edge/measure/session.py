@@ -27,6 +27,7 @@ from ..logs import LineLog, device_log, terminal
 from ..records.calibration import Calibration, HeadResult, Round
 from ..records.codec import convert
 from ..records.fields import Heads, Name
+from ..runtime.memory import MEMORY_FLOOR
 from ..runtime.terminal import shown
 from ..records.manifest import MANIFEST, ArtefactRecord, Manifest, bundle_files, read_manifest
 from ..shipped import shipped
@@ -163,6 +164,7 @@ class Session:
         self.report: Report = report or (lambda stage, heads: None)
         self.echo: Echo = lambda text: print(shown(text), file=terminal(), flush=True)  # the device's words
         self._said_no_forecast = False
+        self._said_unloaded = False  # the runner released an engine for memory: said once
         self._round: Round | None = None  # the round the runner is in, and the head counts it has timed
         self._blocked: set[int] = set()
         self._reported: set[int] = set()  # head counts the runner has loaded or reported in this run
@@ -348,6 +350,11 @@ class Session:
             following = [a.heads for a in todo if a.heads > result.heads]
             self.report("timing" if following else "soaking" if self.soak_pending else "finishing",
                         following[0] if following else None)
+        elif kind == "unloaded" and not self._said_unloaded:
+            self._said_unloaded = True
+            self.echo(f"{self.t.device_id}: its memory cannot hold every head count loaded (under "
+                      f"{MEMORY_FLOOR:.0%} of it available); those it released are loaded again for each of their blocks, the loads "
+                      "counted toward --cap-seconds, not in the timings")
         elif kind == "round":
             self._round = self._checked(event, Round, "round")
             self._blocked = set()
