@@ -37,6 +37,11 @@ LEVEL = 0.95  # what the record claims: the p90's interval holds the true p90 at
 # holds it at least 95 % of the time (tests/test_calibration_plan.py), for ~15 % more runs.
 LOOK_LEVEL = 0.97
 MIN_BLOCK_RUNS = 5  # a block shorter than this is mostly its warm-up
+# The most timed runs a head count keeps: every run is in the record (its blocks), and a model of a few
+# µs a run on a device too noisy to tighten its interval would otherwise fill its cap with millions of them
+# (ten head counts at this many are ~2.5 MB of record). 30,000 runs put the p90's ranks within ~0.4 % of
+# the quantile: a wider interval after them is the device's spread, which more runs do not narrow.
+MAX_TIMED_RUNS = 30_000
 
 
 @lru_cache(maxsize=8192)
@@ -64,12 +69,14 @@ def order_ranks(n: int, q: float = Q, level: float = LOOK_LEVEL) -> Optional[Tup
 
 @dataclass(frozen=True)
 class StopRule:
-    """When a head count's timing stops: its p90 known to ``within``, or its ``cap_s`` spent."""
+    """When a head count's timing stops: its p90 known to ``within``, or its ``cap_s`` spent, or its
+    ``max_runs`` timed."""
 
     within: float = 0.05  # the 95 % interval's ends within this share of the p90
     min_runs: int = 50
     min_s: float = 1.0  # of timed runs
     cap_s: float = 60.0  # of its own blocks (warm-ups included), checked between blocks
+    max_runs: int = MAX_TIMED_RUNS
 
 
 @dataclass
@@ -81,14 +88,14 @@ class Tally:
     timed_s: float = 0.0  # the runs' own time
     spent_s: float = 0.0  # its blocks' wall time, warm-ups included: what the cap counts
     blocks: List[Dict[str, Any]] = field(default_factory=list)  # {"round", "latencies_ms", "spent_s"}
-    stopped: Optional[str] = None  # "interval" | "cap"; "error" where its timer gave up on it
+    stopped: Optional[str] = None  # "interval" | "cap" | "runs"; "error" where its timer gave up on it
 
     def add(self, round_no: int, latencies_s: Sequence[float], spent_s: float) -> None:
         for value in latencies_s:
             bisect.insort(self.sorted_s, value)
         self.timed_s += sum(latencies_s)
         self.spent_s += spent_s
-        self.blocks.append({"round": round_no, "latencies_ms": [round(v * 1e3, 6) for v in latencies_s],
+        self.blocks.append({"round": round_no, "latencies_ms": [round(v * 1e3, 5) for v in latencies_s],
                             "spent_s": spent_s})
 
     def interval_s(self) -> Optional[Tuple[float, float]]:
@@ -104,14 +111,16 @@ class Tally:
         return p90 - interval[0] <= within * p90 and interval[1] - p90 <= within * p90
 
     def judge(self, rule: StopRule) -> Optional[str]:
-        """Stop once the interval is tight (after the floors), or once the cap is spent; say which. Never
-        before a first block: even a cap of 0 times one."""
-        if self.stopped or not self.sorted_s:
+        """Stop once the interval is tight (after the floors), or once the cap is spent, or the most runs
+        kept are timed; say which. Never before a first block: even a cap of 0 times one."""
+        if self.stopped or not self.blocks:
             return self.stopped
         if len(self.sorted_s) >= rule.min_runs and self.timed_s >= rule.min_s and self.tight(rule.within):
             self.stopped = "interval"
         elif self.spent_s >= rule.cap_s:
             self.stopped = "cap"
+        elif len(self.sorted_s) >= rule.max_runs:
+            self.stopped = "runs"
         return self.stopped
 
     def latency(self) -> Dict[str, Any]:
@@ -245,9 +254,11 @@ def timed_block(step: Callable[[], Any], clock: Callable[[], float], warmup: int
     for _ in range(warmup):
         step()
     latencies: List[float] = []
-    while len(latencies) < MIN_BLOCK_RUNS or sum(latencies) < block_s:
+    total = 0.0  # kept as it goes: summing the list after every run is quadratic in a block of fast runs
+    while len(latencies) < MIN_BLOCK_RUNS or total < block_s:
         start = clock()
         step()
         latencies.append(clock() - start)
+        total += latencies[-1]
     return latencies
 

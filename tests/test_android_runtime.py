@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import shutil
 import subprocess
 import zipfile
@@ -33,6 +34,7 @@ from support.android_runtime import SPOILED, app_classpath, other_model_program,
 from support.compact import android_bundle
 
 from hydra_edge.android import host_runtime
+from hydra_edge.calibration_plan import Q, StopRule, Tally, order_ranks
 from hydra_edge.commands.calibrate import calibrate
 from hydra_edge.measure.journal import read_calibration
 from hydra_edge.records.manifest import read_manifest
@@ -204,16 +206,31 @@ def test_bench_mode_runs_in_the_shipped_runtime_and_calibrate_reads_it_through_t
     bundle = tmp_path / "bundle"
     shutil.copytree(bundles[layout], bundle, ignore=shutil.ignore_patterns(".lock", "logs"))
     phone_table(bundle, bundle / "lut.json", budget_ms=50.0)  # the app's copied folder holds its table too
-    done = host_app(app, "BenchMain", [bundle, tmp_path / "rebuilt", tmp_path / "bench.jsonl", 5, 1, 0], tmp_path)
+    plan = {"within": 0.05, "min_s": 0.05, "cap_s": 1.5, "block_s": 0.01, "block_warmup": 1, "first_round": 3}
+    done = host_app(app, "BenchMain", [bundle, tmp_path / "rebuilt", tmp_path / "bench.jsonl", 5, 1, 0,
+                                       json.dumps(plan)], tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     manifest = read_manifest(bundle)
     assert done.stdout.splitlines()[:2] == [f"timing {a.id}" for a in manifest.artefacts], done.stdout
     lines = (tmp_path / "bench.jsonl").read_text().splitlines()
     events = [json.loads(line) for line in lines]
-    assert [e["event"] for e in events] == ["device", "result", "result", "done"], lines
-    for event, a in zip(events[1:3], manifest.artefacts):
+    kinds = [e["event"] for e in events]
+    assert kinds[:3] == ["device", "loaded", "loaded"] and kinds[-1] == "done" and kinds.count("result") == 2, lines
+    rounds = [e for e in events if e["event"] == "round"]
+    assert [r["round"] for r in rounds] == list(range(3, 3 + len(rounds)))  # numbered from the plan's first
+    assert all(r["gate"]["outcome"] == "ready" for r in rounds)  # a cool phone: each round starts at once
+    results = {e["heads"]: e for e in events if e["event"] == "result"}
+    for a in manifest.artefacts:  # timed in rounds until its p90 was known (or its 1.5 s ran out)
+        event = results[a.heads]
         assert (event["heads"], event["artefact"], event["sha256"], event["runner"]) == (a.heads, a.id, a.sha256, "app")
-        assert event["status"] == "ok" and event["golden"]["passed"] and event["latency"]["count"] == 5, event
+        assert event["status"] == "ok" and event["golden"]["passed"], event
+        assert event["stopped"] in ("interval", "cap", "runs"), event
+        lat, blocks = event["latency"], event["blocks"]
+        assert lat["count"] >= 5 and lat["count"] == sum(len(b["latencies_ms"]) for b in blocks)
+        assert [b["round"] for b in blocks] == [r["round"] for r in rounds if a.heads in r["order"]]
+        if event["stopped"] == "interval":
+            assert (1 - 0.05) * lat["p90_ms"] <= lat["p90_low_ms"] <= lat["p90_ms"] <= lat["p90_high_ms"] \
+                <= (1 + 0.05) * lat["p90_ms"]
         assert event["state_before"]["android_thermal_status"] == 0 and event["state_before"]["charging"] is True
     if layout == "compact":  # rebuilt once, as the app's cache dir keeps it, then probed and timed
         assert [p.name for p in (tmp_path / "rebuilt").iterdir()] == [f"{manifest.artefacts[0].sha256}.pte"]
@@ -234,6 +251,9 @@ def test_bench_mode_runs_in_the_shipped_runtime_and_calibrate_reads_it_through_t
     record = read_calibration(tmp_path / "phone.json")
     assert [(r.heads, r.status, r.runner) for r in record.results] == [(3, "ok", "app"), (12, "ok", "app")]
     assert record.device["model"].startswith("desktop JVM") and record.settings["runner"] == "app"
+    assert [r.round for r in record.rounds] == [r["round"] for r in rounds] and all(r.p90_interval_ms or
+                                                                                   r.stopped == "cap" for r in record.results)
+    assert "rounds" in record.settings
 
 
 def test_the_demo_loop_acts_on_the_runtimes_own_timings_and_reads_its_correction_back(
@@ -265,3 +285,75 @@ def test_the_demo_loop_acts_on_the_runtimes_own_timings_and_reads_its_correction
     started = [line for line in lines if line.startswith("switch ")]
     assert len(started) == 1 and started[0].startswith("switch 3 heads: start; latency correction saved ") and \
         started[0].endswith("over budget 0.01 ms: at most 3 heads"), started
+
+
+def _plan_cases(rng: random.Random, n: int) -> list[dict]:
+    """Generated stop-rule inputs: plans within calibrate's bounds, blocks of 1-60 timings from skewed,
+    heavy-tailed and tied distributions (equal timings, a clock's 1 µs steps), spent times with overheads."""
+    cases = []
+    for _ in range(n):
+        base = rng.choice([1e-4, 1e-3, 0.02])
+        draw = rng.choice([lambda: base * rng.lognormvariate(0, 0.05), lambda: base * rng.lognormvariate(0, 0.5),
+                           lambda: base, lambda: round(base * rng.uniform(1, 1.2), 6),
+                           lambda: base * (1 + rng.paretovariate(2.0))])
+        blocks = []
+        for _ in range(rng.randint(1, 40)):
+            latencies = [draw() for _ in range(rng.randint(1, 60))]
+            blocks.append({"latencies_s": latencies, "spent_s": sum(latencies) * rng.uniform(1.0, 1.5)})
+        cases.append({"plan": {"within": rng.choice([0.01, 0.05, 0.1, 0.2]), "min_s": rng.choice([0, 0.01, 0.1, 1]),
+                               "cap_s": rng.choice([0, 0.05, 0.5, 3])},
+                      "min_runs": rng.choice([1, 5, 50, 100]), "blocks": blocks})
+    spread = [{"latencies_s": [rng.choice([1e-3, 2e-3]) * rng.uniform(1, 1.5) for _ in range(997)], "spent_s": 1.0}
+              for _ in range(32)]  # never within ±0.1 %: it stops at the most runs kept, on both sides
+    return cases + [{"plan": {"within": 0.001, "min_s": 0, "cap_s": 1e9}, "min_runs": 1, "blocks": spread}]
+
+
+def test_the_apps_plan_stops_and_bounds_each_head_count_as_pythons_does(
+        app: tuple[host_runtime.HostRuntime, list[Path]], tmp_path: Path) -> None:
+    """Bench mode's Rounds against calibration_plan: the interval's ranks for every run count to 5,000 at the
+    rule's and the record's levels, and 1,000 generated block sequences (and one past the most runs kept) fed
+    to both Tallies: the same verdict after every block, the same interval and p90."""
+    cases = _plan_cases(random.Random(43), 1000)
+    given = tmp_path / "cases.json"
+    given.write_text(json.dumps({"ranks_up_to": 5000, "levels": ["0.97", "0.95"], "cases": cases}))
+    _, classpath = app
+    done = subprocess.run(["java", "-cp", ":".join(map(str, classpath)), "org.hydraedge.demo.PlanMain", str(given)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    java = json.loads(done.stdout)
+    for level in ("0.97", "0.95"):
+        python = [list(r) if (r := order_ranks(n, Q, float(level))) else None for n in range(5001)]
+        differ = [n for n in range(5001) if python[n] != java["ranks"][level][n]]
+        assert not differ, (level, differ[:5], [(python[n], java["ranks"][level][n]) for n in differ[:5]])
+    stops = 0
+    for case, theirs in zip(cases, java["cases"]):
+        rule = StopRule(within=case["plan"]["within"], min_runs=case["min_runs"], min_s=case["plan"]["min_s"],
+                        cap_s=case["plan"]["cap_s"])
+        tally, verdicts = Tally(3), []
+        for i, block in enumerate(case["blocks"]):
+            tally.add(i + 1, block["latencies_s"], block["spent_s"])
+            verdicts.append(tally.judge(rule))
+        assert verdicts == theirs["stopped"], case
+        ours = tally.latency()
+        for key in ("count", "p50_ms", "p90_ms", "p99_ms", "min_ms", "max_ms", "p90_low_ms", "p90_high_ms"):
+            assert ours[key] == theirs["latency"][key], (key, case)
+        assert ours["timed_s"] == pytest.approx(theirs["latency"]["timed_s"], rel=1e-12)
+        stops += verdicts[-1] is not None
+    assert 200 < stops < 1001 and java["cases"][-1]["stopped"][-1] == "runs"  # every verdict was compared
+
+
+@pytest.mark.parametrize("plan, why", [("[1]", ""),
+                                       ('{"within": 0}', "within must be over 0"),
+                                       ('{"cap_s": -1}', "every figure must be finite and not negative"),
+                                       ('{"first_round": 0}', "first_round at least 1")])
+def test_a_plan_that_is_no_plan_is_the_bench_files_fatal_line(plan: str, why: str, app: tuple[host_runtime.HostRuntime,
+                                                                                                list[Path]],
+                                                              bundles: dict[str, Path], tmp_path: Path) -> None:
+    bundle = tmp_path / "bundle"
+    shutil.copytree(bundles["full"], bundle, ignore=shutil.ignore_patterns(".lock", "logs"))
+    phone_table(bundle, bundle / "lut.json", budget_ms=50.0)
+    done = host_app(app, "BenchMain", [bundle, tmp_path / "rebuilt", tmp_path / "bench.jsonl", 5, 1, 0, plan],
+                    tmp_path)
+    (line,) = [json.loads(line) for line in (tmp_path / "bench.jsonl").read_text().splitlines()]
+    assert line["event"] == "fatal" and line["message"].startswith("bench mode's plan is not one calibrate sends (")
+    assert why in line["message"] and line["message"].endswith("start it with hydra-edge calibrate --runner app"), line

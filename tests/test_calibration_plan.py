@@ -12,8 +12,8 @@ from typing import Callable
 import pytest
 from support.simdevice import Z90, SimDevice
 
-from hydra_edge.calibration_plan import (LEVEL, LOOK_LEVEL, Gate, GateRule, StopRule, Tally, drift, interleave,
-                                         order_ranks, timed_block)
+from hydra_edge.calibration_plan import (LEVEL, LOOK_LEVEL, MAX_TIMED_RUNS, Gate, GateRule, StopRule, Tally, drift,
+                                         interleave, order_ranks, timed_block)
 from hydra_edge.runtime.latency import percentile
 
 TEN = {h: 10.0 * (1 + 0.1 * (h - 3)) for h in range(3, 13)}  # ms: ten head counts, 10 % apart
@@ -247,3 +247,92 @@ def test_drift_is_flagged_when_a_head_counts_rounds_disagree() -> None:
     assert all(flagged.values()), flagged
     early, late = flagged[12]
     assert early[2] < late[1] and late[0] / early[0] == pytest.approx(1.2, rel=0.05)
+
+
+# --- each comparison of the rule at its exact boundary -------------------------------------------------
+
+
+def test_an_interval_exactly_within_is_tight() -> None:
+    """n = 40: ranks (30, 39); p90 at position 35.1 = 100 exactly; ends 95 and 105: exactly +-5 %."""
+    assert order_ranks(40) == (30, 39)
+    values = [90.0] * 30 + [95.0] * 5 + [100.0] * 4 + [105.0]
+    tally = Tally(3, sorted_s=sorted(values))
+    assert tally.interval_s() == (95.0, 105.0)
+    assert tally.tight(0.05)
+    assert not tally.tight(0.0499)
+
+
+def test_the_time_floor_counts_timed_runs_not_warm_ups() -> None:
+    """Blocks of 100 untimed and 100 timed 1 ms runs: the cap's clock (spent) runs twice as fast as the
+    floor's (timed); the 1 s floor is of timed runs."""
+    now = [0.0]
+
+    def step() -> None:
+        now[0] += 0.001
+
+    tally = Tally(3)
+    interleave({3: tally}, lambda h: timed_block(step, lambda: now[0], 100, 0.1), StopRule(), lambda: now[0],
+               random.Random(0))
+    assert tally.stopped == "interval" and tally.timed_s >= 1.0 and tally.spent_s >= 2.0
+
+
+def test_a_cap_spent_exactly_stops() -> None:
+    now = [0.0]
+
+    def step() -> None:
+        now[0] += 0.0625  # exact in binary
+
+    tally = Tally(3)
+    interleave({3: tally}, lambda h: timed_block(step, lambda: now[0], 0, 0.0), StopRule(min_runs=10**6, cap_s=0.625),
+               lambda: now[0], random.Random(0))
+    assert tally.stopped == "cap" and tally.spent_s == 0.625 and len(tally.blocks) == 2
+
+
+def _gate(start: dict, then: dict, rule: GateRule) -> dict:
+    states = iter([start, then])
+    now = [0.0]
+    return Gate(rule, lambda: next(states), lambda: now[0], lambda s: now.__setitem__(0, now[0] + s)).wait()
+
+
+def test_a_device_exactly_at_the_margin_is_ready() -> None:
+    assert _gate({"max_temp_c": 30.0}, {"max_temp_c": 32.0}, GateRule(margin_c=2.0))["outcome"] == "ready"
+
+
+def test_a_headroom_exactly_at_the_bound_is_ready() -> None:
+    out = _gate({"android_thermal_headroom": 0.5}, {"android_thermal_headroom": 0.7}, GateRule(headroom=0.7))
+    assert out["outcome"] == "ready"
+
+
+def test_the_time_floor_met_exactly_stops() -> None:
+    now = [0.0]
+
+    def step() -> None:
+        now[0] += 0.015625  # exact in binary: 64 runs (two blocks of 32) are exactly 1 s
+
+    tally = Tally(3)
+    interleave({3: tally}, lambda h: timed_block(step, lambda: now[0], 0, 0.5), StopRule(min_runs=10), lambda: now[0],
+               random.Random(0))
+    assert tally.stopped == "interval" and tally.timed_s == 1.0 and len(tally.blocks) == 2
+
+
+def test_drift_is_flagged_when_the_device_speeds_up_half_way() -> None:
+    """A background task slows the device 20 % for the first 150 s, then goes: the later rounds are faster."""
+    base = {3: 10.0, 6: 13.0}
+    device = SimDevice(base, slow_per_c=0.0, hog=(0.0, 150.0, 1.2))
+    tallies = {h: Tally(h) for h in base}
+    rule = StopRule(within=0.0, min_runs=0, min_s=0.0, cap_s=150.0)
+    interleave(tallies, lambda h: timed_block(lambda: device.step(h), device.clock, 2, 0.25), rule, device.clock,
+               random.Random(0))
+    flagged = {h: drift(t.blocks) for h, t in tallies.items()}
+    assert all(flagged.values()), flagged
+    early, late = flagged[3]
+    assert late[2] < early[1]
+
+
+def test_a_head_count_whose_interval_never_tightens_stops_at_the_most_runs_kept() -> None:
+    """Timings spread over two modes, asked for ±0.1 %: the interval never gets there, the cap is far, and it
+    stops after the most runs a record keeps, within one block of them."""
+    rng, tally, rule = random.Random(5), Tally(3), StopRule(within=0.001, min_s=0.0, cap_s=1e9)
+    while tally.judge(rule) is None:
+        tally.add(len(tally.blocks) + 1, [rng.choice([0.001, 0.002]) * rng.uniform(1, 1.5) for _ in range(997)], 1.0)
+    assert tally.stopped == "runs" and MAX_TIMED_RUNS <= len(tally.sorted_s) < MAX_TIMED_RUNS + 997

@@ -10,6 +10,7 @@ from the very same lines.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shlex
@@ -35,6 +36,7 @@ from hydra_edge.commands.deploy import deploy
 from hydra_edge.commands.lut import lut
 from hydra_edge.lut.table import NO_FORECAST
 from hydra_edge.measure.journal import read_calibration
+from hydra_edge.measure.session import RoundsOptions
 from hydra_edge.records.manifest import read_manifest
 from hydra_edge.runtime.lut import read_table
 
@@ -95,15 +97,9 @@ def runner_lines(bundle: Path, *args: str) -> list[str]:
     done = subprocess.run([sys.executable, str(RUNNER), "--bundle", str(bundle), *args], capture_output=True,
                           text=True, timeout=600)
     events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    # The app times each head count once, in turn: no rounds, and its results in the order of heads.
-    events = [e for e in events if e.get("event") not in ("loaded", "round", "block")]
-    results = sorted((e for e in events if e.get("event") == "result"), key=lambda e: e["heads"])
-    for event in results:
-        event.update(runner="app")
-        for key in ("stopped", "blocks"):
-            event.pop(key, None)
-    first = next((i for i, e in enumerate(events) if e.get("event") == "result"), len(events))
-    events = events[:first] + results + [e for e in events[first:] if e.get("event") != "result"]
+    for event in events:  # the app follows the runner's plan, its lines the runner's
+        if event.get("event") in ("result", "block"):
+            event.update(runner="app")
     lines = [json.dumps(event, separators=(",", ":")) for event in events]
     assert lines, done.stdout + done.stderr
     return lines
@@ -143,11 +139,14 @@ def calibrate_app(device: AdbDevice, bundle: Path, out: Path, *args: object) -> 
                                                            "--adb-port", device.server.port, "--out", out, *args)])
 
 
-def bench_start(runs: int, warmup: int, threads: int, bundle: Path, heads: tuple = (3, 12)) -> list[str]:
-    """The ``am start`` of bench mode, timing the artefacts of ``heads`` only (``--esa only``)."""
+def bench_start(runs: int, warmup: int, threads: int, bundle: Path, heads: tuple = (3, 12),
+                first_round: int = 1) -> list[str]:
+    """The ``am start`` of bench mode, timing the artefacts of ``heads`` only (``--esa only``), by calibrate's
+    default plan with rounds numbered from ``first_round`` (``--es plan``)."""
     only = ",".join(a.id for a in read_manifest(bundle).artefacts if a.heads in heads)
+    plan = json.dumps({**dataclasses.asdict(RoundsOptions()), "first_round": first_round}, separators=(",", ":"))
     return ["am", "start", "-S", "-n", COMPONENT, "--es", "mode", "bench", "--ei", "runs", str(runs),
-            "--ei", "warmup", str(warmup), "--ei", "threads", str(threads), "--esa", "only", only]
+            "--ei", "warmup", str(warmup), "--ei", "threads", str(threads), "--esa", "only", only, "--es", "plan", plan]
 
 
 # --- calibrate --runner app ---------------------------------------------------------------------------
@@ -183,9 +182,8 @@ def test_the_apps_record_is_the_python_runners_for_the_same_lines(adb_device: Ad
     assert runner.exit_code == 0, runner.output
 
     by_app, by_runner = read_calibration(tmp_path / "app.json"), read_calibration(tmp_path / "python.json")
-    by_rounds = by_runner.settings.pop("rounds")  # only the Python runner times by rounds
     assert by_app.settings == {**by_runner.settings, "runner": "app"} and by_runner.settings["runner"] == "python"
-    assert by_rounds["within"] == 0.05
+    assert by_app.settings["rounds"]["within"] == 0.05  # both time by the same plan
     assert msgspec.structs.replace(by_app, settings=by_runner.settings) == by_runner
     assert [r.heads for r in by_app.measured()] == [3, 12] and {r.runner for r in by_app.results} == {"app"}
     assert by_app.device_id == f"adb:{adb_device.serial}" and by_app.device["runtimes"]
@@ -241,41 +239,52 @@ def test_a_resumed_calibration_has_the_app_time_only_what_the_record_lacks(
         adb_device: AdbDevice, phone: Phone, pte_bundle: Path, tmp_path: Path) -> None:
     lines = runner_lines(pte_bundle, "--runs", "5", "--warmup", "1")
     installed(phone)
-    bench(phone, [line for line in lines if json.loads(line)["event"] != "done"][:2])  # 3 heads, then it hangs
+    first_result = next(i for i, line in enumerate(lines) if json.loads(line)["event"] == "result")
+    bench(phone, lines[:first_result + 1])  # rounds until one head count's result, then it hangs
     out = tmp_path / "cal.json"
     line = one_line_error(calibrate_app(adb_device, pte_bundle, out, "--runner", "app", "--runs", 5, "--warmup", 1,
                                         "--app-timeout", 2))
     assert "1 of 2 head counts are saved" in line and bench_start(5, 1, 0, pte_bundle) in sent(phone)
-    first = read_calibration(out).result(3)
+    done = read_calibration(out).measured()[0]
+    first, left = done, 15 - done.heads  # the head count that finished first (3 or 12), and the other
+    after = 1 + max(r.round for r in read_calibration(out).rounds)
 
-    bench(phone, lines)  # the app answers only what it is asked for
+    given = tmp_path / "resume.json"  # what the app does when asked for the other head count from round `after`
+    given.write_text(json.dumps({"first_round": after, "blocks": {}}))
+    left_id = next(a.id for a in read_manifest(pte_bundle).artefacts if a.heads == left)
+    bench(phone, runner_lines(pte_bundle, "--runs", "5", "--warmup", "1", "--only", left_id, "--resume", str(given)))
     phone.dir.joinpath("commands.jsonl").unlink()
     resumed = calibrate_app(adb_device, pte_bundle, out, "--runner", "app", "--runs", 5, "--warmup", 1)
     assert resumed.exit_code == 0, resumed.output
-    assert [c for c in sent(phone) if c[:2] == ["am", "start"]] == [bench_start(5, 1, 0, pte_bundle, heads=(12,))]
+    assert [c for c in sent(phone) if c[:2] == ["am", "start"]] == [bench_start(5, 1, 0, pte_bundle, heads=(left,),
+                                                                                first_round=after)]
     written = phone.bench_file(PACKAGE).read_text().splitlines()
-    assert [json.loads(x).get("heads") for x in written if json.loads(x)["event"] == "result"] == [12]
+    assert [json.loads(x).get("heads") for x in written if json.loads(x)["event"] == "result"] == [left]
     record = read_calibration(out)
-    assert [r.heads for r in record.measured()] == [3, 12] and record.result(3) == first
+    assert [r.heads for r in record.measured()] == [3, 12] and record.result(first.heads) == first
 
 
 def test_an_app_that_dies_is_one_line_within_seconds_not_at_the_timeout(
         adb_device: AdbDevice, phone: Phone, pte_bundle: Path, tmp_path: Path) -> None:
     lines = runner_lines(pte_bundle, "--runs", "5", "--warmup", "1")
     installed(phone)
-    bench(phone, lines[:2])  # its device line and 3 heads' result, then the process is gone (a crash)
+    second = [i for i, x in enumerate(lines) if json.loads(x)["event"] == "round"][1]
+    order = json.loads(lines[second])["order"]
+    assert sorted(order) == [3, 12]  # neither has stopped after one round
+    bench(phone, lines[:second + 1])  # a round timed, the next begun, then the process is gone (a crash)
     (phone.dir / "bench-end").write_text("exits")
     began = time.monotonic()
     line = one_line_error(calibrate_app(adb_device, pte_bundle, tmp_path / "cal.json", "--runner", "app",
                                         "--runs", 5, "--warmup", 1))  # --app-timeout: its 600 s default
     assert time.monotonic() - began < 60
-    twelve = next(a for a in read_manifest(pte_bundle).artefacts if a.heads == 12)
-    assert f"the demo app died on adb:{adb_device.serial} while timing 12 heads ({twelve.id}); " in line
+    culprit = next(a for a in read_manifest(pte_bundle).artefacts if a.heads == order[0])  # the round's first
+    assert f"the demo app died on adb:{adb_device.serial} while timing {culprit.heads} heads ({culprit.id}); " in line
     assert f"`adb -P {adb_device.server.port} -s {adb_device.serial} logcat -d -s hydra-edge AndroidRuntime:E` " \
            "shows why" in line
     assert ["pidof", PACKAGE] in sent(phone) and ["am", "force-stop", PACKAGE] in sent(phone)
-    record = read_calibration(tmp_path / "cal.json")
-    assert [(r.heads, r.status) for r in record.results] == [(3, "ok"), (12, "crashed")]
+    record = read_calibration(tmp_path / "cal.json")  # the culprit crashed, its blocks kept; the other still timing
+    assert {r.heads: r.status for r in record.results} == {order[0]: "crashed", order[1]: "timing"}
+    assert all(len(r.blocks) == 1 for r in record.results)
 
 
 def test_a_line_caught_mid_write_is_read_once_whole(adb_device: AdbDevice, phone: Phone, manifest_only: Path,

@@ -82,7 +82,8 @@ def interval_lines(calibration: Calibration, front: list[Point]) -> list[str]:
         known = (f"95 % interval {interval[0]:.3f}-{interval[1]:.3f} ms" if interval else
                  f"no interval ({lat.get('count')} runs), its slowest run {p.plan_ms:.3f} ms")
         unmet = ("; its interval was NOT met before its time cap: calibrate it with a larger --cap-seconds"
-                 if r.stopped == "cap" else "")
+                 if r.stopped == "cap" else "; its interval was NOT met within the most runs a head count keeps: "
+                 "its device's timings spread more than --within allows" if r.stopped == "runs" else "")
         lines.append(f"{p.heads} heads: p90 {lat.get('p90_ms', 0.0):.3f} ms, {known}, {lat.get('count')} runs; "
                      f"fits a cell where {p.plan_ms:.3f} ms x its derating does{unmet}")
     return lines

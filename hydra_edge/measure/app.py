@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 import zipfile
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from ..android.apk import PACKAGE
 from ..atomic import sha256_file
@@ -153,13 +153,15 @@ def install(transport: Transport, apk: Path) -> str:
 # --- starting and following the app -------------------------------------------------------------
 
 
-def bench_argv(runs: int, warmup: int, threads: int, only: Sequence[str]) -> list[str]:
+def bench_argv(runs: int, warmup: int, threads: int, only: Sequence[str], plan: Mapping[str, Any]) -> list[str]:
     """``am start`` of bench mode with the settings the Python runner gets (threads 0: each artefact's
-    own; ``only``: these artefact ids, as the runner's ``--only``). ``-S`` stops a running app first, so
-    its ``onCreate`` reads these extras. ``--esa`` splits its value at commas, so one in an id is escaped."""
+    own; ``only``: these artefact ids, as the runner's ``--only``; ``plan``: the rounds' settings, as JSON).
+    ``-S`` stops a running app first, so its ``onCreate`` reads these extras. ``--esa`` splits its value at
+    commas, so one in an id is escaped."""
     ids = ",".join(artefact.replace(",", "\\,") for artefact in only)
     return ["am", "start", "-S", "-n", ACTIVITY, "--es", "mode", "bench", "--ei", "runs", str(runs),
-            "--ei", "warmup", str(warmup), "--ei", "threads", str(threads), "--esa", "only", ids]
+            "--ei", "warmup", str(warmup), "--ei", "threads", str(threads), "--esa", "only", ids,
+            "--es", "plan", json.dumps(dict(plan), separators=(",", ":"))]
 
 
 def start(transport: Transport, argv: Sequence[str]) -> None:
@@ -232,12 +234,12 @@ def follow(transport: Transport, path: str, idle_s: float, poll_s: float = POLL_
 
 
 def bench_lines(transport: Transport, runs: int, warmup: int, threads: int, only: Sequence[str],
-                idle_s: float) -> Iterator[str]:
+                plan: Mapping[str, Any], idle_s: float) -> Iterator[str]:
     """The app's bench lines for the artefacts ``only`` names, from a fresh start: the file an earlier run
     left (its ``done`` included) is removed first, so every line read is this run's."""
     require_adb(transport)
     transport.run(["rm", "-f", BENCH_FILE], check=False, timeout=60)
-    start(transport, bench_argv(runs, warmup, threads, only))
+    start(transport, bench_argv(runs, warmup, threads, only, plan))
     yield from follow(transport, BENCH_FILE, idle_s)
 
 

@@ -48,6 +48,10 @@ def findings(calibration: Calibration) -> list[str]:
                 lines.append(f"{r.heads} heads: its cap ran out with its p90 known to ±{half:.1f} %, not "
                              f"±{(within or 0) * 100:g} % ({count} runs); the table plans on the interval's upper "
                              f"end ({interval[1]:.3f} ms); raise --cap-seconds for a tighter one")
+        elif r.stopped == "runs":
+            lines.append(f"{r.heads} heads: {(r.latency or {}).get('count')} runs, the most a head count keeps, did "
+                         f"not bring its p90's interval within ±{(within or 0) * 100:g} %: its timings spread more "
+                         "than that (a busy or throttling device); the table plans on the interval's upper end")
         split = drift([{"latencies_ms": b.latencies_ms} for b in r.blocks or []])
         if split is not None:
             (p1, l1, h1), (p2, l2, h2) = split

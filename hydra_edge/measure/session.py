@@ -99,7 +99,7 @@ class CalibrateOptions:
 
     def settings(self, runner: str) -> dict[str, Any]:
         """What makes two runs' numbers comparable; a record with other settings is not resumed."""
-        rounds = {"rounds": asdict(self.plan)} if runner == "python" else {}
+        rounds = {"rounds": asdict(self.plan)} if runner in ("python", "app") else {}
         return {"runs": self.runs, "warmup": self.warmup, "threads": self.threads, "quant": self.quant,
                 "runner": runner, **rounds}
 
@@ -300,15 +300,19 @@ class Session:
             # artefact it had not reported: record that, so a re-run goes on with the others
             # instead of dying on the same one again.
             if culprit is not None:
-                timed = self.calibration.result(culprit.heads)
-                blocks = timed.blocks if timed is not None and timed.status == "timing" else msgspec.UNSET
-                self._put(HeadResult(culprit.heads, culprit.id, culprit.sha256, "crashed", "python", blocks=blocks,
-                                     error=f"the runner died timing it ({why}); --force tries it again"))
+                self._crashed(culprit, "python", f"the runner died timing it ({why}); --force tries it again")
             raise HydraEdgeError(f"the runner on {self.t.device_id} stopped ({why}) before it finished"
                                  + (f"; {culprit.heads} heads is recorded as crashed, run again to measure the rest"
                                     if culprit else ""))
         if self.soak_pending:
             self._finish_soak(samples)
+
+    def _crashed(self, culprit: ArtefactRecord, runner: str, error: str) -> None:
+        """Record that the device's runner died timing ``culprit`` (so a re-run goes on with the others), with
+        the blocks it had timed of it in this run."""
+        timed = self.calibration.result(culprit.heads)
+        blocks = timed.blocks if timed is not None and timed.status == "timing" else msgspec.UNSET
+        self._put(HeadResult(culprit.heads, culprit.id, culprit.sha256, "crashed", runner, blocks=blocks, error=error))
 
     def _resume_argv(self, todo: list[ArtefactRecord]) -> list[str]:
         """``--resume FILE`` when the record holds blocks of head counts still timing: pushed beside the
@@ -316,14 +320,15 @@ class Session:
         blocks = {a.id: [msgspec.to_builtins(b) for b in r.blocks or []] for a in todo
                   if (r := self.calibration.result(a.heads)) is not None and r.status == "timing"
                   and r.sha256 == a.sha256}
-        if not any(blocks.values()):
-            return []
+        if not any(blocks.values()) and not self.calibration.rounds:
+            return []  # nothing to go on from, and no rounds to number after
         first = 1 + max((r.round for r in self.calibration.rounds or []), default=0)
         with tempfile.TemporaryDirectory(prefix="hydra-resume-") as tmp:
             local = Path(tmp) / "resume.json"
             local.write_text(json.dumps({"first_round": first, "blocks": blocks}))
             push_files(self.t, {f"{self.bundle_rel}/resume.json": local})
-        self.echo(f"{self.t.device_id}: going on from round {first} with the blocks the record holds")
+        if any(blocks.values()):
+            self.echo(f"{self.t.device_id}: going on from round {first} with the blocks the record holds")
         return ["--resume", f"{self.bundle_dir}/resume.json"]
 
     def _on_line(self, line: str, todo: list[ArtefactRecord], samples: list[dict[str, Any]], chatter: LineLog) -> bool:
@@ -346,6 +351,7 @@ class Session:
         elif kind == "result":
             result = self._result(event)
             self._reported.add(result.heads)
+            self._blocked.add(result.heads)  # its part of this round is over: a death after it is another's
             self._put(result)
             following = [a.heads for a in todo if a.heads > result.heads]
             self.report("timing" if following else "soaking" if self.soak_pending else "finishing",
@@ -353,14 +359,19 @@ class Session:
         elif kind == "unloaded" and not self._said_unloaded:
             self._said_unloaded = True
             self.echo(f"{self.t.device_id}: its memory cannot hold every head count loaded (under "
-                      f"{MEMORY_FLOOR:.0%} of it available); those it released are loaded again for each of their blocks, the loads "
-                      "counted toward --cap-seconds, not in the timings")
+                      f"{MEMORY_FLOOR:.0%} of it available); those it released are loaded again for each of "
+                      "their blocks, the loads counted toward --cap-seconds, not in the timings")
         elif kind == "round":
             self._round = self._checked(event, Round, "round")
             self._blocked = set()
             self.writer.put_round(self._round)
         elif kind == "block":
             entry = self._checked(event, BlockEntry, "block")
+            held = self.calibration.result(entry.heads)
+            if held is not None and held.ok:  # never replaced by a timing one: the device sent what it was not asked
+                raise HydraEdgeError(f"{self.t.device_id} sent a block of runs for {entry.heads} heads, which "
+                                     f"{self.out} holds measured and it was not asked to time; run again, which "
+                                     "pushes this hydra-edge's runner afresh (or builds the app anew)")
             self._blocked.add(entry.heads)
             self.writer.put_block(entry)
             self.report(f"round {entry.block.round}" + self._time_left(), entry.heads)
@@ -428,8 +439,11 @@ class Session:
         finished = False
         try:
             with self._chatter("the app's other lines") as chatter:
+                self._forget_timing(todo)
+                first = 1 + max((r.round for r in self.calibration.rounds or []), default=0)  # after the record's
                 lines = demo_app.bench_lines(self.t, self.opts.runs, self.opts.warmup, self.opts.threads or 0,
-                                             [a.id for a in todo], self.opts.app_idle_s)
+                                             [a.id for a in todo], {**asdict(self.opts.plan), "first_round": first},
+                                             self.opts.app_idle_s)
                 self.report("timing", todo[0].heads if todo else None)
                 for line in lines:
                     foreign = demo_app.foreign_result(line, self.artefacts)
@@ -444,8 +458,7 @@ class Session:
             culprit = self._in_flight(todo)
             timing = f"{culprit.heads} heads ({culprit.id})" if culprit else "its bench"
             if culprit is not None:
-                self._put(HeadResult(culprit.heads, culprit.id, culprit.sha256, "crashed", "app",
-                                     error="the app died timing it; --force tries it again"))
+                self._crashed(culprit, "app", "the app died timing it; --force tries it again")
             raise HydraEdgeError(f"the demo app died on {self.t.device_id} while timing {timing}; "
                                  f"{demo_app.logcat_hint(self.t)} shows why"
                                  + ("; it is recorded as crashed, run again to measure the rest" if culprit else ""))
@@ -457,6 +470,14 @@ class Session:
             raise HydraEdgeError(f"the demo app on {self.t.device_id} finished without timing "
                                  f"{', '.join(map(str, missing))} heads: its APK carries another bundle than "
                                  f"{self.opts.bundle}; {demo_app.DEPLOY_HINT} and deploy it")
+
+    def _forget_timing(self, todo: list[ArtefactRecord]) -> None:
+        """The app starts every head count it times afresh (it takes no blocks to go on from): the blocks an
+        interrupted run left for them are dropped, so they are neither counted twice nor mixed with these."""
+        stale = {a.heads for a in todo if (r := self.calibration.result(a.heads)) is not None and r.status == "timing"}
+        if stale:
+            self.calibration.results = [r for r in self.calibration.results if r.heads not in stale]
+            self.writer.fold()
 
     def _chatter(self, what: str) -> LineLog:
         """The device's log (``logs/<device>.log`` beside the record), echoed here with -v."""

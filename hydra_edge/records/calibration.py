@@ -25,7 +25,8 @@ HINT = "re-run hydra-edge calibrate"
 
 # timing: blocks of a head count whose rounds have not stopped yet (a resumed run continues from them)
 Status = Literal["ok", "golden_failed", "error", "crashed", "timing"]
-Stopped = Literal["interval", "cap"]  # its p90 known well enough, or its time cap spent first
+# its p90 known well enough, or its time cap spent first, or the most runs a head count keeps timed first
+Stopped = Literal["interval", "cap", "runs"]
 
 
 class Latency(msgspec.Struct, forbid_unknown_fields=True):

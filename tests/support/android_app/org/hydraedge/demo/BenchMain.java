@@ -9,7 +9,7 @@ import org.json.JSONObject;
  * The app's bench mode on a desktop JVM, in the APK's own runtime: MainActivity.runBench without its views, the
  * same Bench, Engines (programs probed in child processes) and BundleStore, a cool and charging phone's scripted
  * readings in place of PowerManager and the battery broadcast, this host's identity in place of android.os.Build.
- * usage: BenchMain LIBRARIES BUNDLE REBUILT OUT RUNS WARMUP THREADS [ONLY...]
+ * usage: BenchMain LIBRARIES BUNDLE REBUILT OUT RUNS WARMUP THREADS PLAN [ONLY...] (PLAN: the rounds' JSON, or -)
  */
 public final class BenchMain {
     private BenchMain() {
@@ -48,9 +48,10 @@ public final class BenchMain {
             host.put("os", System.getProperty("os.name") + " " + System.getProperty("os.version"));
             host.put("kernel", System.getProperty("os.version"));
             host.put("python", JSONObject.NULL);
-            String[] only = args.length > 7 ? java.util.Arrays.copyOfRange(args, 7, args.length) : null;
+            String[] only = args.length > 8 ? java.util.Arrays.copyOfRange(args, 8, args.length) : null;
+            String plan = "-".equals(args[7]) ? null : args[7];
             System.out.print(bench.run(bundle, engines, host, only, Integer.parseInt(args[4]), Integer.parseInt(args[5]),
-                    Integer.parseInt(args[6]), new Bench.Progress() {
+                    Integer.parseInt(args[6]), plan, new Bench.Progress() {
                         @Override
                         public void timing(String artefact, String summary) {
                             System.out.println("timing " + artefact);

@@ -15,12 +15,16 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashMap;
 import java.util.List;
+import java.util.Locale;
 import java.util.Map;
+import java.util.Random;
+import java.util.TreeMap;
 
 /**
  * Benchmark mode (adb shell am start -n org.hydraedge.demo/.MainActivity --es mode bench): times every
- * artefact of the bundle and writes the JSON lines calibration/runner.py prints, one object per line
- * ("device" first, one "result" per artefact, "done" last, or "fatal"), to bench.jsonl in the app's
+ * artefact of the bundle by the plan calibration/runner.py follows ({@link Rounds}) and writes the JSON lines it
+ * prints, one object per line ("device" first, "loaded", "round", "block" and "result" lines, "done" last, or
+ * "fatal"), to bench.jsonl in the app's
  * external files folder, where adb pull reaches it. Each line is also logged under the tag hydra-edge.
  * Everything but the phone's identity ({@link #phone}) and its readings ({@link Readings}) is plain Java, so
  * the same run happens on a desktop JVM in the APK's runtime.
@@ -41,41 +45,152 @@ final class Bench {
     }
 
     /**
-     * Bench mode: the artefacts {@code only} names (all when null) timed one after another, a "device" line
-     * first ({@code device}: what {@link #phone} says on a phone) and "done" last; an artefact that cannot run
-     * is its result's error, the others go on. Returns the summary shown at the end; a {@code only} naming an
-     * artefact the bundle lacks is a "fatal" line and Refused.
+     * Bench mode: the artefacts {@code only} names (all when null) checked against their golden pairs and loaded
+     * one after another ("loaded", or a "result" for one that cannot be timed), then timed in rounds as
+     * {@link Rounds} plans them ("round" and "block" lines, and each head count's "result" as its timing stops),
+     * a "device" line first ({@code device}: what {@link #phone} says on a phone) and "done" last. Returns the
+     * summary shown at the end; a {@code only} naming an artefact the bundle lacks, or a {@code planText} (the
+     * rounds' settings as JSON; null: the defaults) that is not a plan, is a "fatal" line and Refused.
      */
     String run(BundleStore bundle, Engines engines, JSONObject device, String[] only, int runs, int warmup, int threads,
-               Progress progress) throws Exception {
+               String planText, Progress progress) throws Exception {
         List<BundleStore.Artefact> timed;
+        Rounds.Plan plan;
         try {
             timed = artefacts(bundle.artefacts, only);
+            try {
+                plan = Rounds.Plan.of(runs, planText == null ? null : new JSONObject(planText));
+            } catch (JSONException e) {
+                throw new BundleStore.Refused("bench mode's plan is not one calibrate sends (" + e.getMessage()
+                        + "); start it with hydra-edge calibrate --runner app");
+            }
         } catch (BundleStore.Refused e) {
             fatal(e.getMessage());
             throw e;
         }
         emit(deviceRecord(device));
-        StringBuilder text = new StringBuilder();
+        Rounds.Gate gate = new Rounds.Gate(plan, new Rounds.State() {
+            @Override
+            public JSONObject read() throws JSONException {
+                return signals.read().toStateJson();
+            }
+        });
+        final StringBuilder text = new StringBuilder();
+        final Map<Integer, Loaded> ready = new TreeMap<Integer, Loaded>();
         for (BundleStore.Artefact a : timed) {
             progress.timing(a.id, text.toString());
-            JSONObject r;
+            Loaded loaded = null;
             try {
-                r = measure(bundle, engines, a, runs, warmup, Engines.threadsFor(a, threads));
+                loaded = prepare(bundle, engines, a, warmup, Engines.threadsFor(a, threads));
             } catch (Throwable e) {  // this artefact cannot run here; the others may
-                r = result(a);
+                JSONObject r = result(a);
                 r.put("error", e.getClass().getSimpleName() + ": " + e.getMessage());
+                say(text, r);
+                continue;
             }
-            emit(r);
-            JSONObject lat = r.optJSONObject("latency");
-            text.append(a.heads).append(" heads: ").append(r.getString("status"))
-                    .append(lat == null ? "" : String.format(" p50 %.2f ms p90 %.2f ms", lat.getDouble("p50_ms"),
-                            lat.getDouble("p90_ms"))).append('\n');
+            if (loaded.engine == null) {  // its outputs are outside tolerance: reported, not timed
+                say(text, loaded.result);
+                continue;
+            }
+            ready.put(a.heads, loaded);
+            JSONObject line = new JSONObject();
+            line.put("event", "loaded");
+            line.put("heads", a.heads);
+            line.put("artefact", a.id);
+            emit(line);
+        }
+        final Map<Integer, Rounds.Tally> tallies = new TreeMap<Integer, Rounds.Tally>();
+        for (int heads : ready.keySet()) tallies.put(heads, new Rounds.Tally(heads));
+        final Rounds.Plan rule = plan;
+        try {
+            Rounds.interleave(tallies, new Rounds.Timer() {
+                @Override
+                public double[] block(int heads) throws Exception {
+                    final Loaded item = ready.get(heads);
+                    try {
+                        return Rounds.timedBlock(new Rounds.Step() {
+                            @Override
+                            public void run() throws Exception {
+                                item.engine.run(item.x, item.shape);
+                            }
+                        }, rule.blockWarmup, rule.blockS);
+                    } catch (Throwable e) {  // it cannot run any more; the others may
+                        tallies.get(heads).stopped = "error";
+                        item.result.put("error", e.getClass().getSimpleName() + ": " + e.getMessage());
+                        item.close();
+                        say(text, item.result);
+                        return new double[0];
+                    }
+                }
+            }, plan, new Random(), gate, new Rounds.Listener() {
+                @Override
+                public void round(JSONObject round) throws Exception {
+                    emit(round);
+                }
+
+                @Override
+                public void block(Rounds.Tally tally) throws Exception {
+                    Loaded item = ready.get(tally.heads);
+                    JSONObject line = new JSONObject();
+                    line.put("event", "block");
+                    line.put("heads", tally.heads);
+                    line.put("artefact", item.artefact.id);
+                    line.put("sha256", item.artefact.sha256);
+                    line.put("runner", "app");
+                    line.put("block", tally.blocks.getJSONObject(tally.blocks.length() - 1));
+                    emit(line);
+                    if (tally.stopped != null) finish(item, tally, text);
+                }
+            });
+        } finally {
+            for (Loaded item : ready.values()) item.close();
         }
         JSONObject done = new JSONObject();
         done.put("event", "done");
         emit(done);
         return text.toString();
+    }
+
+    /** Emit a result line and add its head count's line to the summary shown on the screen. */
+    private void say(StringBuilder text, JSONObject r) throws Exception {
+        emit(r);
+        JSONObject lat = r.optJSONObject("latency");
+        text.append(r.getInt("heads")).append(" heads: ").append(r.getString("status"))
+                .append(lat == null ? "" : String.format(Locale.ROOT, " p50 %.2f ms p90 %.2f ms",
+                        lat.getDouble("p50_ms"), lat.getDouble("p90_ms"))).append('\n');
+    }
+
+    /** A head count whose timing stopped: its result line, and its engine released. */
+    private void finish(Loaded item, Rounds.Tally tally, StringBuilder text) throws Exception {
+        JSONObject r = item.result;
+        r.put("status", "ok");
+        r.put("latency", tally.latency());
+        r.put("stopped", tally.stopped);
+        r.put("blocks", tally.blocks);
+        Double rss = peakRssMb();
+        r.put("peak_rss_mb", rss == null ? JSONObject.NULL : rss);
+        r.put("state_after", signals.read().toStateJson());
+        item.close();
+        say(text, r);
+    }
+
+    /** An artefact checked and loaded, ready for its blocks; engine null when its golden check failed. */
+    static final class Loaded {
+        final BundleStore.Artefact artefact;
+        final JSONObject result;
+        Engine engine;
+        float[] x;
+        long[] shape;
+
+        Loaded(BundleStore.Artefact artefact, JSONObject result) {
+            this.artefact = artefact;
+            this.result = result;
+        }
+
+        void close() {
+            if (engine != null) engine.close();
+            engine = null;
+        }
     }
 
     /** The line that ends a run before anything was timed: the bundle or the request cannot be run. */
@@ -154,13 +269,14 @@ final class Bench {
     }
 
     /**
-     * One artefact as runner.measure does it: golden check, then warm-up and timed single-image runs. Its program
-     * is probed first in the probe's process ({@link Engines#checked}), so one the runtime cannot run is this
-     * artefact's error line, not the end of the app; the probe's time is left out of load_s.
+     * One artefact as runner.prepare does it: golden check, load time and warm-up, its engine kept for the rounds.
+     * Its program is probed first in the probe's process ({@link Engines#checked}), so one the runtime cannot run
+     * is this artefact's error line, not the end of the app; the probe's time is left out of load_s.
      */
-    JSONObject measure(BundleStore bundle, Engines engines, BundleStore.Artefact a, int runs, int warmup, int threads)
+    Loaded prepare(BundleStore bundle, Engines engines, BundleStore.Artefact a, int warmup, int threads)
             throws Exception {
-        JSONObject r = result(a);
+        Loaded item = new Loaded(a, result(a));
+        JSONObject r = item.result;
         r.put("state_before", signals.read().toStateJson());
         Map<String, Npy> golden = Npy.readNpz(bundle.file(a.golden));
         if (a.goldenInputs != null) golden.put("inputs", Npy.readNpz(bundle.file(a.goldenInputs)).get("inputs"));
@@ -170,6 +286,7 @@ final class Bench {
         File file = engines.checked(a, threads);
         long probeNs = engines.lastProbeNs;
         Engine engine = Engine.load(a, file, threads);
+        boolean kept = false;
         try {
             long[] shape = inputs.shape.clone();
             shape[0] = 1;
@@ -197,24 +314,17 @@ final class Bench {
             if (!ok) {
                 r.put("status", "golden_failed");
                 r.put("error", "outputs outside tolerance, not timed: max |diff| " + maxDiff + ", top-1 agreement " + agreement);
-                return r;
+                return item;
             }
             float[] x = inputs.row(0);
             for (int i = 0; i < warmup; i++) engine.run(x, shape);
-            double[] ms = new double[runs];
-            for (int i = 0; i < runs; i++) {
-                long t = System.nanoTime();
-                engine.run(x, shape);
-                ms[i] = (System.nanoTime() - t) / 1e6;
-            }
-            r.put("status", "ok");
-            r.put("latency", Latency.summarize(ms));
-            Double rss = peakRssMb();
-            r.put("peak_rss_mb", rss == null ? JSONObject.NULL : rss);
-            r.put("state_after", signals.read().toStateJson());
-            return r;
+            item.engine = engine;
+            item.x = x;
+            item.shape = shape;
+            kept = true;
+            return item;
         } finally {
-            engine.close();
+            if (!kept) engine.close();
         }
     }
 

@@ -10,11 +10,14 @@ final class Latency {
     private Latency() {}
 
     static double percentile(double[] sorted, double q) {
-        double position = (sorted.length - 1) * q / 100.0;
+        double position = (sorted.length - 1) * (q / 100.0);  // as Python groups it: the same rounding
         int low = (int) Math.floor(position);
         int high = (int) Math.ceil(position);
         double weight = position - low;
-        return sorted[low] * (1.0 - weight) + sorted[high] * weight;
+        double a = sorted[low];
+        double b = sorted[high];
+        // numpy's two-sided form (latency.percentile): never outside [a, b], so equal timings are their own p90
+        return weight >= 0.5 ? b - (b - a) * (1.0 - weight) : a + (b - a) * weight;
     }
 
     static JSONObject summarize(double[] ms) throws JSONException {

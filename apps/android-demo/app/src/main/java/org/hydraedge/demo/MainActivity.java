@@ -67,11 +67,12 @@ public class MainActivity extends Activity {
         final int warmup = getIntent().getIntExtra("warmup", 10);
         final int threads = getIntent().getIntExtra("threads", 0);
         final String[] only = getIntent().getStringArrayExtra("only");  // --esa only ID,ID: these artefacts alone
+        final String plan = getIntent().getStringExtra("plan");  // --es plan JSON: calibrate's rounds settings
         running = true;
         work.post(new Runnable() {
             @Override
             public void run() {
-                if (bench) runBench(runs, warmup, threads, only);
+                if (bench) runBench(runs, warmup, threads, only, plan);
                 else runDemo();
             }
         });
@@ -99,7 +100,7 @@ public class MainActivity extends Activity {
         show("bundle refused", Color.RED, why);
     }
 
-    private void runBench(int runs, int warmup, int threads, String[] only) {
+    private void runBench(int runs, int warmup, int threads, String[] only, String plan) {
         File dir = getExternalFilesDir(null);
         if (dir == null) dir = getFilesDir();
         File file = new File(dir, Bench.FILE);
@@ -121,14 +122,15 @@ public class MainActivity extends Activity {
                 return;
             }
             engines = new Engines(bundle, new ServiceProber(this));
-            String summary = bench.run(bundle, engines, Bench.phone(), only, runs, warmup, threads, new Bench.Progress() {
+            String summary = bench.run(bundle, engines, Bench.phone(), only, runs, warmup, threads,
+                    plan, new Bench.Progress() {
                 @Override
                 public void timing(String artefact, String done) {
                     show("benchmark: " + artefact, Color.BLACK, done);
                 }
             });
             show("benchmark done", Color.rgb(0, 128, 0), summary + "\n" + file);
-        } catch (BundleStore.Refused e) {  // --esa only named an artefact the bundle lacks: its fatal line is written
+        } catch (BundleStore.Refused e) {  // --esa only named an artefact the bundle lacks, or --es plan is no plan: its fatal line is written
             refuse(e.getMessage());
         } catch (Exception e) {
             show("benchmark failed", Color.RED, String.valueOf(e));
