@@ -291,6 +291,49 @@ def test_deploy_shows_the_apps_warnings_as_they_happen(board: dict[str, Path], t
     assert "3 images" in result.output
 
 
+NATIVE_LINE = "[cpuinfo_utils.cpp:71] Reading file /sys/devices/system/cpu/cpu0/regs/identification/midr_el1"
+LIBRARY_WARNING = "torch.utils._pytree._register_pytree_node is deprecated"
+
+
+def chatty_runtime(site: Path, load_s: float) -> Path:
+    """A Python site under which each model load prints as ExecuTorch and torch do (C stdio on descriptor 1,
+    a write to descriptor 2, a Python ``FutureWarning``) and takes ``load_s`` seconds; returns the folder."""
+    site.mkdir(parents=True, exist_ok=True)
+    (site / "sitecustomize.py").write_text(f"""
+import ctypes, os, time, warnings
+import hydra_edge.runtime.switcher as switcher
+real, libc = switcher.load_record, ctypes.CDLL(None)
+def load_record(*args, **kwargs):
+    libc.printf(b"{NATIVE_LINE}\\n")
+    libc.fflush(None)
+    os.write(2, b"E native stderr of the runtime\\n")
+    warnings.warn("{LIBRARY_WARNING}", FutureWarning)
+    time.sleep({load_s})
+    return real(*args, **kwargs)
+switcher.load_record = load_record
+""")
+    return site
+
+
+def test_deploy_local_keeps_what_the_runtimes_print_off_the_terminal(board: dict[str, Path], tmp_path: Path) -> None:
+    """What a runtime's native code prints (on either descriptor) and a library's Python warnings go to the
+    app's runtime log, which deploy names; the terminal keeps the app's own lines."""
+    site = chatty_runtime(tmp_path / "site", load_s=0)
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\nPYTHONPATH={site}:$PYTHONPATH exec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    result = CliRunner().invoke(deploy, ["--bundle", str(board["bundle"]), "--lut", str(board["lut"]), "--local",
+                                         "--images", str(board["images"]), "--max-images", "3", "--python",
+                                         str(python), "--remote-dir", str(tmp_path / "dev")])
+    assert result.exit_code == 0, result.output
+    assert "3 images" in result.output and "cpuinfo" not in result.output and "_pytree" not in result.output
+    assert "native stderr" not in result.output, result.output
+    log = tmp_path / "dev" / "app" / "bundle" / "logs" / "runtime.log"
+    assert f"runtime output: {log}" in result.output
+    kept = log.read_text()
+    assert NATIVE_LINE in kept and "native stderr" in kept and f"FutureWarning: {LIBRARY_WARNING}" in kept, kept
+
+
 def test_max_images_below_one_is_refused_in_one_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(deploy, ["--bundle", str(tmp_path), "--lut", str(tmp_path), "--local",
                                          "--images", str(tmp_path), "--remote-dir", str(tmp_path / "dev"),
