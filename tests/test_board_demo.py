@@ -334,6 +334,29 @@ def test_deploy_local_keeps_what_the_runtimes_print_off_the_terminal(board: dict
     assert NATIVE_LINE in kept and "native stderr" in kept and f"FutureWarning: {LIBRARY_WARNING}" in kept, kept
 
 
+# the plain output's summary line: images, heads, p50, p90, live top-1 (labelled images only), switches
+SUMMARY = re.compile(r"\d+ s: (\d+) images \([\d.]+/s\), (3|6|12) heads, p50 ([\d.]+) ms, p90 ([\d.]+) ms, "
+                     r"(?:live top-1 ([\d.]+)%, )?(\d+) switches, last \d")
+
+
+def summary_lines(stdout: str) -> list[re.Match]:
+    """The plain output's summary lines, parsed."""
+    return [m for m in map(SUMMARY.fullmatch, stdout.splitlines()) if m]
+
+
+def test_the_summary_latency_leaves_the_model_load_out(board: dict[str, Path], tmp_path: Path) -> None:
+    """A model that takes seconds to load: the first summary, due once it has loaded, gives the inference's
+    latency, not the load's."""
+    site = chatty_runtime(tmp_path / "site", load_s=2.0)
+    proc = run_app(board, "--images", board["images"], "--max-images", 6, "--summary-s", 0.5, "--threads", 1,
+                   "--runtime-log", tmp_path / "runtime.log", site=site)
+    assert proc.returncode == 0, proc.stderr
+    summaries = summary_lines(proc.stdout)
+    # one after the first image (the load took longer than --summary-s), one at the end
+    assert len(summaries) >= 2 and summaries[0].group(1) == "1", proc.stdout
+    assert all(float(m.group(4)) < 1000 for m in summaries), proc.stdout
+
+
 def test_max_images_below_one_is_refused_in_one_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(deploy, ["--bundle", str(tmp_path), "--lut", str(tmp_path), "--local",
                                          "--images", str(tmp_path), "--remote-dir", str(tmp_path / "dev"),
