@@ -357,6 +357,23 @@ def test_the_summary_latency_leaves_the_model_load_out(board: dict[str, Path], t
     assert all(float(m.group(4)) < 1000 for m in summaries), proc.stdout
 
 
+def test_each_summary_shows_the_live_accuracy_so_far(board: dict[str, Path], tmp_path: Path) -> None:
+    """Labelled images (a sub-folder per class): every summary line, not only the totals at the end, gives live
+    top-1 over what was served so far, so a run stopped with Ctrl-C has it; unlabelled images give none."""
+    proc = run_app(board, "--images", board["images"], "--max-images", 6, "--summary-s", 0.001, "--threads", 1,
+                   "--runtime-log", tmp_path / "runtime.log")  # a summary after each image, the first included
+    assert proc.returncode == 0, proc.stderr
+    summaries = summary_lines(proc.stdout)
+    assert len(summaries) >= 2 and all(m.group(5) is not None for m in summaries), proc.stdout
+    assert float(summaries[0].group(5)) in (0.0, 100.0)  # of one image
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    shutil.copy(board["images"] / "1" / "0.png", flat / "a.png")
+    proc = run_app(board, "--images", flat, "--max-images", 2, "--runtime-log", tmp_path / "runtime.log")
+    summaries = summary_lines(proc.stdout)
+    assert proc.returncode == 0 and summaries and all(m.group(5) is None for m in summaries), proc.stdout
+
+
 def test_max_images_below_one_is_refused_in_one_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(deploy, ["--bundle", str(tmp_path), "--lut", str(tmp_path), "--local",
                                          "--images", str(tmp_path), "--remote-dir", str(tmp_path / "dev"),
@@ -630,19 +647,17 @@ def test_sigterm_stops_the_app_as_ctrl_c_does_keeping_its_summary_and_log(board:
 def test_plain_output_is_each_switch_and_a_summary_every_few_seconds_not_a_line_per_image(
         board: dict[str, Path]) -> None:
     """What deploy streams from a board serving hundreds of images a second: the switches, and a summary
-    line every --summary-s (images so far, rate, head count, p50/p90, switches) whose counts grow; no line
+    line every --summary-s (images so far, rate, head count, p50/p90, live top-1, switches) whose counts grow; no line
     per image. Stopped, it prints one last summary and the per-head-count totals."""
     app = subprocess.Popen([sys.executable, str(APP), "--bundle", str(board["bundle"]), "--lut", str(board["lut"]),
                             "--plain", "--images", str(board["images"]), "--threads", "1", "--summary-s", "0.5"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
-    summary = re.compile(r"\d+ s: (\d+) images \([\d.]+/s\), (3|6|12) heads, p50 [\d.]+ ms, p90 [\d.]+ ms, "
-                         r"(\d+) switches, last \d")
     try:
         lines = []
         for line in iter(app.stdout.readline, ""):
             lines.append(line.rstrip("\n"))
-            if sum(bool(summary.fullmatch(x)) for x in lines) == 2:
+            if sum(bool(SUMMARY.fullmatch(x)) for x in lines) == 2:
                 break
         app.send_signal(signal.SIGINT)
         out, err = app.communicate(timeout=60)
@@ -651,8 +666,10 @@ def test_plain_output_is_each_switch_and_a_summary_every_few_seconds_not_a_line_
             app.kill()
     lines += out.splitlines()
     assert app.returncode == 0 and "Traceback" not in err, err
-    counts = [int(m.group(1)) for m in map(summary.fullmatch, lines) if m]
+    summaries = summary_lines("\n".join(lines))
+    counts = [int(m.group(1)) for m in summaries]
     assert len(counts) == 3 and counts == sorted(counts) and counts[0] > 0, lines  # two while serving, one at the end
+    assert all(m.group(5) is not None for m in summaries), lines  # the images are labelled: live top-1 in each
     assert lines[0].startswith("switch None ->") and not any(x.startswith("image ") for x in lines), lines
     assert re.search(r"^ *\d+ heads: \d+ images, median", out, re.M), out
 
