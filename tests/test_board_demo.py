@@ -291,6 +291,89 @@ def test_deploy_shows_the_apps_warnings_as_they_happen(board: dict[str, Path], t
     assert "3 images" in result.output
 
 
+NATIVE_LINE = "[cpuinfo_utils.cpp:71] Reading file /sys/devices/system/cpu/cpu0/regs/identification/midr_el1"
+LIBRARY_WARNING = "torch.utils._pytree._register_pytree_node is deprecated"
+
+
+def chatty_runtime(site: Path, load_s: float) -> Path:
+    """A Python site under which each model load prints as ExecuTorch and torch do (C stdio on descriptor 1,
+    a write to descriptor 2, a Python ``FutureWarning``) and takes ``load_s`` seconds; returns the folder."""
+    site.mkdir(parents=True, exist_ok=True)
+    (site / "sitecustomize.py").write_text(f"""
+import ctypes, os, time, warnings
+import hydra_edge.runtime.switcher as switcher
+real, libc = switcher.load_record, ctypes.CDLL(None)
+def load_record(*args, **kwargs):
+    libc.printf(b"{NATIVE_LINE}\\n")
+    libc.fflush(None)
+    os.write(2, b"E native stderr of the runtime\\n")
+    warnings.warn("{LIBRARY_WARNING}", FutureWarning)
+    time.sleep({load_s})
+    return real(*args, **kwargs)
+switcher.load_record = load_record
+""")
+    return site
+
+
+def test_deploy_local_keeps_what_the_runtimes_print_off_the_terminal(board: dict[str, Path], tmp_path: Path) -> None:
+    """What a runtime's native code prints (on either descriptor) and a library's Python warnings go to the
+    app's runtime log, which deploy names; the terminal keeps the app's own lines."""
+    site = chatty_runtime(tmp_path / "site", load_s=0)
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\nPYTHONPATH={site}:$PYTHONPATH exec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    result = CliRunner().invoke(deploy, ["--bundle", str(board["bundle"]), "--lut", str(board["lut"]), "--local",
+                                         "--images", str(board["images"]), "--max-images", "3", "--python",
+                                         str(python), "--remote-dir", str(tmp_path / "dev")])
+    assert result.exit_code == 0, result.output
+    assert "3 images" in result.output and "cpuinfo" not in result.output and "_pytree" not in result.output
+    assert "native stderr" not in result.output, result.output
+    log = tmp_path / "dev" / "app" / "bundle" / "logs" / "runtime.log"
+    assert f"runtime output: {log}" in result.output
+    kept = log.read_text()
+    assert NATIVE_LINE in kept and "native stderr" in kept and f"FutureWarning: {LIBRARY_WARNING}" in kept, kept
+
+
+# the plain output's summary line: images, heads, p50, p90, live top-1 (labelled images only), switches
+SUMMARY = re.compile(r"\d+ s: (\d+) images \([\d.]+/s\), (3|6|12) heads, p50 ([\d.]+) ms, p90 ([\d.]+) ms, "
+                     r"(?:live top-1 ([\d.]+)%, )?(\d+) switches, last \d")
+
+
+def summary_lines(stdout: str) -> list[re.Match]:
+    """The plain output's summary lines, parsed."""
+    return [m for m in map(SUMMARY.fullmatch, stdout.splitlines()) if m]
+
+
+def test_the_summary_latency_leaves_the_model_load_out(board: dict[str, Path], tmp_path: Path) -> None:
+    """A model that takes seconds to load: the first summary, due once it has loaded, gives the inference's
+    latency, not the load's."""
+    site = chatty_runtime(tmp_path / "site", load_s=2.0)
+    proc = run_app(board, "--images", board["images"], "--max-images", 6, "--summary-s", 0.5, "--threads", 1,
+                   "--runtime-log", tmp_path / "runtime.log", site=site)
+    assert proc.returncode == 0, proc.stderr
+    summaries = summary_lines(proc.stdout)
+    # one after the first image (the load took longer than --summary-s), one at the end
+    assert len(summaries) >= 2 and summaries[0].group(1) == "1", proc.stdout
+    assert all(float(m.group(4)) < 1000 for m in summaries), proc.stdout
+
+
+def test_each_summary_shows_the_live_accuracy_so_far(board: dict[str, Path], tmp_path: Path) -> None:
+    """Labelled images (a sub-folder per class): every summary line, not only the totals at the end, gives live
+    top-1 over what was served so far, so a run stopped with Ctrl-C has it; unlabelled images give none."""
+    proc = run_app(board, "--images", board["images"], "--max-images", 6, "--summary-s", 0.001, "--threads", 1,
+                   "--runtime-log", tmp_path / "runtime.log")  # a summary after each image, the first included
+    assert proc.returncode == 0, proc.stderr
+    summaries = summary_lines(proc.stdout)
+    assert len(summaries) >= 2 and all(m.group(5) is not None for m in summaries), proc.stdout
+    assert float(summaries[0].group(5)) in (0.0, 100.0)  # of one image
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    shutil.copy(board["images"] / "1" / "0.png", flat / "a.png")
+    proc = run_app(board, "--images", flat, "--max-images", 2, "--runtime-log", tmp_path / "runtime.log")
+    summaries = summary_lines(proc.stdout)
+    assert proc.returncode == 0 and summaries and all(m.group(5) is None for m in summaries), proc.stdout
+
+
 def test_max_images_below_one_is_refused_in_one_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(deploy, ["--bundle", str(tmp_path), "--lut", str(tmp_path), "--local",
                                          "--images", str(tmp_path), "--remote-dir", str(tmp_path / "dev"),
@@ -564,19 +647,17 @@ def test_sigterm_stops_the_app_as_ctrl_c_does_keeping_its_summary_and_log(board:
 def test_plain_output_is_each_switch_and_a_summary_every_few_seconds_not_a_line_per_image(
         board: dict[str, Path]) -> None:
     """What deploy streams from a board serving hundreds of images a second: the switches, and a summary
-    line every --summary-s (images so far, rate, head count, p50/p90, switches) whose counts grow; no line
+    line every --summary-s (images so far, rate, head count, p50/p90, live top-1, switches) whose counts grow; no line
     per image. Stopped, it prints one last summary and the per-head-count totals."""
     app = subprocess.Popen([sys.executable, str(APP), "--bundle", str(board["bundle"]), "--lut", str(board["lut"]),
                             "--plain", "--images", str(board["images"]), "--threads", "1", "--summary-s", "0.5"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
-    summary = re.compile(r"\d+ s: (\d+) images \([\d.]+/s\), (3|6|12) heads, p50 [\d.]+ ms, p90 [\d.]+ ms, "
-                         r"(\d+) switches, last \d")
     try:
         lines = []
         for line in iter(app.stdout.readline, ""):
             lines.append(line.rstrip("\n"))
-            if sum(bool(summary.fullmatch(x)) for x in lines) == 2:
+            if sum(bool(SUMMARY.fullmatch(x)) for x in lines) == 2:
                 break
         app.send_signal(signal.SIGINT)
         out, err = app.communicate(timeout=60)
@@ -585,8 +666,10 @@ def test_plain_output_is_each_switch_and_a_summary_every_few_seconds_not_a_line_
             app.kill()
     lines += out.splitlines()
     assert app.returncode == 0 and "Traceback" not in err, err
-    counts = [int(m.group(1)) for m in map(summary.fullmatch, lines) if m]
+    summaries = summary_lines("\n".join(lines))
+    counts = [int(m.group(1)) for m in summaries]
     assert len(counts) == 3 and counts == sorted(counts) and counts[0] > 0, lines  # two while serving, one at the end
+    assert all(m.group(5) is not None for m in summaries), lines  # the images are labelled: live top-1 in each
     assert lines[0].startswith("switch None ->") and not any(x.startswith("image ") for x in lines), lines
     assert re.search(r"^ *\d+ heads: \d+ images, median", out, re.M), out
 

@@ -152,6 +152,12 @@ def test_an_empty_bundle_says_how_to_fill_it(tmp_path: Path) -> None:
                     "(with --optional where the target's artefacts are all optional)")
 
 
+def test_an_error_before_any_progress_bar_is_the_only_line(tmp_path: Path) -> None:
+    """A device that fails before its progress bar appears leaves no empty bar line above its error."""
+    result = invoke("--bundle", fake_bundle(tmp_path / "bundle", []), "--local", "--out", tmp_path / "cal")
+    assert result.output == one_line_error(result) + "\n", repr(result.output)
+
+
 def test_a_device_without_the_runtime_gets_one_line(rpi_bundle: Path, tmp_path: Path) -> None:
     bare = tmp_path / "bare"  # a Python with nothing installed, as on a fresh board
     assert os.system(f"'{sys.executable}' -m venv --without-pip '{bare}'") == 0

@@ -437,6 +437,50 @@ def test_an_offline_phone_is_one_line_for_deploy_and_calibrate(adb_server: AdbSe
         phone.stop()
 
 
+@pytest.fixture
+def no_device_contacted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """deploy must decide without a device: opening one fails the test."""
+    from hydra_edge.transport import DeviceArg
+
+    def contacted(self: DeviceArg, options: dict[str, Any]) -> None:
+        raise AssertionError(f"{self.kind} {self.name} was contacted")
+
+    monkeypatch.setattr(DeviceArg, "open", contacted)
+
+
+def test_deploy_apk_without_a_phone_named_asks_for_serial_only(no_device_contacted: None, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """--apk installs over adb: with no --serial and no ANDROID_SERIAL the line names --serial and adb, never an
+    ssh host or --local, which --apk cannot use."""
+    monkeypatch.delenv("ANDROID_SERIAL", raising=False)
+    (tmp_path / "bundle").mkdir()
+    (tmp_path / "bundle" / "manifest.json").write_text("{}")
+    result = CliRunner().invoke(deploy, ["--apk", str(demo_apk(tmp_path / "demo.apk", tmp_path / "bundle"))])
+    assert result.exit_code == 2, result.output
+    line = result.output.strip().splitlines()[-1]
+    assert line.startswith("Error: ") and "--serial" in line and "adb devices" in line and "ANDROID_SERIAL" in line
+    assert "ssh" not in result.output and "local" not in result.output, result.output
+
+
+@pytest.mark.parametrize("case", ["not a zip", "no bundle inside", "missing"])
+def test_a_bad_apk_is_one_line_before_any_phone_is_contacted(no_device_contacted: None, tmp_path: Path,
+                                                             case: str) -> None:
+    apk = tmp_path / "demo.apk"
+    if case == "not a zip":
+        apk.write_text("not an APK\n")
+    elif case == "no bundle inside":
+        with zipfile.ZipFile(apk, "w") as z:
+            z.writestr("AndroidManifest.xml", b"\x03\x00\x08\x00")
+    result = CliRunner().invoke(deploy, ["--serial", "R58M12345", "--apk", str(apk)])
+    assert "was contacted" not in str(result.exception), result.exception
+    if case == "missing":  # click's own check of the option
+        assert result.exit_code == 2 and "does not exist" in result.output.strip().splitlines()[-1]
+        return
+    line = one_line_error(result)
+    assert str(apk) in line and "hydra-edge android-app" in line
+    assert {"not a zip": "is not an APK", "no bundle inside": "is not the hydra-edge demo app"}[case] in line
+
+
 def test_deploy_options_for_a_board_and_a_phone_do_not_mix(manifest_only: Path, tmp_path: Path) -> None:
     apk = demo_apk(tmp_path / "demo.apk", manifest_only)
     mixed = CliRunner().invoke(deploy, ["--apk", str(apk), "--serial", "X", "--host", "pi@board", "--camera", "0"])

@@ -67,6 +67,19 @@ class _Progress:
                             TextColumn("heads {task.fields[heads]}"), TextColumn("{task.description}"),
                             BarColumn(), MofNCompleteColumn(), console=console, transient=False)
 
+    def __enter__(self) -> "_Progress":
+        self.bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Stop the bars. With none shown (every device failed before its first), rich would leave an empty
+        line above the error (its last render, ended where the output is no terminal): nothing is left."""
+        if self.bar.tasks:
+            self.bar.stop()
+        else:
+            self.bar.live.transient = True
+            self.bar.live.stop()
+
     def say(self, text: str) -> None:
         """One line above the bars (``_say``)."""
         _say(self.bar.console, text)
@@ -250,7 +263,7 @@ def _run_all(devices: list[DeviceArg], options: dict[str, Any], opts: CalibrateO
     # not a with-block: on Ctrl-C the transports must close (ending the workers' device commands)
     # before the pool joins its workers, or every device would run to its end first
     pool = ThreadPoolExecutor(max_workers=len(devices)) if several else None
-    with progress.bar:
+    with progress:
         try:
             if pool is None:
                 done = [_calibrate_one(devices[0], options, opts, out, several, progress, transports, wait)]

@@ -127,6 +127,18 @@ def deploy_to(transport: Transport, bundle: Path, lut: Path, images: Path | None
     return 0
 
 
+def check_phone_args(apk: Path, serial: str | None) -> None:
+    """What a phone's deploy needs, checked before adb is asked anything: a phone named (``--apk`` goes over adb
+    only, so the error names ``--serial``, never the ssh hosts or ``--local`` other commands take) and an APK that
+    is the demo app (a wrong file is one line now, not after a phone has answered)."""
+    from ..measure import app
+
+    if serial is None and not os.environ.get("ANDROID_SERIAL"):
+        raise click.UsageError("--apk installs the app on a phone over adb: name it with --serial SERIAL "
+                               "(`adb devices` lists them) or set ANDROID_SERIAL")
+    app.check_apk(apk)
+
+
 def deploy_phone(apk: Path, serial: str | None, adb_port: int | None) -> None:
     """Install the demo APK on the phone (its sha256 checked there) and start the app; each failure one line."""
     from ..measure import app
@@ -236,6 +248,7 @@ def deploy(bundle: Path | None, lut_path: Path | None, apk: Path | None, serial:
                                    "(built by hydra-edge android-app)")
         if board:
             raise click.UsageError(f"--apk carries its bundle and table and runs on the phone; drop {', '.join(board)}")
+        check_phone_args(apk, serial)
         deploy_phone(apk, serial, adb_port)
         return
     if bundle is None or lut_path is None:

@@ -119,14 +119,14 @@ def installed_apk(transport: Transport) -> str | None:
 
 
 def install(transport: Transport, apk: Path) -> str:
-    """Install ``apk`` with ``adb install -r`` and prove the phone holds exactly it; returns its sha256.
+    """Install ``apk`` (``check_apk`` passed it) with ``adb install -r`` and prove the phone holds exactly it;
+    returns its sha256.
 
     A private copy is hashed and installed (so the bytes hashed are the bytes sent, whatever happens
     to ``apk`` meanwhile); afterwards the installed ``base.apk`` is hashed on the phone. An APK of
     another package installs beside the app, so a missing or different ``base.apk`` is that, in one line.
     """
     adb = require_adb(transport)
-    check_apk(apk)
     with tempfile.TemporaryDirectory(prefix="hydra-apk-") as tmp:
         # adb installs only a file named *.apk
         copy = Path(tmp) / (apk.name if apk.name.lower().endswith(".apk") else apk.name + ".apk")

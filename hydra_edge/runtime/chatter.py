@@ -2,12 +2,14 @@
 
 LiteRT, XNNPACK and onnxruntime print banners and notices from C++ straight to file descriptor 2
 (LiteRT's "INFO: Created TensorFlow Lite XNNPACK delegate for CPU." whenever an interpreter is
-made, on whichever thread makes it), so rebinding ``sys.stderr`` cannot hold them back.
-``native_output_to`` points descriptor 2 itself at a log for the rest of the process and gives
-Python's ``sys.stderr`` a descriptor of its own on the original stderr: the program's warnings,
-its one-line errors and any traceback still reach the user, while what the libraries print is
-kept in the log. ``HYDRA_EDGE_VERBOSE`` (set by ``hydra-edge -v`` and inherited by the programs it
-starts) also copies the log to the terminal.
+made, on whichever thread makes it), and ExecuTorch's own log lines ("[cpuinfo_utils.cpp:...]")
+reach descriptor 1 through C's stdout, so rebinding ``sys.stdout`` and ``sys.stderr`` cannot hold
+them back. ``native_output_to`` points descriptors 1 and 2 themselves at a log for the rest of the
+process and gives Python's ``sys.stdout`` and ``sys.stderr`` descriptors of their own on the
+originals: the program's lines, its warnings, its one-line errors and any traceback still reach the
+user, while what the libraries print is kept in the log, their Python warnings (torch's deprecation
+notices as ExecuTorch imports it) too. ``HYDRA_EDGE_VERBOSE`` (set by ``hydra-edge -v`` and
+inherited by the programs it starts) also copies the log to the terminal.
 
 Torch-free and host-free, like the rest of ``hydra_edge.runtime``: device programs use it, and the
 host's converter logs (``hydra_edge.logs``) share its verbosity switch and its tee.
@@ -20,7 +22,9 @@ import os
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
+from typing import TextIO
 
 VERBOSE = "HYDRA_EDGE_VERBOSE"
 
@@ -31,30 +35,48 @@ def verbose() -> bool:
 
 
 def native_output_to(log: Path, title: str) -> None:
-    """From now on, what this process writes to descriptor 2 goes to ``log`` (started afresh, with
-    ``title`` and the time on its first line); ``sys.stderr`` stays on the terminal.
+    """From now on, what this process writes to descriptors 1 and 2, and the Python warnings it shows, go to
+    ``log`` (started afresh, with ``title`` and the time on its first line); ``sys.stdout`` and ``sys.stderr``
+    stay on the terminal.
 
-    Call it before anything keeps a reference to ``sys.stderr`` (``logging.basicConfig``). Raises
-    ``OSError`` when the log cannot be written; nothing has moved then.
+    Call it before anything keeps a reference to ``sys.stdout`` or ``sys.stderr`` (``logging.basicConfig``).
+    Raises ``OSError`` when the log cannot be written; nothing has moved then.
     """
     log.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
     os.write(fd, f"# {title}, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n".encode())
-    sys.stderr.flush()
-    terminal = os.dup(2)
-    sys.stderr = open(terminal, "w", buffering=1, encoding=getattr(sys.stderr, "encoding", None) or "utf-8",
-                      errors="backslashreplace")
-    if verbose():
-        tee = Tee(fd, terminal)
-        os.dup2(tee.write_end, 2)
-        atexit.register(_drain, tee)
-    else:
-        os.dup2(fd, 2)
+    sys.stdout = _own_descriptor(sys.stdout, 1)
+    sys.stderr = _own_descriptor(sys.stderr, 2)
+    tee = Tee(fd, sys.stderr.fileno()) if verbose() else None
+    for descriptor in (1, 2):
+        os.dup2(fd if tee is None else tee.write_end, descriptor)
+    if tee is None:
         os.close(fd)
+    else:
+        atexit.register(_drain, tee)
+    warnings.showwarning = _warning_to_log
+
+
+def _own_descriptor(stream: TextIO, descriptor: int) -> TextIO:
+    """``stream`` (flushed) reopened, line-buffered, on a copy of ``descriptor``: where it goes now, whatever
+    ``descriptor`` is pointed at later."""
+    stream.flush()
+    return open(os.dup(descriptor), "w", buffering=1, encoding=getattr(stream, "encoding", None) or "utf-8",
+                errors="backslashreplace")
+
+
+def _warning_to_log(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                    file: TextIO | None = None, line: str | None = None) -> None:
+    """``warnings.showwarning`` once the libraries' output is logged: a library's Python warning is its
+    chatter too (the program's own warnings are logging records, on ``sys.stderr``), so it goes to
+    descriptor 2, the log."""
+    text = warnings.formatwarning(message, category, filename, lineno, line)
+    os.write(2, text.encode("utf-8", "backslashreplace"))
 
 
 def _drain(tee: "Tee") -> None:
-    """At exit, let the tee copy what is still in its pipe: descriptor 2 is its last writer but one."""
+    """At exit, let the tee copy what is still in its pipe: descriptors 1 and 2 are its last writers but one."""
+    os.dup2(sys.stdout.fileno(), 1)
     os.dup2(sys.stderr.fileno(), 2)
     tee.close()
 

@@ -115,6 +115,7 @@ class SwitchEvent:
 class Prediction:
     logits: np.ndarray  # (B, classes)
     heads: int  # the subnetwork that produced them
+    ms: float  # the inference alone (the latency loop's timing): a model's load or rebuild before it is not in it
 
 
 def fallback_table(bundle: Path) -> Table:
@@ -511,7 +512,7 @@ class Switcher:
         self._prefetch_neighbours()
         if self.loop is not None and len(x) == 1:  # the table's latencies are of one image
             self._observe(heads, elapsed_s * 1e3)
-        return Prediction(logits, heads)
+        return Prediction(logits, heads, elapsed_s * 1e3)
 
     def start(self) -> "Switcher":
         """Poll once now (so profile errors surface here), then every ``poll_s`` on a daemon thread."""
