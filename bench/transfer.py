@@ -127,13 +127,15 @@ def logistic_top1(train: tuple[np.ndarray, np.ndarray], val: tuple[np.ndarray, n
 
 def linear_probe(checkpoint: Path, data: str, seed: int) -> dict[int, float]:
     """Held-out top-1 of a logistic regression on the frozen model's class-token features, per head count."""
+    import msgspec
     import torch
 
     from hydra_edge.model.checkpoint import load_checkpoint_file
-    from hydra_edge.train.data import DataSpec, load_data
+    from hydra_edge.train.data import DataSpec, data_classes, load_data
 
     model, _ = load_checkpoint_file(checkpoint)
-    split = load_data(DataSpec(data, seed=seed), model.config)
+    # the base's classifier is not used: the data is read for its input with the data's own classes
+    split = load_data(DataSpec(data, seed=seed), msgspec.structs.replace(model.config, num_classes=len(data_classes(data))))
 
     def features(sub: torch.nn.Module, dataset: Any) -> tuple[np.ndarray, np.ndarray]:
         loader = torch.utils.data.DataLoader(dataset, batch_size=256)
