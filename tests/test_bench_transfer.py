@@ -80,6 +80,14 @@ def test_the_report_gives_the_seeds_mean_and_range_the_pixel_baseline_and_the_ad
     assert "in 1 of 2 runs from bases under 50% of the way" in text and "in 2 of 2 from bases above it" in text
 
 
+def test_the_advice_cites_what_the_committed_bench_results_measured():
+    """The counts train prints are the ones bench/results/transfer.json holds, not typed in apart from them."""
+    from hydra_edge.train import advice
+
+    report = json.loads((ROOT / "bench" / "results" / "transfer.json").read_text())  # (keys read as text: unused)
+    assert bench.evidence(report, advice.WEAK_SHARE) == advice.MEASURED_AHEAD
+
+
 def test_the_measured_finetune_defaults_scale_with_the_batch_and_outlast_their_warm_up():
     tuned = settings_for("finetune")
     assert short_run(tuned) is None  # the defaults never end inside their own warm-up
