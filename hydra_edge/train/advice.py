@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 # splits the runs bench/transfer.py measured into two groups (``base_prediction``).
 WEAK_SHARE = 0.5
 # Per group (True: under WEAK_SHARE), in how many of the runs bench/transfer.py measured (three tasks x
-# seeds x a weak and a good base; bench/results/transfer.md's last line, which a test reads) the
+# seeds x a weak and a good base; a test reads them back from bench/results/transfer.json) the
 # fine-tune was ahead of from scratch on the mean over head counts, and of how many.
 MEASURED_AHEAD: dict[bool, tuple[int, int]] = {True: (3, 6), False: (6, 6)}
 # A model whose best held-out accuracy is within this share of the way from chance to 100 % is no model
