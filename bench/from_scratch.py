@@ -27,7 +27,7 @@ import numpy as np
 
 from hydra_edge.profiling.report import save_report, subplots
 from hydra_edge.profiling.timing import host_cpu
-from transfer import _mean, save_images, train  # one way to run `hydra-edge train` and keep its result
+from transfer import _mean, cell, save_images, train  # one way to run `hydra-edge train` and keep its result
 
 ROOT = Path(__file__).resolve().parents[1]
 SETS = {  # name -> what the report says it is
@@ -79,8 +79,8 @@ def markdown(report: dict[str, Any]) -> str:
         f"Host: {report['host']}",
         "",
         f"`hydra-edge train --preset mini` (64 px RGB) from new weights, {s['epochs']} epochs, seeds "
-        f"{', '.join(map(str, s['seeds']))} (held-out top-1 % per head count, the mean over the seeds), one "
-        "thread per run. " + "; ".join(f"{name}: {SETS[name]}" for name in s["sets"]) + ".",
+        f"{', '.join(map(str, s['seeds']))} (held-out top-1 % per head count, the mean over the seeds and their "
+        "range), one thread per run. " + "; ".join(f"{name}: {SETS[name]}" for name in s["sets"]) + ".",
         "",
     ]
     for name in s["sets"]:
@@ -90,8 +90,8 @@ def markdown(report: dict[str, Any]) -> str:
                   "|---" * (len(heads) + 3) + "|"]
         for e in rows:
             minutes = sum(e["seconds"]) / len(e["seconds"]) / 60
-            lines.append(f"| {e['recipe']} | " + " | ".join(f"{e['top1'][k]:.1f}" for k in heads)
-                         + f" | {_mean(e['top1']):.1f} | {minutes:.1f} |")
+            lines.append(f"| {e['recipe']} | " + " | ".join(cell([run[k] for run in e["runs"]]) for k in heads)
+                         + f" | {cell([_mean(run) for run in e['runs']])} | {minutes:.1f} |")
         lines.append("")
     return "\n".join(lines)
 
