@@ -38,7 +38,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   # setuptools as pyproject's [build-system] asks: tests build the wheel offline with it (tests/test_package.py).
   .venv/bin/python -m pip install -q --upgrade pip "setuptools>=77"
   .venv/bin/python -m pip install -q "torch==2.13.0" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
-  .venv/bin/python -m pip install -q -e ".[test]"
+  .venv/bin/python -m pip install -q -e ".[test,bench]"
   echo "$want" > "$stamp"
 fi
 
