@@ -50,41 +50,39 @@ def export(model: torch.nn.Module, example: torch.Tensor, quant: str, options: d
     from executorch.exir.passes.constant_prop_pass import constant_prop_pass
 
     from .attention import CALIBRATION_IMAGES, attention_matmuls
-    from .provenance import shared_provenance
     from .rewrites import bmm_attention, class_token_only, patch_linear, rewritten
 
     int8_attention = quant != "fp32" and attention_matmuls(options) == "int8"
     changes = (class_token_only, patch_linear, *([bmm_attention] if int8_attention else []))
     model = rewritten(model, *changes)
     norm_type = _xnnpack_norms(model)
-    with shared_provenance():  # the same bytes, without deep-copying each node's history at every pass
-        if quant != "fp32":
-            from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
-                XNNPACKQuantizer,
-                get_symmetric_quantization_config,
-            )
-            from torchao.quantization.pt2e.quantizer.composable_quantizer import ComposableQuantizer
+    if quant != "fp32":
+        from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+            XNNPACKQuantizer,
+            get_symmetric_quantization_config,
+        )
+        from torchao.quantization.pt2e.quantizer.composable_quantizer import ComposableQuantizer
 
-            from .pt2e import attention_matmul_quantizer, quantize
+        from .pt2e import attention_matmul_quantizer, quantize
 
-            stage("quantise (PT2E)")
-            dynamic = quant == "int8-dynamic"
-            quantizer = XNNPACKQuantizer().set_global(
-                get_symmetric_quantization_config(is_per_channel=True, is_dynamic=dynamic)
-            ).set_module_type(norm_type, None)  # LayerNorm stays float, as nn.LayerNorm did
-            images = calibration[: CALIBRATION_IMAGES if dynamic else int(options.get("calibration_images", 64))]
-            if int8_attention:
-                quantizer = ComposableQuantizer([quantizer, attention_matmul_quantizer()])
-            model = quantize(model, example, quantizer, images, ranges=ranges)
-        stage("export")
-        program = torch.export.export(model, (example,))
-        if quant == "fp32":  # the patch kernel read as a matrix is a view of a parameter, which XNNPACK does not
-            program = constant_prop_pass(program)  # take as a weight: folded into a constant, as PT2E's convert does
-        stage("lower (XNNPACK)")
-        lowered = to_edge_transform_and_lower(
-            program, partitioner=[_partitioner()], compile_config=get_xnnpack_edge_compile_config(),
-            transform_passes=get_transform_passes([ReplaceSqueezeAndUnsqueezeWithViewPass()]),
-        ).to_executorch(get_xnnpack_executorch_backend_config())
+        stage("quantise (PT2E)")
+        dynamic = quant == "int8-dynamic"
+        quantizer = XNNPACKQuantizer().set_global(
+            get_symmetric_quantization_config(is_per_channel=True, is_dynamic=dynamic)
+        ).set_module_type(norm_type, None)  # LayerNorm stays float, as nn.LayerNorm did
+        images = calibration[: CALIBRATION_IMAGES if dynamic else int(options.get("calibration_images", 64))]
+        if int8_attention:
+            quantizer = ComposableQuantizer([quantizer, attention_matmul_quantizer()])
+        model = quantize(model, example, quantizer, images, ranges=ranges)
+    stage("export")
+    program = torch.export.export(model, (example,))
+    if quant == "fp32":  # the patch kernel read as a matrix is a view of a parameter, which XNNPACK does not
+        program = constant_prop_pass(program)  # take as a weight: folded into a constant, as PT2E's convert does
+    stage("lower (XNNPACK)")
+    lowered = to_edge_transform_and_lower(
+        program, partitioner=[_partitioner()], compile_config=get_xnnpack_edge_compile_config(),
+        transform_passes=get_transform_passes([ReplaceSqueezeAndUnsqueezeWithViewPass()]),
+    ).to_executorch(get_xnnpack_executorch_backend_config())
     stage("serialise")
     path.write_bytes(lowered.buffer)
     schemes = {
