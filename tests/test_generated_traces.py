@@ -7,7 +7,9 @@ restarts, spoiled corrections), replayed through ``Switcher`` with the invariant
 ``support.switcher_rules`` checked after every line, and through ``TraceReplay`` in one JVM per batch.
 The seeds are fixed, so a failure is reproduced by its seed; a trace that found a defect is kept, shrunk,
 among the named traces (apps/android-demo/core/src/test/resources/traces/regression_*.json), which
-tests/test_android_parity.py replays. A few hundred traces run in the fast tier, thousands in the slow one.
+tests/test_android_parity.py replays. Both tests start a JVM (the library is built first), so both are in
+the slow tier: a few hundred traces and thousands more; the inner loop keeps Python's rules by Hypothesis
+(tests/test_switcher_rules.py).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ def divergences(seeds: range, classpath: str, folder: Path) -> List[str]:
     return found
 
 
+@pytest.mark.slow  # starts a JVM
 def test_a_few_hundred_generated_traces_agree(classpath: str, tmp_path: Path) -> None:
     found = divergences(FAST, classpath, tmp_path)
     assert not found, f"{len(found)} of {len(FAST)} traces (in {tmp_path}):\n" + "\n".join(found[:10])
