@@ -173,7 +173,7 @@ def test_python_refuses_a_few_hundred_generated_files_in_one_line_of_its_own_err
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("record", ["lut", "correction"])
+@pytest.mark.parametrize("record", ["lut", "correction", "manifest"])
 def test_kotlin_reads_each_named_case_as_python_does(classpath: str, record: str) -> None:
     cases = [(name, expected) for r, name, expected in named_cases() if r == record]
     verdicts = kotlin_verdicts(classpath, record, [CASES / name for name, _ in cases])

@@ -59,6 +59,8 @@ class Manifest(val artefacts: List<ManifestArtefact>) {
                 ManifestArtefact(a.name("id"), a.long("heads", 1, Checks.MAX_HEADS).toInt(), a.literal("format", Lut.FORMATS), file,
                     a.long("bytes", 0, 1L shl 53), a.sha256("sha256"), a.long("threads", 1, 1024).toInt(), a.name("runtime"), compact)
             }
+            // schema_version last of the fields, as Python decodes them: the header took 1.0 as 1, the field is an int
+            f.long("schema_version", Long.MIN_VALUE, Long.MAX_VALUE)
             // Manifest.__post_init__, in its order: no artefact runs more heads than the model has (the model's
             // own fields are not read here; Python refuses a bad one first), then ids unique
             val numHeads = (root.optJSONObject("model")?.opt("num_heads") as? Long) ?: MODEL_NUM_HEADS
