@@ -121,8 +121,8 @@ class Resident:
     its load then counts in that block's time (and so toward its cap), never in its timed runs.
     """
 
-    def __init__(self, bundle: Path, args: argparse.Namespace) -> None:
-        self.bundle, self.args = bundle, args
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
         self.loaded: List[Loaded] = []  # least recently timed first
 
     def use(self, item: Loaded) -> Any:
@@ -130,7 +130,7 @@ class Resident:
         from hydra_edge.runtime.rebuild import load_record
 
         if item.engine is None:
-            item.engine = load_record(self.bundle, item.artefact, _threads(self.args, item.artefact))
+            item.engine = load_record(self.args.bundle, item.artefact, _threads(self.args, item.artefact))
         if item in self.loaded:
             self.loaded.remove(item)
         self.loaded.append(item)
@@ -356,7 +356,7 @@ def run(args: argparse.Namespace) -> None:
     device = Device(manifest.target.get("signals", {}), args.sysfs_root)
     emit(device_record())
     gate = start_gate(args, device)
-    loaded, baseline, resident = [], rss_mb(), Resident(args.bundle, args)
+    loaded, baseline, resident = [], rss_mb(), Resident(args)
     for name in wanted:
         try:
             ready = prepare(args.bundle, known[name], args, device, baseline)

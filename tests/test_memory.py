@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hydra_edge.runtime.memory import available_share, peak_rss_mb, rss_mb
+from hydra_edge.runtime.memory import available_bytes, available_share, peak_rss_mb, rss_mb
 
 
 @pytest.mark.parametrize("text, share", [
@@ -26,8 +26,16 @@ def test_the_available_share_is_read_or_none(tmp_path: Path, text: str, share: f
     assert available_share(str(tmp_path)) == share
 
 
+@pytest.mark.parametrize("text, available", [("MemTotal: 4 kB\nMemAvailable:    1000 kB\n", 1_024_000),
+                                             ("MemTotal:        4000000 kB\n", None), ("MemAvailable: x kB\n", None)])
+def test_the_available_bytes_are_memavailable_in_bytes(tmp_path: Path, text: str, available: int | None) -> None:
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "meminfo").write_text(text)
+    assert available_bytes(str(tmp_path)) == available
+
+
 def test_no_meminfo_or_bytes_that_are_not_text_read_as_none(tmp_path: Path) -> None:
-    assert available_share(str(tmp_path)) is None
+    assert available_share(str(tmp_path)) is None and available_bytes(str(tmp_path)) is None
     (tmp_path / "proc").mkdir()
     (tmp_path / "proc" / "meminfo").write_bytes(b"MemTotal: \xff\xfe kB\n")
     assert available_share(str(tmp_path)) is None

@@ -214,6 +214,22 @@ def test_the_apps_settings_are_the_ones_asked(adb_device: AdbDevice, phone: Phon
     assert [r.status for r in record.results] == ["error", "error"] and record.settings["runner"] == "app"
 
 
+def test_a_block_for_a_head_count_already_measured_is_refused_and_its_result_kept(
+        adb_device: AdbDevice, phone: Phone, pte_bundle: Path, tmp_path: Path) -> None:
+    """A device that sends more runs of a head count after its result (a foreign or broken runner) is one line;
+    the measured result is never turned back into one still timing."""
+    lines = runner_lines(pte_bundle, "--runs", "5", "--warmup", "1")
+    first = next(i for i, x in enumerate(lines) if json.loads(x)["event"] == "result")
+    heads = json.loads(lines[first])["heads"]
+    again = next(x for x in lines if json.loads(x)["event"] == "block" and json.loads(x)["heads"] == heads)
+    installed(phone)
+    bench(phone, [*lines[:first + 1], again, *lines[first + 1:]])
+    out = tmp_path / "cal.json"
+    line = one_line_error(calibrate_app(adb_device, pte_bundle, out, "--runner", "app", "--runs", 5, "--warmup", 1))
+    assert f"sent a block of runs for {heads} heads, which {out} holds measured" in line
+    assert read_calibration(out).result(heads).status == "ok"
+
+
 def test_a_fatal_line_is_one_line_and_stops_the_app(adb_device: AdbDevice, phone: Phone, manifest_only: Path,
                                                      tmp_path: Path) -> None:
     installed(phone)
@@ -262,6 +278,9 @@ def test_a_resumed_calibration_has_the_app_time_only_what_the_record_lacks(
     assert [json.loads(x).get("heads") for x in written if json.loads(x)["event"] == "result"] == [left]
     record = read_calibration(out)
     assert [r.heads for r in record.measured()] == [3, 12] and record.result(first.heads) == first
+    # the blocks the hung run left for it were dropped: its result holds the second run's blocks alone
+    assert [b.round for b in record.result(left).blocks] == [json.loads(x)["block"]["round"] for x in written
+                                                              if json.loads(x)["event"] == "block"]
 
 
 def test_an_app_that_dies_is_one_line_within_seconds_not_at_the_timeout(

@@ -244,13 +244,15 @@ def test_a_sensor_that_goes_mid_calibration_is_not_waited_on(bundle: Path, pushe
     assert [e["status"] for e in events if e["event"] == "result"] == ["ok", "ok"]
 
 
-@pytest.mark.parametrize("available_kb, released", [(100_000, True), (3_000_000, False), (None, False)])
+@pytest.mark.parametrize("available_kb, released", [(100_000, True), (600_000, False), (3_000_000, False),
+                                                    (None, False)])
 def test_a_board_short_of_memory_loads_again_per_block_what_it_cannot_keep(bundle: Path, pushed: Path,
                                                                            tmp_path: Path, available_kb: int | None,
                                                                            released: bool) -> None:
     """Under 15 % of a 4 GB board available, only the head count last timed stays loaded: the others are
     released (an ``unloaded`` line each time) and loaded again for their next block, and still all time and
-    pass their golden check; with room, or a meminfo without MemAvailable (Linux < 3.14), nothing is released."""
+    pass their golden check; with room (15 % exactly is enough), or a meminfo without MemAvailable (Linux
+    < 3.14), nothing is released."""
     meminfo = tmp_path / "root" / "proc" / "meminfo"
     meminfo.parent.mkdir(parents=True)
     meminfo.write_text("MemTotal:        4000000 kB\nMemFree:          50000 kB\n"

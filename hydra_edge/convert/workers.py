@@ -12,7 +12,8 @@ import os
 import resource
 import sys
 from dataclasses import dataclass
-from pathlib import Path
+
+from ..runtime import memory
 
 # Peak resident memory of one worker ~ BASE + PER_WEIGHT_BYTE x the fp32 model's bytes: the base is
 # torch and the converters; the factor is the largest measured run's (every head count of the three
@@ -40,13 +41,8 @@ def cores() -> int:
 
 def available_bytes() -> int:
     """Memory the kernel can give without swapping (MemAvailable); free pages where that is unknown."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    known = memory.available_bytes()
+    return known if known is not None else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
 def worker_bytes(model_bytes: int) -> int:

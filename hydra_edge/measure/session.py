@@ -57,8 +57,8 @@ class LoadedLine(msgspec.Struct, forbid_unknown_fields=True):
 
 @dataclass(frozen=True)
 class RoundsOptions:
-    """How the Python runner times in rounds (``hydra_edge.calibration_plan``): its stop rule (beside
-    ``runs``, the fewest runs), its blocks and its thermal gate."""
+    """How the Python runner and the phone app time in rounds (``hydra_edge.calibration_plan``): its stop
+    rule (beside ``runs``, the fewest runs), its blocks and its thermal gate."""
 
     within: float = 0.05
     min_s: float = 1.0
@@ -314,6 +314,10 @@ class Session:
         blocks = timed.blocks if timed is not None and timed.status == "timing" else msgspec.UNSET
         self._put(HeadResult(culprit.heads, culprit.id, culprit.sha256, "crashed", runner, blocks=blocks, error=error))
 
+    def _next_round(self) -> int:
+        """The number a resumed calibration's first round gets: after the record's last, never a second 1."""
+        return 1 + max((r.round for r in self.calibration.rounds or []), default=0)
+
     def _resume_argv(self, todo: list[ArtefactRecord]) -> list[str]:
         """``--resume FILE`` when the record holds blocks of head counts still timing: pushed beside the
         bundle, so the runner goes on from them, numbering its rounds after the record's last."""
@@ -322,7 +326,7 @@ class Session:
                   and r.sha256 == a.sha256}
         if not any(blocks.values()) and not self.calibration.rounds:
             return []  # nothing to go on from, and no rounds to number after
-        first = 1 + max((r.round for r in self.calibration.rounds or []), default=0)
+        first = self._next_round()
         with tempfile.TemporaryDirectory(prefix="hydra-resume-") as tmp:
             local = Path(tmp) / "resume.json"
             local.write_text(json.dumps({"first_round": first, "blocks": blocks}))
@@ -440,9 +444,9 @@ class Session:
         try:
             with self._chatter("the app's other lines") as chatter:
                 self._forget_timing(todo)
-                first = 1 + max((r.round for r in self.calibration.rounds or []), default=0)  # after the record's
                 lines = demo_app.bench_lines(self.t, self.opts.runs, self.opts.warmup, self.opts.threads or 0,
-                                             [a.id for a in todo], {**asdict(self.opts.plan), "first_round": first},
+                                             [a.id for a in todo],
+                                             {**asdict(self.opts.plan), "first_round": self._next_round()},
                                              self.opts.app_idle_s)
                 self.report("timing", todo[0].heads if todo else None)
                 for line in lines:

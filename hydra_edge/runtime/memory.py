@@ -61,6 +61,12 @@ def reset_peak_rss() -> None:
         pass
 
 
+def available_bytes(root: str = "/") -> Optional[int]:
+    """MemAvailable: the memory the kernel can give without swapping, in bytes."""
+    kib = _kib_fields(Path(root, "proc/meminfo"), ("MemAvailable",)).get("MemAvailable")
+    return None if kib is None else kib * 1024
+
+
 def available_share(root: str = "/") -> Optional[float]:
     """MemAvailable / MemTotal: the share of the device's memory the kernel can give without swapping."""
     fields = _kib_fields(Path(root, "proc/meminfo"), ("MemTotal", "MemAvailable"))

@@ -6,7 +6,6 @@ import org.json.JSONObject;
 
 import java.util.ArrayList;
 import java.util.Collections;
-import java.util.Iterator;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
@@ -307,8 +306,7 @@ final class Rounds {
             r.put("started_s", (System.nanoTime() - began) / 1e9);
             r.put("gate", gate.await());
             listener.round(r);
-            for (Iterator<Integer> it = order.iterator(); it.hasNext(); ) {
-                int heads = it.next();
+            for (int heads : order) {
                 long start = System.nanoTime();
                 double[] latencies = timer.block(heads);
                 Tally tally = tallies.get(heads);
