@@ -39,6 +39,7 @@ import numpy as np
 
 from hydra_edge.profiling.report import save_report, subplots
 from hydra_edge.profiling.timing import host_cpu
+from hydra_edge.train.advice import WEAK_SHARE, data_input, near_chance
 
 ROOT = Path(__file__).resolve().parents[1]
 # The finetune recipe before these measurements (what issue 36 fine-tuned with): lr 1e-3 per 512 images,
@@ -151,7 +152,6 @@ def linear_pixels(data: str, seed: int) -> float:
     """Held-out top-1 of a logistic regression on the raw pixels at their own size, on the split every run
     of ``seed`` holds out: what a model of no depth does (on lfw_subset a user found it above every HydraViT)."""
     from hydra_edge.model.config import preset
-    from hydra_edge.train.advice import data_input
     from hydra_edge.train.data import DataSpec, as_arrays, data_classes, load_data
 
     side, colour = data_input(data)
@@ -249,12 +249,6 @@ def ahead_everywhere(run: dict[str, Any], base: dict[str, Any]) -> bool:
     return all(base["finetuned"][k] > run["scratch"][k] for k in run["scratch"])
 
 
-def share_of_way(best: float, classes: int) -> float:
-    """How far a base's best held-out top-1 is from chance towards 100 %, 0 to 1 (what the advice reads)."""
-    chance = 100.0 / classes
-    return (best - chance) / (100.0 - chance)
-
-
 def evidence(report: dict[str, Any], weak_share: float) -> dict[bool, tuple[int, int]]:
     """Per side of ``weak_share`` (True: the base held out under that share of the way from chance), in how
     many of the measured runs (task x seed x base) the fine-tune was ahead of scratch, and of how many."""
@@ -262,14 +256,13 @@ def evidence(report: dict[str, Any], weak_share: float) -> dict[bool, tuple[int,
     for task in report["tasks"]:
         for run in task["runs"]:
             for base in run["bases"]:
-                near = share_of_way(max(base["base_top1"].values()), task["base_classes"]) < weak_share
+                near = near_chance(max(base["base_top1"].values()), task["base_classes"], weak_share)
                 counts[near][0] += ahead(run, base)
                 counts[near][1] += 1
     return {near: (won, of) for near, (won, of) in counts.items()}
 
 
 def markdown(report: dict[str, Any]) -> str:
-    from hydra_edge.train.advice import WEAK_SHARE
 
     s = report["settings"]
     lines = [

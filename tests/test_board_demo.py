@@ -357,6 +357,17 @@ def test_the_summary_latency_leaves_the_model_load_out(board: dict[str, Path], t
     assert all(float(m.group(4)) < 1000 for m in summaries), proc.stdout
 
 
+def test_the_live_accuracy_counts_every_head_count_that_ran_and_none_without_labels() -> None:
+    stats = board_app_module().Stats()
+    assert stats.live_top1() is None
+    stats.add(3, 1.0, None)  # an unlabelled image counts for nothing
+    assert stats.live_top1() is None
+    stats.add(3, 1.0, True)
+    stats.add(12, 1.0, False)
+    stats.add(12, 1.0, False)
+    assert stats.live_top1() == pytest.approx(100 / 3) and stats.summary(3)["live_top1"] == 100.0
+
+
 def test_each_summary_shows_the_live_accuracy_so_far(board: dict[str, Path], tmp_path: Path) -> None:
     """Labelled images (a sub-folder per class): every summary line, not only the totals at the end, gives live
     top-1 over what was served so far, so a run stopped with Ctrl-C has it; unlabelled images give none."""

@@ -54,13 +54,20 @@ def recorded_accuracy(saved: Mapping[str, Any], ema: bool) -> Optional[dict[int,
         return None
 
 
+def near_chance(best: float, classes: int, share: float) -> bool:
+    """Whether a best held-out top-1 % lies under ``share`` of the way from chance (on ``classes``) to 100 %:
+    the one measure of how little a model learnt, for the prediction, the warning and the bench's evidence."""
+    chance = 100.0 / classes
+    return best < chance + share * (100.0 - chance)
+
+
 def base_prediction(accuracy: Mapping[int, float], classes: int, origin: str | Path) -> str:
     """A line predicting whether fine-tuning the base will beat from scratch, with its evidence: how often
     it did in the measured runs from bases as near chance (``MEASURED_AHEAD``). A prediction, not an
     instruction: a base near chance was once said to transfer little and then led at every head count."""
     chance = 100.0 / classes
     best = max(accuracy.values())
-    near = best < chance + WEAK_SHARE * (100.0 - chance)
+    near = near_chance(best, classes, WEAK_SHARE)
     won, runs = MEASURED_AHEAD[near]
     verdict = "do better" if 2 * won > runs else "do worse" if 2 * won < runs else "go either way"
     return (f"note: {origin} held out {best:.1f} % at best on its own {classes} classes (chance {chance:.1f} %), "
@@ -75,7 +82,7 @@ def learnt_little(accuracy: Mapping[int, float], classes: int, origin: str | Pat
     at 25 % top-1, against 0.1 % chance) is above it; 3 epochs of the digits set (10-20 % on 10) are not."""
     chance = 100.0 / classes
     best = max(accuracy.values())
-    if best >= chance + NEAR_CHANCE_SHARE * (100.0 - chance):
+    if not near_chance(best, classes, NEAR_CHANCE_SHARE):
         return None
     return (f"warning: {origin} held out only {best:.1f} % at best on its {classes} classes (chance {chance:.1f} %): "
             "it has learnt little, and every artefact and table made from it will too; train it longer or on "
