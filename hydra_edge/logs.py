@@ -16,11 +16,10 @@ import io
 import os
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import IO, Callable, Iterator
 
-from .runtime.chatter import VERBOSE, Tee, verbose
+from .runtime.chatter import VERBOSE, Tee, log_header, open_log, verbose
 
 LOGS = "logs"  # in the bundle folder
 
@@ -45,7 +44,7 @@ class LineLog:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._file = open(path, "a", encoding="utf-8", errors="replace", buffering=1)
-        self._file.write(f"# {title}, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n")
+        self._file.write(log_header(title))
         self._echo = echo if verbose() else None
         self._lock = threading.Lock()
 
@@ -104,9 +103,7 @@ def capture(log: Path, title: str, fresh: bool = True) -> Iterator[None]:
     sharing one log append to it, and whoever starts them removes the last run's.
     """
     terminal()  # opened before the descriptors move, so it stays on the terminal
-    log.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if fresh else 0), 0o644)
-    os.write(fd, f"# {title}, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n".encode())
+    fd = open_log(log, title, fresh)
     _flush()
     saved = os.dup(1), os.dup(2)
     streams = sys.stdout, sys.stderr

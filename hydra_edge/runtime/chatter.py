@@ -34,6 +34,20 @@ def verbose() -> bool:
     return os.environ.get(VERBOSE, "") not in ("", "0")
 
 
+def open_log(log: Path, title: str, fresh: bool = True) -> int:
+    """A descriptor appending to ``log`` (started afresh unless ``fresh`` is false), ``title`` and the time
+    written as its first line. ``O_APPEND``: concurrent writers never overwrite one another."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if fresh else 0), 0o644)
+    os.write(fd, log_header(title).encode())
+    return fd
+
+
+def log_header(title: str) -> str:
+    """Every log's first line: what wrote it, and when."""
+    return f"# {title}, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n"
+
+
 def native_output_to(log: Path, title: str) -> None:
     """From now on, what this process writes to descriptors 1 and 2, and the Python warnings it shows, go to
     ``log`` (started afresh, with ``title`` and the time on its first line); ``sys.stdout`` and ``sys.stderr``
@@ -42,9 +56,7 @@ def native_output_to(log: Path, title: str) -> None:
     Call it before anything keeps a reference to ``sys.stdout`` or ``sys.stderr`` (``logging.basicConfig``).
     Raises ``OSError`` when the log cannot be written; nothing has moved then.
     """
-    log.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-    os.write(fd, f"# {title}, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n".encode())
+    fd = open_log(log, title)
     sys.stdout = _own_descriptor(sys.stdout, 1)
     sys.stderr = _own_descriptor(sys.stderr, 2)
     tee = Tee(fd, sys.stderr.fileno()) if verbose() else None
