@@ -37,6 +37,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from hydra_edge.atomic import sha256_file
 from hydra_edge.profiling.report import save_report, subplots
 from hydra_edge.profiling.timing import host_cpu
 from hydra_edge.train.advice import WEAK_SHARE, data_input, near_chance
@@ -197,12 +198,14 @@ def run_task(task: dict[str, Any], work: Path, seed: int, ns: argparse.Namespace
 
 
 def kept_probe(base: Path, data: str, seed: int) -> dict[int, float]:
-    """The linear probe of ``base`` on ``data``, read back when an earlier run of the same base wrote it."""
-    kept = base / f"probe-{Path(data).name}.json"
-    if kept.is_file() and json.loads(kept.read_text())["data"] == data:
-        return {int(k): v for k, v in json.loads(kept.read_text())["top1"].items()}
+    """The linear probe of ``base`` on ``data``, read back when an earlier run probed the same checkpoint (by
+    sha256: a base retrained into its folder, with other --base-epochs, is probed again)."""
+    kept, checkpoint = base / f"probe-{Path(data).name}.json", sha256_file(base / "checkpoint.pt")
+    said = json.loads(kept.read_text()) if kept.is_file() else {}
+    if said.get("data") == data and said.get("checkpoint_sha256") == checkpoint:
+        return {int(k): v for k, v in said["top1"].items()}
     probe = linear_probe(base / "checkpoint.pt", data, seed)
-    kept.write_text(json.dumps({"data": data, "top1": probe}))
+    kept.write_text(json.dumps({"data": data, "checkpoint_sha256": checkpoint, "top1": probe}))
     return probe
 
 

@@ -123,3 +123,16 @@ def test_from_scratch_trains_mini_per_set_recipe_and_seed_through_the_command_an
     text = from_scratch.markdown(report)
     assert "| recipe | 3 | 12 | mean | minutes per run |" in text
     assert "| digits | 11.0 (10.0-12.0) | 21.0 (20.0-22.0) | 16.0 (15.0-17.0) | 2.0 |" in text  # mean (range), minutes
+
+
+def test_a_probe_is_read_back_only_for_the_same_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A --work run again reuses a base's probe; a base retrained into its folder (other --base-epochs) is
+    probed again, never reported with the old base's probe."""
+    calls = []
+    monkeypatch.setattr(bench, "linear_probe",
+                        lambda checkpoint, data, seed: calls.append(data) or {3: float(len(calls))})
+    (tmp_path / "checkpoint.pt").write_bytes(b"one base")
+    assert bench.kept_probe(tmp_path, "/data/digits", 0) == {3: 1.0}
+    assert bench.kept_probe(tmp_path, "/data/digits", 0) == {3: 1.0} and len(calls) == 1
+    (tmp_path / "checkpoint.pt").write_bytes(b"the base trained longer")
+    assert bench.kept_probe(tmp_path, "/data/digits", 0) == {3: 2.0} and len(calls) == 2
