@@ -142,15 +142,19 @@ def interval_ms(latencies_ms: Sequence[float]) -> Optional[Interval]:
     return None if ranks is None else (percentile(ordered, 90), ordered[ranks[0]], ordered[ranks[1]])
 
 
-def drift(blocks: Sequence[Mapping[str, Any]]) -> Optional[Tuple[Interval, Interval]]:
+def drift(blocks: Sequence[Mapping[str, Any]], within: float = 0.0) -> Optional[Tuple[Interval, Interval]]:
     """The p90 intervals (p90, low, high; ms) of a head count's earlier and later rounds when they do not
-    overlap (the device drifted between them), else None. One comparison per head count, so a steady
-    device is flagged at most ~0.6 % of the time; halves too short for an interval are not compared."""
+    overlap and their p90s differ by more than ``within`` of the smaller (the device drifted between them
+    by more than the calibration was asked to resolve), else None. One comparison per head count, so a
+    steady device is flagged at most ~0.6 % of the time; halves too short for an interval are not compared.
+    Without ``within`` a fast model's thousands of runs would call a 1 % wobble a drift."""
     if len(blocks) < 2:
         return None
     half = len(blocks) // 2
     early, late = (interval_ms([v for b in part for v in b["latencies_ms"]]) for part in (blocks[:half], blocks[half:]))
     if early is None or late is None or (early[2] >= late[1] and late[2] >= early[1]):
+        return None
+    if abs(late[0] - early[0]) <= within * min(early[0], late[0]):
         return None
     return early, late
 

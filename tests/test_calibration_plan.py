@@ -247,6 +247,16 @@ def test_drift_is_flagged_when_a_head_counts_rounds_disagree() -> None:
     assert all(flagged.values()), flagged
     early, late = flagged[12]
     assert early[2] < late[1] and late[0] / early[0] == pytest.approx(1.2, rel=0.05)
+    assert all(drift(t.blocks, 0.1) for t in stepped.values())  # 20 % is past the 10 % asked to resolve
+    assert not any(drift(t.blocks, 0.3) for t in stepped.values())  # within 30 %: no drift worth a word
+
+
+def test_halves_apart_by_less_than_within_are_no_drift_however_tight() -> None:
+    """Thousands of runs a half, 2 % apart: the intervals are far narrower than that and do not overlap, but a
+    calibration asked for 5 % is not told its device drifted; one asked for 1 % is."""
+    rng = random.Random(7)
+    blocks = [{"latencies_ms": [base * rng.uniform(1.0, 1.01) for _ in range(2000)]} for base in (1.0, 1.02)]
+    assert drift(blocks, 0.05) is None and drift(blocks, 0.01) is not None and drift(blocks) is not None
 
 
 # --- each comparison of the rule at its exact boundary -------------------------------------------------

@@ -52,7 +52,7 @@ def findings(calibration: Calibration) -> list[str]:
             lines.append(f"{r.heads} heads: {(r.latency or {}).get('count')} runs, the most a head count keeps, did "
                          f"not bring its p90's interval within ±{(within or 0) * 100:g} %: its timings spread more "
                          "than that (a busy or throttling device); the table plans on the interval's upper end")
-        split = drift([{"latencies_ms": b.latencies_ms} for b in r.blocks or []])
+        split = drift([{"latencies_ms": b.latencies_ms} for b in r.blocks or []], within or 0.0)
         if split is not None:
             (p1, l1, h1), (p2, l2, h2) = split
             lines.append(f"{r.heads} heads: its earlier rounds' p90 ({p1:.3f} ms, {l1:.3f}-{h1:.3f}) and its later "
