@@ -9,9 +9,11 @@ every artefact once, and times them in-process with this machine's onnxruntime (
   gate: this machine reports no temperature).
 
 Each is timed quiet, then again with a CPU hog (one busy process per usable core) that starts half-way
-through that method's quiet time and runs to its end. Reported per head count: the p90 under the hog
-over the same method's quiet p90 (1.0: the hog did not show), and each method's quiet wall time (the
-default calibration's time before and after). Writes calibration_rounds.{json,md,png} under ``--out``.
+through that method's quiet time and runs to its end; each method ``--repeats`` times. Reported per head
+count: the p90 under the hog over the same method's quiet p90 (median of the repeats), the largest of
+those ratios over the smallest (1.0: the hog fell on every head count alike; one after another it falls on
+the head counts timed last), and each method's quiet wall time (the default calibration's time before
+and after). Writes calibration_rounds.{json,md,png} under ``--out``.
 
     .venv/bin/python bench/calibration_rounds.py
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import random
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -103,8 +106,9 @@ def rounds(run: dict[int, Step], tick: Callable[[], None]) -> dict[int, float]:
     return {h: percentile(t.sorted_s, 90) * 1e3 for h, t in tallies.items()}
 
 
-def _hog(go: Any) -> None:
+def _hog(go: Any, spinning: Any) -> None:
     go.wait()
+    spinning.set()
     while True:
         pass
 
@@ -116,15 +120,19 @@ def timed(method: Method, run: dict[int, Step], hog_at_s: float | None) -> tuple
     """The method's p90s and wall time; with ``hog_at_s``, a busy process per core from then on (checked
     between head counts or blocks: the processes are started before, idle until then)."""
     go = multiprocessing.Event()
-    hogs = [multiprocessing.Process(target=_hog, args=(go,), daemon=True)
-            for _ in range(cores() if hog_at_s is not None else 0)]
+    spinning = [multiprocessing.Event() for _ in range(cores() if hog_at_s is not None else 0)]
+    hogs = [multiprocessing.Process(target=_hog, args=(go, started), daemon=True) for started in spinning]
     for process in hogs:
         process.start()
     began = time.monotonic()
 
     def tick() -> None:
-        if hog_at_s is not None and time.monotonic() - began >= hog_at_s:
+        # Once the time comes, the timing waits until every hog spins: a head count timed in the next
+        # few ms (one after another takes ~10 ms each here) then runs against the hog, not its wake-up.
+        if hog_at_s is not None and not go.is_set() and time.monotonic() - began >= hog_at_s:
             go.set()
+            for started in spinning:
+                started.wait()
 
     try:
         p90 = method(run, tick)
@@ -135,19 +143,27 @@ def timed(method: Method, run: dict[int, Step], hog_at_s: float | None) -> tuple
     return p90, time.monotonic() - began
 
 
+def spread(ratios: dict[str, float]) -> float:
+    """Largest over smallest of the head counts' ratios: 1.0 when the hog fell on all of them alike."""
+    return max(ratios.values()) / min(ratios.values())
+
+
 def markdown(report: dict[str, Any]) -> str:
+    quiet = {m: ", ".join(f"{s:.1f}" for s in report["quiet_s"][m]) for m in METHODS}
     lines = [f"Host: {report['host']}", "",
-             f"Default calibration of {len(HEADS)} head counts, quiet: sequential "
-             f"{report['quiet_s']['sequential']:.1f} s, rounds {report['quiet_s']['rounds']:.1f} s.", "",
-             "| heads | sequential: p90 hog / quiet | rounds: p90 hog / quiet |", "|---:|---:|---:|"]
+             f"Default calibration of {len(HEADS)} head counts, quiet, in each of {report['repeats']} repeats: "
+             f"one after another {quiet['sequential']} s; by rounds {quiet['rounds']} s.", "",
+             "p90 with the hog part-way over the quiet p90 (median of the repeats):", "",
+             "| heads | one after another | rounds |", "|---:|---:|---:|"]
     for h in HEADS:
         lines.append(f"| {h} | {report['ratio']['sequential'][str(h)]:.2f} | {report['ratio']['rounds'][str(h)]:.2f} |")
+    lines.append(f"| largest / smallest | {report['spread']['sequential']:.2f} | {report['spread']['rounds']:.2f} |")
     return "\n".join(lines) + "\n"
 
 
 def plot(report: dict[str, Any]) -> Any:
     fig, ax = subplots(1, 1, figsize=(6, 3.5))
-    for method in ("sequential", "rounds"):
+    for method in METHODS:
         ax.plot(HEADS, [report["ratio"][method][str(h)] for h in HEADS], marker="o", label=method)
     ax.axhline(1.0, color="grey", lw=0.5)
     ax.set_xlabel("heads")
@@ -156,19 +172,29 @@ def plot(report: dict[str, Any]) -> Any:
     return fig
 
 
+METHODS: dict[str, Method] = {"sequential": sequential, "rounds": rounds}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument("--repeats", type=int, default=3, help="quiet and hogged runs of each method")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="hydra-rounds-") as tmp:
         run = steps(bundle(Path(tmp)))
-        report: dict[str, Any] = {"host": host_cpu(), "quiet_s": {}, "ratio": {}, "p90_ms": {}}
-        for name, method in (("sequential", sequential), ("rounds", rounds)):
-            quiet, quiet_s = timed(method, run, None)
-            hogged, _ = timed(method, run, quiet_s / 2)
-            report["quiet_s"][name] = quiet_s
-            report["p90_ms"][name] = {"quiet": quiet, "hog": hogged}
-            report["ratio"][name] = {str(h): hogged[h] / quiet[h] for h in HEADS}
+        report: dict[str, Any] = {"host": host_cpu(), "repeats": args.repeats, "quiet_s": {}, "ratio": {},
+                                  "spread": {}, "p90_ms": {}}
+        for name, method in METHODS.items():
+            report["quiet_s"][name], report["p90_ms"][name], ratios = [], [], []
+            for repeat in range(args.repeats):
+                quiet, quiet_s = timed(method, run, None)
+                hogged, _ = timed(method, run, quiet_s / 2)
+                report["quiet_s"][name].append(quiet_s)
+                report["p90_ms"][name].append({"quiet": quiet, "hog": hogged})
+                ratios.append({h: hogged[h] / quiet[h] for h in HEADS})
+                print(f"{name} {repeat + 1}/{args.repeats}: quiet {quiet_s:.1f} s", flush=True)
+            report["ratio"][name] = {str(h): statistics.median(r[h] for r in ratios) for h in HEADS}
+            report["spread"][name] = spread(report["ratio"][name])
     save_report(args.out, "calibration_rounds", report, markdown, plot)
 
 
