@@ -12,6 +12,7 @@ import zipfile
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from support.adbd import AdbDevice
@@ -246,19 +247,24 @@ echo "INFO: Running benchmark for at least $warmup iterations and at least 0 sec
 echo "INFO: count=$warmup first=2100 curr=$avg min=$avg max=2100 avg=$avg std=10"
 echo ""
 echo "INFO: Running benchmark for at least $runs iterations and at least 0 seconds but terminate if exceeding 150 seconds."
-echo "INFO: count=$runs first=$avg curr=$avg min=$((avg - 50)) max=$((avg + 80)) avg=$avg std=20"
+if [ "$runs" -le 2 ]; then  # its Stat line names the first and the newest run: each run's time
+  echo "INFO: count=$runs first=$avg curr=$((avg + 20)) min=$avg max=$((avg + 20)) avg=$((avg + 10)) std=10"
+else
+  echo "INFO: count=$runs first=$avg curr=$avg min=$((avg - 50)) max=$((avg + 80)) avg=$avg std=20"
+fi
 echo ""
 echo "INFO: Inference timings in us: Init: 12500, First inference: 2100, Warmup (avg): $avg, Inference (avg): $avg"
 echo "INFO: Memory footprint delta from the start of the tool (MB): init=3.5 overall=4.25"
 echo "INFO: Overall peak memory footprint (MB) via periodic monitoring: 9.75"
 """
 
-# dumpsys in its real layout; each thermalservice call heats the fake phone a little.
+# dumpsys in its real layout; each thermalservice call heats the fake phone a little, up to SEVERE, then it
+# cools at once and heats again.
 FAKE_DUMPSYS = r"""#!/bin/sh
 case "$1" in
   thermalservice)
     calls=$(( $(cat "$CALLS" 2>/dev/null || echo 0) + 1 )); echo $calls > "$CALLS"
-    status=$(( calls / 4 )); [ $status -gt 3 ] && status=3; echo $status > "$STATE"
+    status=$(( calls / 4 % 4 )); echo $status > "$STATE"
     printf 'IsStatusOverride: false\nThermal Status: %s\nCached temperatures:\n' "$status"
     printf '\tTemperature{mValue=%s.5, mType=0, mName=cpu0, mStatus=%s}\n' $((40 + 5 * status)) "$status"
     printf 'HAL Ready: true\n' ;;
@@ -271,8 +277,10 @@ esac
 
 
 def test_adb_with_a_native_benchmark_model_and_soak(rpi_bundle: Path, adb_device: AdbDevice, tmp_path: Path) -> None:
-    """Phones have no Python: the user's benchmark_model is pushed, run per head count and parsed;
-    the phone's thermal status and battery come from dumpsys over adb."""
+    """Phones have no Python: the user's benchmark_model is pushed and run in the plan's rounds, two runs per
+    invocation (the most whose each time it prints), until each p90's interval is met; the phone's thermal
+    status and battery come from dumpsys over adb, and the gate waits on them (here never long enough: the
+    fake phone only heats)."""
     bin_dir = adb_device.sandbox.parent / "bin"  # on the stand-in phone's PATH
     state, calls = tmp_path / "thermal-status", tmp_path / "dumpsys-calls"
     paths = f"#!/bin/sh\nCALLS='{calls}'\nSTATE='{state}'\n"
@@ -282,19 +290,34 @@ def test_adb_with_a_native_benchmark_model_and_soak(rpi_bundle: Path, adb_device
     binary.write_text(FAKE_BENCHMARK_MODEL.replace("#!/bin/sh\n", paths, 1))
     try:
         result = invoke("--bundle", rpi_bundle, "--serial", adb_device.serial, "--adb-port", adb_device.server.port,
-                        "--runner", binary, "--out", tmp_path / "cal", "--runs", 30, "--soak", "2s")
+                        "--runner", binary, "--out", tmp_path / "cal", "--runs", 30, "--soak", "2s",
+                        "--min-seconds", 0, "--gate-max-wait", 0)
     finally:
         (bin_dir / "dumpsys").unlink()
     assert result.exit_code == 0, result.output
     cal = read_calibration(tmp_path / "cal" / f"adb_{adb_device.serial.replace(':', '_')}.json")
     assert cal.settings["runner"] == "benchmark_model"
     assert cal.device["model"] == "Hydra Test Phone" and cal.device["os"] == "Android 14"
+    assert cal.settings["rounds"]["within"] == 0.05
     for r in cal.results:
         assert r.ok and r.runner == "benchmark_model" and r.golden["checked"] is False
-        assert r.latency["count"] == 30 and r.latency["mean_ms"] >= 1.0 and r.latency["p50_ms"] is None
+        # invocations of two runs (the first and the newest, as its Stat line printed them) until at least 40, the
+        # fewest that give the p90's interval an upper end (past --runs 30), and the interval is met
+        assert r.stopped == "interval" and {len(b.latencies_ms) for b in r.blocks} == {2} and len(r.blocks) >= 20
+        assert all(b.latencies_ms[1] - b.latencies_ms[0] == pytest.approx(0.02) for b in r.blocks)
+        assert r.latency["count"] == 2 * len(r.blocks) and r.latency["mean_ms"] >= 1.0
+        runs = [v for b in r.blocks for v in b.latencies_ms]
+        assert r.latency["p90_ms"] == pytest.approx(float(np.percentile(runs, 90)))
+        assert r.p90_interval_ms is not None and r.p90_interval_ms[0] <= r.latency["p90_ms"] <= r.p90_interval_ms[1]
         assert r.load_s == pytest.approx(0.0125) and r.peak_rss_mb == pytest.approx(9.75)
         assert r.state_before["battery_capacity"] == 78 and r.state_before["charging"] is True
         assert r.state_before["android_thermal_status"] is not None
+    # every round was gated on the phone's state: started at once when it was back at its start's, else after
+    # --gate-max-wait, saying why
+    assert [r.round for r in cal.rounds] == list(range(1, 1 + max(len(r.blocks) for r in cal.results)))
+    assert {r.gate["outcome"] for r in cal.rounds} == {"ready", "timeout"}
+    assert all("°C, over 40.5 + 2" in r.gate["why"] for r in cal.rounds if r.gate["outcome"] == "timeout")
+    assert "round(s) started before the device was back in its start state" in result.output
     soak = cal.soak
     assert soak is not None and soak.heads == 12 and len(soak.samples) >= 2
     assert 1.0 in soak.by_thermal_status.values()  # the mildest status seen is the baseline
@@ -328,21 +351,22 @@ def test_native_runner_threads_are_capped_at_the_device_cores(rpi_bundle: Path, 
     cores = len(os.sched_getaffinity(0))  # what the device's nproc says
     for asked, expected in (("64", cores), (None, min(4, cores))):  # rpi's target threads: 4
         result = invoke("--bundle", rpi_bundle, "--local", "--runner", binary, "--out", tmp_path / f"{asked}.json",
-                        "--runs", 5, *(("--threads", asked) if asked else ()))
+                        "--runs", 6, "--min-seconds", 0, "--gate-max-wait", 0, *(("--threads", asked) if asked else ()))
         assert result.exit_code == 0, result.output
         used = [word for line in calls.read_text().splitlines() for word in line.split()
                 if word.startswith("--num_threads=")]
-        assert used == [f"--num_threads={expected}"] * 2
+        assert used == [f"--num_threads={expected}"] * 40  # 20 invocations of two runs per head count
         calls.unlink()
 
 
 # trtexec's real output layout (TensorRT 10), numbers from its own arguments; it notes each model it opens.
 FAKE_TRTEXEC = r"""#!/bin/sh
-onnx=""; iterations=10
+onnx=""; iterations=10; times=""
 for arg in "$@"; do
   case "$arg" in
     --onnx=*) onnx="${arg#--onnx=}" ;;
     --iterations=*) iterations="${arg#--iterations=}" ;;
+    --exportTimes=*) times="${arg#--exportTimes=}" ;;
   esac
 done
 echo "&&&& RUNNING TensorRT.trtexec [TensorRT v101600] [b72] # trtexec $*"
@@ -358,6 +382,14 @@ echo "[11/23/2026-06:00:01] [I] === Performance summary ==="
 echo "[11/23/2026-06:00:01] [I] Throughput: 18392 qps"
 echo "[11/23/2026-06:00:01] [I] Latency: min = 0.5 ms, max = 0.9 ms, mean = 0.6 ms, median = 0.58 ms, percentile(90%) = 0.7 ms, percentile(95%) = 0.75 ms, percentile(99%) = 0.85 ms"
 echo "[11/23/2026-06:00:01] [I] H2D Latency: min = 0.01 ms, max = 0.02 ms, mean = 0.011 ms, median = 0.011 ms, percentile(90%) = 0.012 ms, percentile(95%) = 0.013 ms, percentile(99%) = 0.015 ms"
+if [ -n "$times" ]; then  # each query's timings, in --exportTimes' layout: 0.50, 0.51, ... 0.59 ms over and over
+  i=0; sep=" "; echo "[" > "$times"
+  while [ $i -lt "$iterations" ]; do
+    echo "$sep{ \"startEnqMs\" : $i, \"computeMs\" : 0.4, \"latencyMs\" : 0.5$((i % 10)), \"endToEndMs\" : 0.6 }" >> "$times"
+    sep=", "; i=$((i + 1))
+  done
+  echo "]" >> "$times"
+fi
 echo "&&&& PASSED TensorRT.trtexec [TensorRT v101600] [b72] # trtexec $*"
 """
 
@@ -374,21 +406,26 @@ def test_trtexec_times_a_compact_bundle_from_model_files_rebuilt_on_the_host(tmp
     binary.chmod(0o755)
     out = tmp_path / "cal.json"
     result = invoke("--bundle", bundle, "--local", "--remote-dir", device, "--runner", binary, "--out", out,
-                    "--runs", 7)
+                    "--runs", 7, "--min-seconds", 0, "--gate-max-wait", 0)
     assert result.exit_code == 0, result.output
     cal = read_calibration(out)
     assert cal.settings["runner"] == "trtexec"
     for r in cal.results:
-        assert r.ok and r.runner == "trtexec" and r.golden["checked"] is False
-        assert r.latency["count"] == 7 and r.latency["p50_ms"] == 0.58 and r.latency["p90_ms"] == 0.7
+        assert r.ok and r.runner == "trtexec" and r.golden["checked"] is False and r.stopped == "interval"
+        # each query's time from the --exportTimes file: 5 runs first, then a block of 0.25 s at their mean (0.52 ms)
+        assert [len(b.latencies_ms) for b in r.blocks] == [5, 481]
+        assert r.blocks[1].latencies_ms[:3] == [0.5, 0.51, 0.52] and r.latency["count"] == 486
+        assert r.latency["p90_ms"] == pytest.approx(0.58) and r.p90_interval_ms == (0.58, 0.59)
         assert r.load_s == pytest.approx(0.0033933)
     assert cal.result(3).rebuild_s is None and not isinstance(cal.result(12).rebuild_s, float)
     assert json.loads(out.read_text())["results"][0]["rebuild_s"] is None  # no rebuild ran on the device
     # trtexec opened exactly the verified artefacts, built with the profile's precision, for the runs asked
     opened = [line.split() for line in calls.read_text().splitlines()]
-    assert [(words[-1], words[1:-1]) for words in opened] == \
-        [(a.sha256, ["--fp16", "--iterations=7", "--duration=0", "--warmUp=200"]) for a in (small, large)]
-    assert [Path(words[0].removeprefix("--onnx=")).name for words in opened] == [small.file, large.file]
+    assert sorted((words[-1], words[1:-2]) for words in opened) == sorted(
+        (a.sha256, ["--fp16", f"--iterations={n}", "--duration=0", "--warmUp=200"]) for a in (small, large)
+        for n in (5, 481))
+    assert {Path(words[0].removeprefix("--onnx=")).name for words in opened} == {small.file, large.file}
+    assert all(words[-2] == f"--exportTimes={words[0].removeprefix('--onnx=')}.times.json" for words in opened)
     pushed = {p.name for p in next((device / "bundles").iterdir()).iterdir()}
     assert pushed == {"manifest.json", small.file, large.file}  # no skeleton, recipe or golden pair
     assert not list(Path(tempfile.gettempdir()).glob("hydra-rebuilt-*"))  # the host's rebuilt copy is gone

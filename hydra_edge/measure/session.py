@@ -22,12 +22,14 @@ from typing import Any, Callable, TypeVar
 import msgspec
 
 from ..atomic import sha256_file
+from ..calibration_plan import Gate, GateRule, StopRule
 from ..errors import HydraEdgeError
 from ..logs import LineLog, device_log, terminal
 from ..records.calibration import Calibration, HeadResult, Round
 from ..records.codec import convert
 from ..records.fields import Heads, Name
 from ..runtime.memory import MEMORY_FLOOR
+from ..runtime.signals import DeviceState
 from ..runtime.terminal import shown
 from ..records.manifest import MANIFEST, ArtefactRecord, Manifest, bundle_files, read_manifest
 from ..shipped import shipped
@@ -37,6 +39,7 @@ from . import native
 from .device import ensure_python, package_files, push_files, runtime_requirements
 from .exits import exit_code, reporting_exit
 from .journal import BlockEntry, RecordWriter, read_calibration
+from .native_rounds import time_in_rounds
 from .rounds import time_left
 from .soak import derate
 
@@ -57,8 +60,8 @@ class LoadedLine(msgspec.Struct, forbid_unknown_fields=True):
 
 @dataclass(frozen=True)
 class RoundsOptions:
-    """How the Python runner and the phone app time in rounds (``hydra_edge.calibration_plan``): its stop
-    rule (beside ``runs``, the fewest runs), its blocks and its thermal gate."""
+    """How every runner times in rounds (``hydra_edge.calibration_plan``): its stop rule (beside ``runs``,
+    the fewest runs), its blocks and its thermal gate."""
 
     within: float = 0.05
     min_s: float = 1.0
@@ -68,6 +71,12 @@ class RoundsOptions:
     gate_margin_c: float = 2.0
     gate_headroom: float = 0.7
     gate_max_wait_s: float = 120.0
+
+    def stop_rule(self, min_runs: int) -> StopRule:
+        return StopRule(within=self.within, min_runs=min_runs, min_s=self.min_s, cap_s=self.cap_s)
+
+    def gate_rule(self) -> GateRule:
+        return GateRule(margin_c=self.gate_margin_c, headroom=self.gate_headroom, max_wait_s=self.gate_max_wait_s)
 
     def argv(self) -> list[str]:
         return ["--within", str(self.within), "--min-seconds", str(self.min_s), "--cap-seconds", str(self.cap_s),
@@ -99,9 +108,8 @@ class CalibrateOptions:
 
     def settings(self, runner: str) -> dict[str, Any]:
         """What makes two runs' numbers comparable; a record with other settings is not resumed."""
-        rounds = {"rounds": asdict(self.plan)} if runner in ("python", "app") else {}
         return {"runs": self.runs, "warmup": self.warmup, "threads": self.threads, "quant": self.quant,
-                "runner": runner, **rounds}
+                "runner": runner, "rounds": asdict(self.plan)}
 
 
 def safe_name(device_id: str) -> str:
@@ -408,29 +416,52 @@ class Session:
         self.writer.fold()
 
     def _run_native(self, todo: list[ArtefactRecord]) -> None:
+        """A native binary in the plan's rounds, run from the host (``native_rounds``): each block one
+        invocation of it."""
         assert self.opts.runner is not None and self.tool is not None
+        tool = self.tool
         push_files(self.t, {f"bin/{self.opts.runner.name}": self.opts.runner})
         binary = self.t.remote_path("bin", self.opts.runner.name)
         self.t.run(["chmod", "755", binary])
         signals = self.manifest.target.get("signals", {})
         self.writer.set_device(native.remote_device_info(self.t))
         cores = native.device_cores(self.t)
+        plan = self.opts.plan
 
-        with self._chatter(f"{self.tool.name}'s own output") as chatter:
-            def time_one(a: ArtefactRecord, warmup: int) -> HeadResult:
-                return native.run_native(self.t, self.tool, binary, f"{self.bundle_dir}/{a.file}", a,
-                                         self.opts.runs, warmup, device_threads(self.opts.threads or a.threads, cores),
-                                         signals, chatter.line)
+        def state() -> DeviceState:
+            return native.remote_state(self.t, signals)
 
-            for a in todo:
-                self.report("timing", a.heads)
-                self._put(time_one(a, self.opts.warmup))
+        with self._chatter(f"{tool.name}'s own output") as chatter:
+            def invoke(a: ArtefactRecord, runs: int, warmup: int) -> native.NativeRun:
+                return native.invoke(self.t, tool, binary, f"{self.bundle_dir}/{a.file}", a, runs, warmup,
+                                     device_threads(self.opts.threads or a.threads, cores), chatter.line)
+
+            if todo:
+                self.report("timing", todo[0].heads)
+                gate = Gate(plan.gate_rule(), lambda: state().to_dict(), time.monotonic, time.sleep)
+                time_in_rounds(todo, self.calibration, tool, invoke, state, plan.stop_rule(self.opts.runs), gate,
+                               plan.block_s, (self.opts.warmup, plan.block_warmup), self._next_round(), self,
+                               lambda round_no, heads: self.report(f"round {round_no}" + self._time_left(), heads))
             if self.soak_pending:  # back-to-back runs of the binary, the state read between them
                 soaked, samples, start = self._soak_artefact(), [], time.monotonic()
                 while time.monotonic() - start < (self.opts.soak_s or 0):
-                    samples.append(native.soak_sample(time_one(soaked, 0), time.monotonic() - start))
+                    result = native.run_native(self.t, tool, binary, f"{self.bundle_dir}/{soaked.file}", soaked,
+                                               self.opts.runs, 0, device_threads(self.opts.threads or soaked.threads,
+                                                                                 cores), signals, chatter.line)
+                    samples.append(native.soak_sample(result, time.monotonic() - start))
                     self.report(f"soaking {time.monotonic() - start:.0f}/{self.opts.soak_s:.0f} s", soaked.heads)
                 self._finish_soak(samples)
+
+    # --- what the native rounds put (native_rounds.Sink) ------------------------------------
+
+    def put_round(self, round_: Round) -> None:
+        self.writer.put_round(round_)
+
+    def put_block(self, entry: BlockEntry) -> None:
+        self.writer.put_block(entry)
+
+    def put_result(self, result: HeadResult) -> None:
+        self._put(result)
 
     def _run_app(self, todo: list[ArtefactRecord]) -> None:
         """The demo app's bench mode: its lines go through ``_on_line`` as the Python runner's do. It times

@@ -6,6 +6,7 @@ read into the same ``LatencyStats`` (in ms) that the Python runner computes, so 
 never knows which produced a row.
 """
 
+import json
 import math
 import re
 import statistics
@@ -88,6 +89,9 @@ class NativeBenchmark:
     memory_init_mb: Optional[float] = None
     memory_overall_mb: Optional[float] = None
     memory_peak_mb: Optional[float] = None
+    # Each timed run's time, where the output holds them: what a calibration by rounds needs for the
+    # p90's interval (aggregates alone cannot give it)
+    latencies_ms: Optional[List[float]] = None
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
@@ -109,19 +113,28 @@ _TFLITE_TIMINGS = "Inference timings in us:"
 _TFLITE_TIMING = re.compile(r"([A-Za-z][\w ()]*?):\s*([^,\s]+)")
 
 
-def _tflite_stat(run_output: str) -> Optional[LatencyStats]:
+# Its per-run times: a Stat line names the first and the newest run ("first", "curr"), so a run of at
+# most two timed runs prints each of them; more runs print aggregates only.
+TFLITE_RUNS_SHOWN = 2
+
+
+def _tflite_stat(run_output: str) -> tuple[Optional[LatencyStats], Optional[List[float]]]:
+    """The Stat line's statistics and, when it names every run (``TFLITE_RUNS_SHOWN``), their times (ms)."""
     stat_line = next((line for line in run_output.splitlines() if "count=" in line), "")
     fields = pairs(EQUALS_TOKENS, stat_line)
     count = integer(fields.get("count"))
     if not count:
-        return None
+        return None, None
     us = {key: number(value, 1e-3) for key, value in fields.items()}
     if us.get("avg") is None:  # the "(all same)" form
-        us.update(avg=us.get("curr"), min=us.get("curr"), max=us.get("curr"), std=0.0)
+        us.update(avg=us.get("curr"), first=us.get("curr"), min=us.get("curr"), max=us.get("curr"), std=0.0)
     if us["avg"] is None:
-        return None
+        return None, None
+    runs = None
+    if count <= TFLITE_RUNS_SHOWN and us.get("first") is not None and us.get("curr") is not None:
+        runs = [us["curr"]] if count == 1 else [us["first"], us["curr"]]
     return LatencyStats(count=count, mean_ms=us["avg"], std_ms=us.get("std"),
-                        min_ms=us.get("min"), max_ms=us.get("max"))
+                        min_ms=us.get("min"), max_ms=us.get("max")), runs
 
 
 def parse_benchmark_model(text: str) -> NativeBenchmark:
@@ -134,10 +147,12 @@ def parse_benchmark_model(text: str) -> NativeBenchmark:
     runs = text.split(_TFLITE_RUN)[1:]
     timings = pairs(_TFLITE_TIMING, _line_after(text, _TFLITE_TIMINGS))
     memory = pairs(EQUALS_TOKENS, _line_after(text, "Memory footprint delta from the start"))
+    latency, each = _tflite_stat(runs[1]) if len(runs) > 1 else (None, None)
     return NativeBenchmark(
         tool="benchmark_model",
         succeeded=bool(timings),
-        latency=_tflite_stat(runs[1]) if len(runs) > 1 else None,
+        latency=latency,
+        latencies_ms=each,
         init_ms=number(timings.get("Init"), 1e-3),
         first_ms=number(timings.get("First inference"), 1e-3),
         warmup_mean_ms=number(timings.get("Warmup (avg)"), 1e-3),
@@ -173,6 +188,7 @@ def parse_executor_runner(text: str) -> NativeBenchmark:
         latency=_executorch_latency(iterations_ms, done),
         init_ms=float(loaded.group(1)) if loaded else None,
         first_ms=iterations_ms[0] if iterations_ms else None,
+        latencies_ms=iterations_ms or None,
     )
 
 
@@ -216,3 +232,20 @@ def parse_trtexec(text: str) -> NativeBenchmark:
     loaded = _TRT_DESERIALIZED.search(text)
     return NativeBenchmark(tool="trtexec", succeeded="&&&& PASSED TensorRT.trtexec" in text, latency=latency,
                            init_ms=float(loaded.group(1)) * 1e3 if loaded else None)
+
+
+def parse_trtexec_times(text: str) -> Optional[List[float]]:
+    """Each timed query's ``latencyMs`` from the file ``trtexec --exportTimes`` writes (a JSON list, one
+    object per query, warm-ups left out; the same end-to-end latency its summary's "Latency" line
+    summarises); None when the text is not such a list or a value is not a finite, non-negative number."""
+    try:
+        queries = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(queries, list) or not queries:
+        return None
+    values = [q.get("latencyMs") if isinstance(q, dict) else None for q in queries]
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+               for v in values):
+        return None
+    return [float(v) for v in values]
