@@ -67,8 +67,9 @@ def block_runs(tool: NativeTool, tally: Tally, block_s: float, rule: StopRule) -
     if not tally.sorted_s:
         return min(MIN_BLOCK_RUNS, left)
     mean = tally.timed_s / len(tally.sorted_s)
-    wanted = MAX_BLOCK_RUNS if mean <= 0 else math.ceil(block_s / mean)
-    return min(max(MIN_BLOCK_RUNS, min(MAX_BLOCK_RUNS, wanted)), left)
+    # runs of no measurable time (or so short that block_s / mean overflows) ask for the most an invocation holds
+    wanted = MAX_BLOCK_RUNS if mean <= 0 or block_s / mean >= MAX_BLOCK_RUNS else math.ceil(block_s / mean)
+    return min(max(MIN_BLOCK_RUNS, wanted), left)
 
 
 def resumed(artefact: ArtefactRecord, calibration: Calibration, rule: StopRule) -> Tally:
@@ -84,8 +85,9 @@ def resumed(artefact: ArtefactRecord, calibration: Calibration, rule: StopRule) 
 
 def time_in_rounds(todo: list[ArtefactRecord], calibration: Calibration, tool: NativeTool, run: Invoke,
                    state: Callable[[], DeviceState], rule: StopRule, gate: Gate, block_s: float,
-                   warmup: tuple[int, int], first_round: int, sink: Sink, on_block: Callable[[int, int], None] = lambda round_no, heads: None,
-                   rng: random.Random | None = None) -> None:
+                   warmup: tuple[int, int], first_round: int, sink: Sink,
+                   on_block: Callable[[int, int], None] = lambda round_no, heads: None,
+                   rng: random.Random | None = None, clock: Callable[[], float] = time.monotonic) -> None:
     """Time ``todo`` in interleaved, gated rounds until each head count's timing stops; ``on_block(round,
     heads)`` after each block (progress). Every invocation is a new process, so each warms up: a head
     count's first with ``warmup[0]`` untimed runs (the calibration's ``--warmup``), the later ones with
@@ -135,5 +137,5 @@ def time_in_rounds(todo: list[ArtefactRecord], calibration: Calibration, tool: N
     def put_round(event: dict[str, Any]) -> None:
         sink.put_round(msgspec.convert(event, Round))
 
-    interleave({h: head.tally for h, head in heads.items()}, time_block, rule, time.monotonic,
+    interleave({h: head.tally for h, head in heads.items()}, time_block, rule, clock,
                rng or random.Random(), gate, first_round=first_round, on_round=put_round, on_block=block_done)
