@@ -342,6 +342,45 @@ def test_local_runs_the_interpreter_running_hydra_edge(rpi_bundle: Path, tmp_pat
     assert [r.heads for r in read_calibration(tmp_path / "cal.json").measured()] == [3, 12]
 
 
+def test_a_native_calibration_whose_link_drops_goes_on_from_its_blocks(rpi_bundle: Path, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The link drops at the 7th invocation of benchmark_model: one line saying what is kept and to run again,
+    the blocks timed so far in the record; the same command goes on from them, its rounds numbered after the
+    last, without timing those runs again."""
+    from hydra_edge.measure import native
+    from hydra_edge.transport import ConnectionLostError
+
+    binary = tmp_path / "benchmark_model"
+    binary.write_text(FAKE_BENCHMARK_MODEL.replace("#!/bin/sh\n", f"#!/bin/sh\nSTATE='{tmp_path / 'state'}'\n", 1))
+    binary.chmod(0o755)
+    real, calls = native.invoke, []
+
+    def dropping(*args: object, **kwargs: object) -> native.NativeRun:
+        calls.append(args)
+        if len(calls) == 7:
+            raise ConnectionLostError("the connection to local dropped")
+        return real(*args, **kwargs)
+
+    out = tmp_path / "cal.json"
+    argv = ("--bundle", rpi_bundle, "--local", "--runner", binary, "--out", out, "--runs", 6, "--min-seconds", 0,
+            "--gate-max-wait", 0)
+    monkeypatch.setattr(native, "invoke", dropping)
+    first = invoke(*argv)
+    assert one_line_error(first).endswith(f"every block timed so far are saved in {out}, run the same command "
+                                                 "again to go on")
+    kept = read_calibration(out)
+    timed = {r.heads: r.blocks for r in kept.results}
+    assert {r.status for r in kept.results} == {"timing"} and sum(map(len, timed.values())) == 6
+    monkeypatch.setattr(native, "invoke", real)
+    second = invoke(*argv)
+    assert second.exit_code == 0, second.output
+    done = read_calibration(out)
+    assert [r.round for r in done.rounds] == list(range(1, len(done.rounds) + 1))
+    for r in done.results:
+        assert r.ok and r.stopped == "interval" and r.blocks[:len(timed[r.heads])] == timed[r.heads]
+        assert r.latency["count"] == sum(len(b.latencies_ms) for b in r.blocks) >= 40
+
+
 def test_native_runner_threads_are_capped_at_the_device_cores(rpi_bundle: Path, tmp_path: Path) -> None:
     calls = tmp_path / "calls"
     binary = tmp_path / "benchmark_model"

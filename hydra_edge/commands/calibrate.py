@@ -169,20 +169,20 @@ def _summary(console: Any, calibration: Calibration, path: Path, png: Path) -> N
 @click.option("--out", type=click.Path(path_type=Path), default=Path("calibration"), show_default=True,
               help="Folder for <device-id>.json and .png, or a .json file for one device.")
 @click.option("--runs", default=50, show_default=True, type=RUNS,
-              help="Timed runs per head count (the Python runner: at least this many).")
+              help="Timed runs per head count at least.")
 @click.option("--warmup", default=10, show_default=True, type=Number(0, MAX_RUNS, integer=True), help="Untimed runs first.")
 @click.option("--within", default=0.05, show_default=True, type=Number(*WITHIN),
-              help="Python runner and app: time each head count until its p90's 95 % interval is within this share of it.")
+              help="Every runner: time each head count until its p90's 95 % interval is within this share of it.")
 @click.option("--min-seconds", default=1.0, show_default=True, type=Number(0, MAX_CAP_S),
-              help="Python runner and app: timed seconds per head count at least.")
+              help="Every runner: timed seconds per head count at least.")
 @click.option("--cap-seconds", default=60.0, show_default=True, type=Number(0, MAX_CAP_S),
-              help="Python runner and app: seconds per head count at most, its interval met or not.")
+              help="Every runner: seconds per head count at most, its interval met or not.")
 @click.option("--block-seconds", default=0.25, show_default=True, type=Number(0, MAX_CAP_S),
-              help="Python runner and app: timed seconds per head count per round (at least 5 runs).")
+              help="Every runner: timed seconds per head count per round (at least 5 runs).")
 @click.option("--gate-margin", default=2.0, show_default=True, type=Number(0, 100),
-              help="Python runner and app: a round starts once the device is within this many °C of its start.")
+              help="Every runner: a round starts once the device is within this many °C of its start.")
 @click.option("--gate-max-wait", default=120.0, show_default=True, type=Number(0, MAX_CAP_S),
-              help="Python runner and app: the longest a round waits for the device to cool.")
+              help="Every runner: the longest a round waits for the device to cool.")
 @click.option("--threads", default=None, type=THREADS, help="Runtime threads (default: the target's).")
 @click.option("--quant", default=None, help="Which artefacts, when the bundle has several per head count.")
 @click.option("--python", "python", default=None,

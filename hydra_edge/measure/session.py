@@ -215,8 +215,8 @@ class Session:
         except TransportError as e:
             kept = f"{len(self.calibration.measured())} of {len(self.artefacts)} head counts"
             message = (f"calibrating {self.t.device_id} stopped: {e}; " + (
-                f"{kept} are saved in {self.out}, run the same command again to finish" if self.opts.app or
-                self.opts.runner else f"{kept} measured and every block timed so far are saved in {self.out}, "
+                f"{kept} are saved in {self.out}, run the same command again to finish" if self.opts.app
+                else f"{kept} measured and every block timed so far are saved in {self.out}, "
                 "run the same command again to go on"))
             raise (RemoteCommandError(message, e.result) if isinstance(e, RemoteCommandError)
                    else type(e)(message)) from None
