@@ -13,7 +13,7 @@ what it gets now) for ``--epochs`` epochs and every ``--seeds`` seed, through th
 types, one thread per run. Held-out top-1 % per head count and minutes per run; writes
 ``--name``.{json,md,png} (from_scratch) under ``--out``.
 
-    .venv/bin/python bench/from_scratch.py --epochs 3 --seeds 0
+    .venv/bin/python -m bench.from_scratch --epochs 3 --seeds 0
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import numpy as np
 
 from hydra_edge.profiling.report import save_report, subplots
 from hydra_edge.profiling.timing import host_cpu
-from transfer import _mean, cell, save_images, train  # one way to run `hydra-edge train` and keep its result
+from bench.transfer import _mean, cell, save_images, train  # one way to run `hydra-edge train` and keep its result
 
 ROOT = Path(__file__).resolve().parents[1]
 SETS = {  # name -> what the report says it is

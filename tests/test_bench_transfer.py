@@ -3,25 +3,21 @@ report over seeds, and the evidence train's advice cites."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from bench import from_scratch
+from bench import transfer as bench
 from hydra_edge.model.config import preset
 from hydra_edge.model.hydravit import HydraViT
 from hydra_edge.train.advice import short_run
 from hydra_edge.train.recipe import RECIPES, peak_lr, settings_for
 
 ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("bench_transfer", ROOT / "bench" / "transfer.py")
-bench = importlib.util.module_from_spec(spec)
-sys.modules["bench_transfer"] = bench
-spec.loader.exec_module(bench)
 
 
 @pytest.mark.slow  # trains a small base and probes it (about 40 s)
@@ -94,10 +90,6 @@ def test_the_measured_finetune_defaults_scale_with_the_batch_and_outlast_their_w
     assert peak_lr(settings_for("finetune", batch_size=64)) == 2 * peak_lr(tuned)
 
 
-sys.path.insert(0, str(ROOT / "bench"))  # bench/from_scratch.py imports bench/transfer.py as its sibling
-scratch_spec = importlib.util.spec_from_file_location("bench_from_scratch", ROOT / "bench" / "from_scratch.py")
-from_scratch = importlib.util.module_from_spec(scratch_spec)
-scratch_spec.loader.exec_module(from_scratch)
 
 
 def test_from_scratch_trains_mini_per_set_recipe_and_seed_through_the_command_and_averages_the_seeds(tmp_path,

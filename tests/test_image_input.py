@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def script(path: Path, name: str) -> ModuleType:
-    """A script of the repository (the board app, a bench) imported as a module."""
+    """A script of the repository (the board app) imported as a module."""
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -140,7 +140,7 @@ def test_a_png_whose_text_inflates_to_50_mb_is_one_line_in_training_and_on_the_b
 
 def test_byte_mutated_images_are_an_image_or_one_line(tmp_path):
     """A bounded slice of bench/image_fuzz.py (fixed seed): 2100 mutated files, 100 of each seed file."""
-    fuzz = script(ROOT / "bench" / "image_fuzz.py", "image_fuzz")
+    from bench import image_fuzz as fuzz
     for name, data in fuzz.seed_files().items():  # each seed, unmutated, is an image: the fuzz reads real files
         (tmp_path / name).write_bytes(data)
         outcome, detail, shown, _ = fuzz.read_one(lambda p: load_image(p, 16, 3), tmp_path / name, 2.0)
