@@ -204,13 +204,14 @@ def prepare(bundle: Path, artefact: ArtefactRecord, args: argparse.Namespace, de
     return Loaded(artefact, engine, x, result)
 
 
-def start_gate(args: argparse.Namespace, device: Device) -> Any:
-    """The thermal gate, holding the device's state now (before anything is loaded) as the one each round
-    must start in."""
+def start_gate(args: argparse.Namespace, device: Device, start: Optional[Dict[str, Any]]) -> Any:
+    """The thermal gate, holding the state each round must start in: a resumed calibration's recorded one
+    (``start``), else the device's state now (before anything is loaded)."""
     from hydra_edge.calibration_plan import Gate, GateRule
 
     return Gate(GateRule(margin_c=args.gate_margin_c, headroom=args.gate_headroom, max_wait_s=args.gate_max_wait_s,
-                         poll_s=args.gate_poll_s), lambda: device.state().to_dict(), time.monotonic, time.sleep)
+                         poll_s=args.gate_poll_s), lambda: device.state().to_dict(), time.monotonic, time.sleep,
+                start)
 
 
 def time_rounds(loaded: List[Loaded], args: argparse.Namespace, device: Device, gate: Any,
@@ -330,7 +331,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                         help="the longest a round waits for the device to cool")
     parser.add_argument("--gate-poll-s", type=number_arg(*POLL_S), default=1.0)
     parser.add_argument("--resume", type=Path, default=None,
-                        help="JSON of a calibration's blocks so far ({first_round, blocks: {id: [...]}})")
+                        help="JSON of a calibration's blocks so far ({first_round, blocks: {id: [...]}, gate_start})")
     parser.add_argument("--threads", type=number_arg(0, MAX_THREADS, integer=True), default=0,
                         help="0: each artefact's target thread count")
     parser.add_argument("--soak-seconds", type=number_arg(0, MAX_SOAK_S), default=0.0)
@@ -355,7 +356,7 @@ def run(args: argparse.Namespace) -> None:
     resume = json.loads(args.resume.read_text()) if args.resume else {}
     device = Device(manifest.target.get("signals", {}), args.sysfs_root)
     emit(device_record())
-    gate = start_gate(args, device)
+    gate = start_gate(args, device, resume.get("gate_start"))
     loaded, baseline, resident = [], rss_mb(), Resident(args)
     for name in wanted:
         try:

@@ -175,18 +175,21 @@ class Gate:
     ``read`` gives a device state as a dict (``DeviceState.to_dict``: ``max_temp_c``,
     ``android_thermal_status``, ``android_thermal_headroom``). A device with none of them is not gated
     and says so once; a reading that fails after the start (a sensor gone) is not waited on, and the
-    wait record says why.
+    wait record says why. Each wait record holds the start state (``start``): a resumed calibration
+    passes it back as ``start``, so its rounds return to the state the first run began in, not to the
+    (perhaps hot) one it resumed in.
     """
 
     def __init__(self, rule: GateRule, read: Callable[[], Mapping[str, Any]], clock: Callable[[], float],
-                 sleep: Callable[[float], None]) -> None:
+                 sleep: Callable[[float], None], start: Optional[Mapping[str, Any]] = None) -> None:
         self.rule, self.read, self.clock, self.sleep = rule, read, clock, sleep
-        self.start = dict(self._signals(read()))
+        self.start = dict(self._signals(read() if start is None else start))
 
     @staticmethod
     def _signals(state: Mapping[str, Any]) -> Dict[str, float]:
         keys = ("max_temp_c", "android_thermal_status", "android_thermal_headroom")
-        return {k: state[k] for k in keys if isinstance(state.get(k), (int, float)) and math.isfinite(state[k])}
+        return {k: state[k] for k in keys if isinstance(state.get(k), (int, float)) and not isinstance(state[k], bool)
+                and math.isfinite(state[k])}
 
     @property
     def gated(self) -> bool:
@@ -206,6 +209,9 @@ class Gate:
 
     def wait(self) -> Dict[str, Any]:
         """Wait until the device is back (or ``max_wait_s`` passed); the record of the wait."""
+        return {**self._wait(), "start": dict(self.start)}
+
+    def _wait(self) -> Dict[str, Any]:
         if not self.gated:
             return {"waited_s": 0.0, "outcome": "ungated", "why": "the device reports no temperature"}
         began, why = self.clock(), None
@@ -266,3 +272,13 @@ def timed_block(step: Callable[[], Any], clock: Callable[[], float], warmup: int
         total += latencies[-1]
     return latencies
 
+
+
+def recorded_start(rounds: Sequence[Any]) -> Optional[Dict[str, Any]]:
+    """The gate's start state as a calibration's first gated round recorded it (``Round`` objects or their
+    dicts); None when no round recorded one (none yet, or made before the start was recorded)."""
+    for round_ in rounds:
+        gate = round_.get("gate") if isinstance(round_, Mapping) else getattr(round_, "gate", None)
+        if isinstance(gate, Mapping) and isinstance(gate.get("start"), Mapping):
+            return dict(gate["start"])
+    return None

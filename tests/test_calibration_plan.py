@@ -12,7 +12,7 @@ from typing import Callable
 import pytest
 from support.simdevice import Z90, SimDevice
 
-from hydra_edge.calibration_plan import (LEVEL, LOOK_LEVEL, MAX_TIMED_RUNS, Gate, GateRule, StopRule, Tally, drift,
+from hydra_edge.calibration_plan import (LEVEL, LOOK_LEVEL, MAX_TIMED_RUNS, Gate, GateRule, StopRule, Tally, drift, recorded_start,
                                          interleave, order_ranks, timed_block)
 from hydra_edge.runtime.latency import percentile
 
@@ -181,7 +181,8 @@ def test_the_gate_waits_for_the_start_temperature_then_times() -> None:
 
     interleave(tallies, block, StopRule(), device.clock, random.Random(0), gate, on_round=rounds.append)
     waits = [r["gate"] for r in rounds]
-    assert waits[0] == {"waited_s": 0.0, "outcome": "ready", "state": {"max_temp_c": 30.0}}
+    assert waits[0] == {"waited_s": 0.0, "outcome": "ready", "state": {"max_temp_c": 30.0},
+                        "start": {"max_temp_c": 30.0}}
     assert all(w["outcome"] == "ready" for w in waits) and all(w["waited_s"] > 0 for w in waits[1:])
     assert all(w["state"]["max_temp_c"] <= 30.0 + rule.margin_c for w in waits)
     # the first block of each round starts at the temperature the gate let through
@@ -203,7 +204,7 @@ def test_a_device_without_a_temperature_waits_nothing_and_says_so() -> None:
     gate = Gate(GateRule(), lambda: {"max_temp_c": None, "android_thermal_status": None}, lambda: 0.0,
                 lambda s: pytest.fail("slept"))
     assert not gate.gated and gate.wait() == {"waited_s": 0.0, "outcome": "ungated",
-                                              "why": "the device reports no temperature"}
+                                              "why": "the device reports no temperature", "start": {}}
 
 
 def test_a_reading_that_fails_mid_calibration_is_not_waited_on() -> None:
@@ -346,3 +347,27 @@ def test_a_head_count_whose_interval_never_tightens_stops_at_the_most_runs_kept(
     while tally.judge(rule) is None:
         tally.add(len(tally.blocks) + 1, [rng.choice([0.001, 0.002]) * rng.uniform(1, 1.5) for _ in range(997)], 1.0)
     assert tally.stopped == "runs" and MAX_TIMED_RUNS <= len(tally.sorted_s) < MAX_TIMED_RUNS + 997
+
+
+def test_a_resumed_calibration_gates_on_the_start_its_first_run_recorded() -> None:
+    """Interrupted while hot and resumed: its rounds wait for the state the calibration began in, read back
+    from the record, not for the hot state it resumed in (which would let every later round run hot)."""
+    device = SimDevice({3: 5.0}, seed=0)
+    first = Gate(GateRule(max_wait_s=600.0), device.state, device.clock, device.sleep)
+    record = [{"round": 1, "order": [3], "started_s": 0.0, "gate": first.wait()}]
+    assert record[0]["gate"]["start"] == {"max_temp_c": 30.0}
+    for _ in range(20_000):  # timed until hot, then stopped
+        device.step(3)
+    hot = device.temp_c
+    assert hot > 40.0
+    assert recorded_start([{"round": 2, "order": [3], "started_s": 1.0, "gate": None}, *record]) == {"max_temp_c": 30.0}
+    resumed = Gate(GateRule(max_wait_s=600.0), device.state, device.clock, device.sleep, recorded_start(record))
+    waited = resumed.wait()
+    assert waited["outcome"] == "ready" and waited["waited_s"] > 10.0 and device.temp_c <= 32.0
+    # read afresh, the resumed run would have taken the hot state as its start and not waited at all
+    for _ in range(20_000):
+        device.step(3)
+    assert Gate(GateRule(), device.state, device.clock, device.sleep).wait()["waited_s"] == 0.0
+    assert recorded_start([]) is None and recorded_start([{"gate": {"outcome": "ready"}}]) is None
+    # a recorded start that is not numbers (a hand-edited or hostile record) gates on nothing it cannot compare
+    assert Gate(GateRule(), device.state, device.clock, device.sleep, {"max_temp_c": True}).gated is False

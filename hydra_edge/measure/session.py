@@ -22,7 +22,7 @@ from typing import Any, Callable, TypeVar
 import msgspec
 
 from ..atomic import sha256_file
-from ..calibration_plan import Gate, GateRule, StopRule
+from ..calibration_plan import Gate, GateRule, StopRule, recorded_start
 from ..errors import HydraEdgeError
 from ..logs import LineLog, device_log, terminal
 from ..records.calibration import Calibration, HeadResult, Round
@@ -337,7 +337,8 @@ class Session:
         first = self._next_round()
         with tempfile.TemporaryDirectory(prefix="hydra-resume-") as tmp:
             local = Path(tmp) / "resume.json"
-            local.write_text(json.dumps({"first_round": first, "blocks": blocks}))
+            local.write_text(json.dumps({"first_round": first, "blocks": blocks,
+                                         "gate_start": recorded_start(self.calibration.rounds or [])}))
             push_files(self.t, {f"{self.bundle_rel}/resume.json": local})
         if any(blocks.values()):
             self.echo(f"{self.t.device_id}: going on from round {first} with the blocks the record holds")
@@ -438,7 +439,8 @@ class Session:
 
             if todo:
                 self.report("timing", todo[0].heads)
-                gate = Gate(plan.gate_rule(), lambda: state().to_dict(), time.monotonic, time.sleep)
+                gate = Gate(plan.gate_rule(), lambda: state().to_dict(), time.monotonic, time.sleep,
+                            recorded_start(self.calibration.rounds or []))
                 time_in_rounds(todo, self.calibration, tool, invoke, state, plan.stop_rule(self.opts.runs), gate,
                                plan.block_s, (self.opts.warmup, plan.block_warmup), self._next_round(), self,
                                lambda round_no, heads: self.report(f"round {round_no}" + self._time_left(), heads))
