@@ -71,6 +71,7 @@ def test_ctrl_c_before_the_first_manifest_leaves_no_bundle_folder_nor_lock(tmp_p
     assert not (tmp_path / "new").exists()
 
 
+@pytest.mark.slow  # converts a bundle
 def test_a_run_waiting_for_one_refused_at_its_start_converts_and_the_lock_stays_one(tmp_path, host, monkeypatch):
     """Two runs into one new --out: the first creates the folder, locks it and is refused while planning; the
     second, already waiting on that lock, must then convert as usual (no traceback on a lock file or folder the

@@ -28,6 +28,8 @@ from hydra_edge.records.manifest import LOCK, MANIFEST, read_manifest
 from hydra_edge.records.recipe import read_recipe
 from hydra_edge.runtime.engines import load_golden
 
+pytestmark = pytest.mark.slow  # converts a compact bundle to expand
+
 
 def files_of(folder: Path) -> Dict[str, str]:
     """``{name: sha256}`` of every file below ``folder`` (links as what they point to)."""

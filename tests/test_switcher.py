@@ -38,6 +38,8 @@ from hydra_edge.runtime.latency_governor import LoopSettings
 from hydra_edge.runtime.signals import _text
 from hydra_edge.runtime.switcher import Switcher
 
+pytestmark = pytest.mark.slow  # converts a bundle (full and compact) for the switcher to load
+
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
