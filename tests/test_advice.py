@@ -54,6 +54,7 @@ def _base(path: Path, best: float, classes: int = 10) -> Path:
     return path
 
 
+@pytest.mark.slow  # trains a base, then fine-tunes it
 @pytest.mark.parametrize("best, near", [(20.0, True), (90.0, False)])
 def test_fine_tuning_a_base_says_before_training_what_the_measured_runs_predict_and_goes_on(tmp_path, best, near):
     folder = _folder(tmp_path / "images", colour=False, side=8)

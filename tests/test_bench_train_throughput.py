@@ -44,6 +44,7 @@ def test_the_bench_compares_the_sliced_model_with_a_dense_one_per_precision_and_
     assert (out / "train_throughput.png").read_bytes().startswith(b"\x89PNG")
 
 
+@pytest.mark.slow  # starts a Python that imports torch
 def test_a_head_count_the_preset_does_not_serve_is_one_line(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, BENCH, "--preset", "digits", "--heads", "3,13", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=120)

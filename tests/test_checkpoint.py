@@ -75,6 +75,7 @@ def test_ema_weights_are_loaded_when_present_and_no_ema_loads_the_plain_ones(tmp
     assert weights_entry(obj) == entry and weights_entry(obj, ema=False) in ("state_dict", "model")
 
 
+@pytest.mark.slow  # trains through the command
 def test_a_file_without_ema_weights_falls_back_to_its_plain_weights_with_a_note(tmp_path, b16_like, caplog,
                                                                                    digits_model):
     plain, _ = _release_files(tmp_path, b16_like)

@@ -298,6 +298,7 @@ def damaged_lzw_tiff() -> bytes:
     return bytes(data)
 
 
+@pytest.mark.slow  # starts a Python that imports torch
 def test_a_damaged_tiff_is_the_products_one_line_on_stderr_and_nothing_from_libtiff(tmp_path):
     """libtiff's own error lines were written to file descriptor 2 by C code, past Python's warnings filters and
     logging: the terminal showed them on top of the one line. The reader runs in a process of its own here, so

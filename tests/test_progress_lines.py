@@ -33,6 +33,7 @@ def test_a_demo_stage_title_is_whole_when_stderr_is_no_terminal(capsys):
     assert f"2/5 {title}" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # trains through the command, twice
 def test_a_resumed_run_with_every_epoch_trained_shows_no_empty_training_bar(tmp_path):
     args = ["train", "--heads", "3,12", "--batch-size", "512", "--epochs", "1", "--warmup-epochs", "0",
             "--out", str(tmp_path)]

