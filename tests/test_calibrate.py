@@ -381,6 +381,30 @@ def test_a_native_calibration_whose_link_drops_goes_on_from_its_blocks(rpi_bundl
         assert r.latency["count"] == sum(len(b.latencies_ms) for b in r.blocks) >= 40
 
 
+def test_block_warmup_and_gate_headroom_reach_the_plan(rpi_bundle: Path, tmp_path: Path) -> None:
+    """A head count's first invocation warms up --warmup runs, every later one --block-warmup; both options and
+    --gate-headroom are the record's settings (a record with others is not resumed); bad values are one line."""
+    calls = tmp_path / "calls"
+    binary = tmp_path / "benchmark_model"
+    binary.write_text(FAKE_BENCHMARK_MODEL.replace(
+        "#!/bin/sh\n", f"#!/bin/sh\nSTATE='{tmp_path / 'state'}'\necho \"$@\" >> '{calls}'\n", 1))
+    binary.chmod(0o755)
+    out = tmp_path / "cal.json"
+    result = invoke("--bundle", rpi_bundle, "--local", "--runner", binary, "--out", out, "--runs", 6, "--warmup", 3,
+                    "--block-warmup", 0, "--gate-headroom", 0.5, "--min-seconds", 0, "--gate-max-wait", 0)
+    assert result.exit_code == 0, result.output
+    rounds = read_calibration(out).settings["rounds"]
+    assert rounds["block_warmup"] == 0 and rounds["gate_headroom"] == 0.5
+    for heads_file in ("vit_h3_", "vit_h12_"):
+        warmups = [word for line in calls.read_text().splitlines() if heads_file in line for word in line.split()
+                   if word.startswith("--warmup_runs=")]
+        assert warmups[0] == "--warmup_runs=3" and set(warmups[1:]) == {"--warmup_runs=0"} and len(warmups) == 20
+    for option, value in (("--gate-headroom", -0.1), ("--block-warmup", 1.5)):
+        bad = invoke("--bundle", rpi_bundle, "--local", "--out", tmp_path / "x.json", option, value)
+        assert bad.exit_code == 2 and f"Error: Invalid value for '{option}'" in bad.output
+        assert not (tmp_path / "x.json").exists()
+
+
 def test_native_runner_threads_are_capped_at_the_device_cores(rpi_bundle: Path, tmp_path: Path) -> None:
     calls = tmp_path / "calls"
     binary = tmp_path / "benchmark_model"

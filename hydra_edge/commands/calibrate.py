@@ -179,6 +179,10 @@ def _summary(console: Any, calibration: Calibration, path: Path, png: Path) -> N
               help="Every runner: seconds per head count at most, its interval met or not.")
 @click.option("--block-seconds", default=0.25, show_default=True, type=Number(0, MAX_CAP_S),
               help="Every runner: timed seconds per head count per round (at least 5 runs).")
+@click.option("--block-warmup", default=2, show_default=True, type=Number(0, MAX_RUNS, integer=True),
+              help="Every runner: untimed runs before each block after a head count's first.")
+@click.option("--gate-headroom", default=0.7, show_default=True, type=Number(0, 10),
+              help="Every runner: a round starts once Android's thermal headroom forecast is at most this (or the start's).")
 @click.option("--gate-margin", default=2.0, show_default=True, type=Number(0, 100),
               help="Every runner: a round starts once the device is within this many °C of its start.")
 @click.option("--gate-max-wait", default=120.0, show_default=True, type=Number(0, MAX_CAP_S),
@@ -211,7 +215,7 @@ def calibrate(bundle: Path, hosts: tuple[str, ...], serial: str | None, local: b
               warmup: int, threads: int | None, quant: str | None, python: str | None, setup: bool,
               pip_args: tuple[str, ...], runner: Path | str | None, app_timeout: float, soak: str | None,
               soak_interval: float, within: float, min_seconds: float, cap_seconds: float, block_seconds: float,
-              gate_margin: float, gate_max_wait: float,
+              block_warmup: int, gate_headroom: float, gate_margin: float, gate_max_wait: float,
               remote_dir: str | None, identity_file: str | None, known_hosts: str | None, ssh_config: str | None,
               adb_port: int | None, force: bool, no_wait: bool, sysfs_root: str | None) -> None:
     """Measure latency per head count on a device over ssh, adb, or this machine.
@@ -235,7 +239,8 @@ def calibrate(bundle: Path, hosts: tuple[str, ...], serial: str | None, local: b
                             soak_s=parse_duration(soak) if soak else None, soak_interval_s=soak_interval,
                             sysfs_root=sysfs_root, force=force,
                             plan=RoundsOptions(within=within, min_s=min_seconds, cap_s=cap_seconds,
-                                               block_s=block_seconds, gate_margin_c=gate_margin,
+                                               block_s=block_seconds, block_warmup=block_warmup,
+                                               gate_margin_c=gate_margin, gate_headroom=gate_headroom,
                                                gate_max_wait_s=gate_max_wait))
     devices = _devices(hosts, serial, local)
     options = {k: v for k, v in {"remote_dir": remote_dir, "identity_file": identity_file, "known_hosts": known_hosts,
