@@ -273,12 +273,10 @@ def timed_block(step: Callable[[], Any], clock: Callable[[], float], warmup: int
     return latencies
 
 
-
 def recorded_start(rounds: Sequence[Any]) -> Optional[Dict[str, Any]]:
-    """The gate's start state as a calibration's first gated round recorded it (``Round`` objects or their
-    dicts); None when no round recorded one (none yet, or made before the start was recorded)."""
+    """The gate's start state as a calibration's first round with one recorded it (the record's ``Round``
+    objects); None when no round recorded one (none yet, or made before the start was recorded)."""
     for round_ in rounds:
-        gate = round_.get("gate") if isinstance(round_, Mapping) else getattr(round_, "gate", None)
-        if isinstance(gate, Mapping) and isinstance(gate.get("start"), Mapping):
-            return dict(gate["start"])
+        if isinstance(round_.gate, Mapping) and isinstance(round_.gate.get("start"), Mapping):
+            return dict(round_.gate["start"])
     return None

@@ -14,6 +14,7 @@ from support.simdevice import Z90, SimDevice
 
 from hydra_edge.calibration_plan import (LEVEL, LOOK_LEVEL, MAX_TIMED_RUNS, Gate, GateRule, StopRule, Tally, drift, recorded_start,
                                          interleave, order_ranks, timed_block)
+from hydra_edge.records.calibration import Round
 from hydra_edge.runtime.latency import percentile
 
 TEN = {h: 10.0 * (1 + 0.1 * (h - 3)) for h in range(3, 13)}  # ms: ten head counts, 10 % apart
@@ -354,13 +355,13 @@ def test_a_resumed_calibration_gates_on_the_start_its_first_run_recorded() -> No
     from the record, not for the hot state it resumed in (which would let every later round run hot)."""
     device = SimDevice({3: 5.0}, seed=0)
     first = Gate(GateRule(max_wait_s=600.0), device.state, device.clock, device.sleep)
-    record = [{"round": 1, "order": [3], "started_s": 0.0, "gate": first.wait()}]
-    assert record[0]["gate"]["start"] == {"max_temp_c": 30.0}
+    record = [Round(round=1, order=[3], started_s=0.0, gate=first.wait())]
+    assert record[0].gate["start"] == {"max_temp_c": 30.0}
     for _ in range(20_000):  # timed until hot, then stopped
         device.step(3)
     hot = device.temp_c
     assert hot > 40.0
-    assert recorded_start([{"round": 2, "order": [3], "started_s": 1.0, "gate": None}, *record]) == {"max_temp_c": 30.0}
+    assert recorded_start([Round(round=2, order=[3], started_s=1.0), *record]) == {"max_temp_c": 30.0}
     resumed = Gate(GateRule(max_wait_s=600.0), device.state, device.clock, device.sleep, recorded_start(record))
     waited = resumed.wait()
     assert waited["outcome"] == "ready" and waited["waited_s"] > 10.0 and device.temp_c <= 32.0
@@ -368,6 +369,7 @@ def test_a_resumed_calibration_gates_on_the_start_its_first_run_recorded() -> No
     for _ in range(20_000):
         device.step(3)
     assert Gate(GateRule(), device.state, device.clock, device.sleep).wait()["waited_s"] == 0.0
-    assert recorded_start([]) is None and recorded_start([{"gate": {"outcome": "ready"}}]) is None
+    assert recorded_start([]) is None
+    assert recorded_start([Round(round=1, order=[3], started_s=0.0, gate={"outcome": "ready"})]) is None
     # a recorded start that is not numbers (a hand-edited or hostile record) gates on nothing it cannot compare
     assert Gate(GateRule(), device.state, device.clock, device.sleep, {"max_temp_c": True}).gated is False
