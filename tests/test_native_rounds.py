@@ -241,3 +241,55 @@ def test_trtexec_times_file() -> None:
 def test_trtexec_times_never_raise_and_give_only_finite_non_negative_times(text: str) -> None:
     times = parse_trtexec_times(text)
     assert times is None or (times and all(math.isfinite(t) and t >= 0 for t in times))
+
+
+# --- one invocation on a device (this machine, through the local transport) ---------------------------------
+
+# executor_runner's log layout (newer builds): a line per iteration, the warm-up ones first.
+FAKE_EXECUTOR_RUNNER = r"""#!/bin/sh
+n=0
+for arg in "$@"; do case "$arg" in --num_executions=*) n="${arg#--num_executions=}" ;; esac; done
+echo "I 00:00:00.000100 executorch:executor_runner.cpp:150] Model loaded in 12.500000 ms." >&2
+i=1
+while [ $i -le "$n" ]; do
+  echo "I 00:00:00.001000 executorch:executor_runner.cpp:300] Iteration $i of $n: $i.250000 ms" >&2
+  i=$((i + 1))
+done
+echo "I 00:00:01.000000 executorch:executor_runner.cpp:310] Model executed successfully $n time(s) in 1.0 ms." >&2
+"""
+
+
+def test_an_executor_runner_invocation_runs_the_warm_up_first_and_leaves_it_out_of_the_timings(tmp_path: Path) -> None:
+    from hydra_edge.measure.native import invoke
+    from hydra_edge.transport import LocalTransport
+
+    binary = tmp_path / "executor_runner"
+    binary.write_text(FAKE_EXECUTOR_RUNNER)
+    binary.chmod(0o755)
+    artefact = _artefacts(tmp_path / "bundle", [3])[0]
+    said: list[str] = []
+    with LocalTransport(tmp_path / "device") as t:
+        run = invoke(t, TOOLS["executor_runner"], str(binary), str(tmp_path / "m.pte"), artefact, 4, 2, 1, said.append)
+    # six iterations asked (2 warm-up + 4 timed); the timed ones are iterations 3-6
+    assert run.error is None and run.latencies_ms == [3.25, 4.25, 5.25, 6.25]
+    assert run.parsed.init_ms == 12.5 and any("Iteration 6 of 6" in line for line in said)
+
+
+def test_a_trtexec_invocation_reads_its_times_file_and_removes_it(tmp_path: Path) -> None:
+    from hydra_edge.measure.native import invoke
+    from hydra_edge.transport import LocalTransport
+
+    binary = tmp_path / "trtexec"
+    binary.write_text("#!/bin/sh\n"
+                      "for arg in \"$@\"; do case \"$arg\" in --exportTimes=*) f=\"${arg#--exportTimes=}\" ;; esac; done\n"
+                      "printf '[{\"latencyMs\": 0.5}, {\"latencyMs\": 0.75}]' > \"$f\"\n"
+                      "echo '[I] Timing trace has 2 queries over 0.01 s'\n"
+                      "echo '[I] Latency: min = 0.5 ms, max = 0.75 ms, mean = 0.625 ms, median = 0.625 ms'\n"
+                      "echo '&&&& PASSED TensorRT.trtexec [TensorRT v101600]'\n")
+    binary.chmod(0o755)
+    artefact = _artefacts(tmp_path / "bundle", [3])[0]
+    model = tmp_path / "m.onnx"
+    with LocalTransport(tmp_path / "device") as t:
+        run = invoke(t, TOOLS["trtexec"], str(binary), str(model), artefact, 2, 2, 1, lambda line: None)
+    assert run.error is None and run.latencies_ms == [0.5, 0.75]
+    assert not Path(f"{model}.times.json").exists()  # the bundle's folder holds only the bundle
